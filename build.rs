@@ -1,0 +1,14 @@
+//! Generates the gRPC code from `proto/` with a vendored `protoc`, so a fresh
+//! machine needs no system protobuf compiler.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc);
+    tonic_prost_build::configure().compile_with_config(
+        config,
+        &["proto/leasehold/v1/lock.proto"],
+        &["proto"],
+    )?;
+    Ok(())
+}

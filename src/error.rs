@@ -1,0 +1,75 @@
+//! The one error type of the server, and the one place it becomes a gRPC status.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while serving a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request breaks a documented limit or the stream protocol. Nothing was changed.
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// The lock is taken and the caller asked not to wait.
+    #[error("lock {name:?} is held by {holder:?}")]
+    LockHeld { name: String, holder: String },
+
+    /// The lock stayed taken for the whole wait.
+    #[error("lock {name:?} is still held by {holder:?} after waiting {waited:?}")]
+    WaitExpired {
+        name: String,
+        holder: String,
+        waited: Duration,
+    },
+
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis {context} failed: {source}")]
+    Redis {
+        context: &'static str,
+        #[source]
+        source: fred::error::Error,
+    },
+
+    /// Redis did not answer in time.
+    #[error("redis {context} did not answer within {timeout:?}")]
+    RedisTimeout {
+        context: &'static str,
+        timeout: Duration,
+    },
+
+    /// Redis answered something our scripts never return: a bug or a foreign key.
+    #[error("unexpected reply from redis to {context}: {detail}")]
+    BadReply {
+        context: &'static str,
+        detail: String,
+    },
+
+    /// The server is stopping and takes no new work.
+    #[error("server is shutting down")]
+    ShuttingDown,
+}
+
+impl Error {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Error::InvalidArgument(message.into())
+    }
+
+    pub(crate) fn redis(context: &'static str) -> impl FnOnce(fred::error::Error) -> Self {
+        move |source| Error::Redis { context, source }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(error: Error) -> Self {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            Error::LockHeld { .. } | Error::WaitExpired { .. } => tonic::Status::aborted(message),
+            Error::Redis { .. } | Error::RedisTimeout { .. } | Error::ShuttingDown => {
+                tonic::Status::unavailable(message)
+            }
+            Error::BadReply { .. } => tonic::Status::internal(message),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,364 @@
+//! One task per `Lease` stream: Waiting -> Held -> Released | Lost.
+//!
+//! The task owns the lock while the stream lives. Every way out (release, half-close, cancel,
+//! transport error, protocol error, server shutdown) goes through [`HeldLock`], whose `Drop`
+//! releases the lock if nothing else did, so no branch can forget it.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio_stream::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::acquire;
+use crate::error::{Error, Result};
+use crate::pb::{
+    self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event,
+};
+use crate::renew::RenewalClock;
+use crate::store::{LockKeys, Store};
+use crate::token::Token;
+use crate::validate::LeaseSpec;
+
+/// What the task sends to the client: an event, or the status that ends the stream.
+pub type EventItem = Result<LeaseResponse, Status>;
+
+/// Room for events not yet read by the client. Two slots are kept for `Acquired` and the final
+/// message; progress events (`Waiting`, `Extended`) are dropped when only those remain.
+pub const EVENT_BUFFER: usize = 8;
+const RESERVED_SLOTS: usize = 2;
+
+/// The sending side of a lease stream. It never blocks: renewal must not wait on a slow reader.
+pub struct Events {
+    tx: mpsc::Sender<EventItem>,
+}
+
+impl Events {
+    pub fn new(tx: mpsc::Sender<EventItem>) -> Self {
+        Events { tx }
+    }
+
+    /// Best effort: a reader that falls behind misses progress, never the lease itself.
+    fn progress(&self, event: Event) {
+        if self.tx.capacity() > RESERVED_SLOTS {
+            let _ = self.tx.try_send(Ok(response(event)));
+        }
+    }
+
+    /// Fits in the reserved slots; `false` only if the client is gone.
+    fn essential(&self, item: EventItem) -> bool {
+        self.tx.try_send(item).is_ok()
+    }
+
+    /// Completes when the client stopped listening (cancelled call, broken connection).
+    async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+fn response(event: Event) -> LeaseResponse {
+    LeaseResponse { event: Some(event) }
+}
+
+fn millis_u32(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// What the client did, as far as the lease is concerned.
+enum ClientMove {
+    Release,
+    Acquire,
+    NoAction,
+    HalfClosed,
+    Broken(Status),
+}
+
+impl ClientMove {
+    fn of(message: Option<Result<LeaseRequest, Status>>) -> Self {
+        match message {
+            None => ClientMove::HalfClosed,
+            Some(Err(status)) => ClientMove::Broken(status),
+            Some(Ok(LeaseRequest { action: None })) => ClientMove::NoAction,
+            Some(Ok(LeaseRequest {
+                action: Some(Action::Acquire(_)),
+            })) => ClientMove::Acquire,
+            Some(Ok(LeaseRequest {
+                action: Some(Action::Release(_)),
+            })) => ClientMove::Release,
+        }
+    }
+}
+
+fn second_acquire() -> Error {
+    Error::invalid("acquire sent twice on one stream: one stream holds one lease; open another stream for another lock")
+}
+
+fn no_action() -> Error {
+    Error::invalid("request has no action: set acquire or release")
+}
+
+/// A lock this task holds. Dropping it without [`HeldLock::release`] releases in the background.
+struct HeldLock {
+    store: Store,
+    keys: LockKeys,
+    token: Token,
+    released: bool,
+}
+
+impl HeldLock {
+    fn new(store: Store, keys: LockKeys, token: Token) -> Self {
+        HeldLock {
+            store,
+            keys,
+            token,
+            released: false,
+        }
+    }
+
+    /// Releases now. `Ok(false)`: the lock was no longer ours.
+    async fn release(&mut self) -> Result<bool> {
+        let was_held = self.store.release(&self.keys, &self.token).await?;
+        self.released = true;
+        Ok(was_held)
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            warn!(lease = self.token.lease_id(), "no runtime to release the lock; it expires by its TTL");
+            return;
+        };
+        let (store, keys, token) = (self.store.clone(), self.keys.clone(), self.token.clone());
+        let span = info_span!("release", lease = token.lease_id());
+        runtime.spawn(
+            async move {
+                match store.release(&keys, &token).await {
+                    Ok(was_held) => debug!(was_held, "released"),
+                    Err(error) => warn!(%error, "release failed; the lock expires by its TTL"),
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// The task behind one `Lease` stream.
+pub struct LeaseTask<S> {
+    store: Store,
+    inbound: S,
+    events: Events,
+    shutdown: CancellationToken,
+}
+
+impl<S> LeaseTask<S>
+where
+    S: Stream<Item = Result<LeaseRequest, Status>> + Unpin + Send,
+{
+    pub fn new(store: Store, inbound: S, events: Events, shutdown: CancellationToken) -> Self {
+        LeaseTask {
+            store,
+            inbound,
+            events,
+            shutdown,
+        }
+    }
+
+    /// Runs the stream to its end; an error becomes the stream's final status.
+    pub async fn run(mut self) {
+        if let Err(error) = self.drive().await {
+            debug!(%error, "lease stream ends with an error");
+            self.events.essential(Err(error.into()));
+        }
+    }
+
+    async fn drive(&mut self) -> Result<()> {
+        let Some(spec) = self.first_request().await? else {
+            return Ok(());
+        };
+        let token = Token::random();
+        let span = info_span!("lease", name = %spec.name, lease = token.lease_id());
+        self.lease(spec, token).instrument(span).await
+    }
+
+    /// Waits for the first message, which must be a valid `acquire`.
+    async fn first_request(&mut self) -> Result<Option<LeaseSpec>> {
+        let message = tokio::select! {
+            message = self.inbound.next() => message,
+            () = self.events.closed() => return Ok(None),
+            () = self.shutdown.cancelled() => return Err(Error::ShuttingDown),
+        };
+        match message {
+            None => Ok(None),
+            Some(Err(status)) => {
+                debug!(%status, "stream broke before acquire");
+                Ok(None)
+            }
+            Some(Ok(LeaseRequest { action: None })) => Err(no_action()),
+            Some(Ok(LeaseRequest {
+                action: Some(Action::Release(_)),
+            })) => Err(Error::invalid(
+                "release sent before acquire: this stream holds no lock to release",
+            )),
+            Some(Ok(LeaseRequest {
+                action: Some(Action::Acquire(request)),
+            })) => LeaseSpec::parse(
+                request.name,
+                request.ttl_ms,
+                request.wait_ms,
+                request.holder,
+            )
+            .map(Some),
+        }
+    }
+
+    async fn lease(&mut self, spec: LeaseSpec, token: Token) -> Result<()> {
+        let keys = self.store.keys(&spec.name);
+        let events = &self.events;
+        let waiting = acquire::acquire(&self.store, &keys, &token, &spec, |holder, ttl| {
+            events.progress(Event::Waiting(pb::Waiting {
+                holder: holder.to_owned(),
+                holder_ttl_remaining_ms: ttl.map(millis_u32).unwrap_or(0),
+            }))
+        });
+        let acquisition = tokio::select! {
+            acquired = waiting => acquired?,
+            gave_up = Self::abandoned(&mut self.inbound, events, &self.shutdown) => {
+                // The attempt in flight may have won just as the client left: do not strand it.
+                drop(HeldLock::new(self.store.clone(), keys, token));
+                if gave_up.is_ok() {
+                    events.essential(Ok(response(Event::Released(pb::Released { was_held: false }))));
+                }
+                return gave_up;
+            }
+        };
+        let mut lock = HeldLock::new(self.store.clone(), keys, token);
+        let mut clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
+        info!(fencing_token = acquisition.fencing_token, "acquired");
+        let acquired = Event::Acquired(pb::Acquired {
+            token: lock.token.secret().to_owned(),
+            fencing_token: acquisition.fencing_token,
+            ttl_ms: millis_u32(spec.ttl),
+            valid_for_ms: millis_u32(clock.valid_for(Instant::now())),
+        });
+        if !self.events.essential(Ok(response(acquired))) {
+            return Ok(()); // The client left; `lock` releases on drop.
+        }
+        self.hold(&spec, &mut lock, &mut clock).await
+    }
+
+    /// While waiting: completes when the client gives up or the server stops.
+    /// `Ok` means the client left or released; `Err` is the status to end the stream with.
+    async fn abandoned(
+        inbound: &mut S,
+        events: &Events,
+        shutdown: &CancellationToken,
+    ) -> Result<()> {
+        tokio::select! {
+            message = inbound.next() => match ClientMove::of(message) {
+                ClientMove::Acquire => Err(second_acquire()),
+                ClientMove::NoAction => Err(no_action()),
+                ClientMove::Release | ClientMove::HalfClosed | ClientMove::Broken(_) => Ok(()),
+            },
+            () = events.closed() => Ok(()),
+            () = shutdown.cancelled() => Err(Error::ShuttingDown),
+        }
+    }
+
+    /// Keeps the lock alive until the client lets go, the lock is lost, or the server stops.
+    async fn hold(
+        &mut self,
+        spec: &LeaseSpec,
+        lock: &mut HeldLock,
+        clock: &mut RenewalClock,
+    ) -> Result<()> {
+        loop {
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => {
+                    let reason = match lock.release().await {
+                        Ok(_) => "server shutting down; the lock was released".to_owned(),
+                        Err(error) => format!("server shutting down; release failed ({error}), the lock expires by its TTL"),
+                    };
+                    info!("released for shutdown");
+                    self.lost(reason);
+                    return Ok(());
+                }
+                message = self.inbound.next() => match ClientMove::of(message) {
+                    ClientMove::Release | ClientMove::HalfClosed => {
+                        let was_held = lock.release().await?;
+                        info!(was_held, "released");
+                        self.events.essential(Ok(response(Event::Released(pb::Released { was_held }))));
+                        return Ok(());
+                    }
+                    ClientMove::Broken(status) => {
+                        info!(%status, "client stream broke; releasing");
+                        return Ok(());
+                    }
+                    ClientMove::Acquire => return Err(second_acquire()),
+                    ClientMove::NoAction => return Err(no_action()),
+                },
+                () = self.events.closed() => {
+                    info!("client went away; releasing");
+                    return Ok(());
+                }
+                () = sleep_until(clock.next_renewal()) => {
+                    if let Some(reason) = self.renew(spec, lock, clock).await {
+                        warn!(%reason, "lease lost");
+                        self.lost(reason);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// One renewal. Returns the reason when the lease is lost.
+    async fn renew(
+        &self,
+        spec: &LeaseSpec,
+        lock: &HeldLock,
+        clock: &mut RenewalClock,
+    ) -> Option<String> {
+        let sent_at = Instant::now();
+        if clock.expired(sent_at) {
+            return Some("Redis could not be reached to renew the lock before it ran out".into());
+        }
+        let renewal = self.store.extend(&lock.keys, &lock.token, spec.ttl);
+        match timeout_at(clock.valid_until(), renewal).await {
+            Ok(Ok(true)) => {
+                clock.confirmed(sent_at);
+                let now = Instant::now();
+                self.events.progress(Event::Extended(pb::Extended {
+                    ttl_ms: millis_u32(spec.ttl),
+                    valid_for_ms: millis_u32(clock.valid_for(now)),
+                }));
+                None
+            }
+            // Never retried into success: someone else may hold the lock now.
+            Ok(Ok(false)) => {
+                Some("the lock key was deleted or taken by another holder behind the server's back".into())
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "renewal failed; retrying");
+                clock.failed(Instant::now());
+                None
+            }
+            Err(_) => Some(format!(
+                "Redis did not confirm a renewal before the lease ran out ({} ms)",
+                spec.ttl.as_millis()
+            )),
+        }
+    }
+
+    fn lost(&self, reason: String) {
+        self.events
+            .essential(Ok(response(Event::Lost(pb::Lost { reason }))));
+    }
+}

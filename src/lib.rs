@@ -1,0 +1,28 @@
+//! Leasehold: a distributed lock held for the life of one gRPC stream.
+//!
+//! The server takes a lock in Redis (`SET NX PX` plus a fencing token, atomically), renews it
+//! while the client's stream lives, and releases it the moment the stream ends.
+//!
+//! Modules, one job each:
+//! - [`service`]: the gRPC layer (decode, validate, answer).
+//! - [`lease`]: one task per lease stream, Waiting -> Held -> Released | Lost.
+//! - [`acquire`]: trying a taken lock again with backoff until a deadline.
+//! - [`renew`]: when to renew, and how long a lease is valid.
+//! - [`store`]: Redis keys and Lua scripts.
+//! - [`server`]: running and shutting down the server.
+
+pub mod acquire;
+pub mod error;
+pub mod lease;
+pub mod renew;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod token;
+pub mod validate;
+
+/// Code generated from `proto/leasehold/v1/lock.proto`.
+pub mod pb {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("leasehold.v1");
+}

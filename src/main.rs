@@ -1,0 +1,116 @@
+//! The `leasehold` command: the lock server and client commands.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use leasehold::server::{ServerConfig, serve};
+use leasehold::store::Store;
+use tokio::net::TcpListener;
+use tracing::info;
+
+#[derive(Parser)]
+#[command(name = "leasehold", version, about = "A distributed lock service on Redis, held for the life of a gRPC stream")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the lock server.
+    ///
+    /// Example: leasehold serve --redis redis://127.0.0.1:6379 --listen 127.0.0.1:50051
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Redis holding the locks.
+    #[arg(long, env = "LEASEHOLD_REDIS", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Address to serve gRPC on.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Prefix of every Redis key the server touches.
+    #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
+    key_prefix: String,
+    /// How often to ping client connections (e.g. 5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the client's leases are released.
+    /// A frozen client loses its locks within keepalive-interval + keepalive-timeout.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    keepalive_timeout: Duration,
+    /// Longest wait for one Redis command.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    redis_timeout: Duration,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "leasehold=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => run_server(args).await,
+    }
+}
+
+async fn run_server(args: ServeArgs) -> ExitCode {
+    let store = match Store::connect(&args.redis, &args.key_prefix, args.redis_timeout).await {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("leasehold: cannot use Redis at {}: {err}", args.redis);
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("leasehold: cannot listen on {}: {err}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    info!(%addr, redis = %args.redis, prefix = %args.key_prefix, "serving");
+    let config = ServerConfig {
+        keepalive_interval: args.keepalive_interval,
+        keepalive_timeout: args.keepalive_timeout,
+    };
+    match serve(listener, store, config, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("leasehold: server failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM (what `docker stop` and systemd send).
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

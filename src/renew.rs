@@ -1,0 +1,92 @@
+//! When to renew a held lease, and until when the server can vouch for it.
+//!
+//! Validity is measured from *before* a command was sent (Redlock's rule): Redis started the
+//! TTL at some moment after `sent_at`, so `sent_at + ttl - drift` is a time by which the key has
+//! certainly not expired yet, however slow the reply was.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Clock-drift allowance: Redis and this process may measure a TTL slightly differently.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The renewal schedule and validity of one held lease.
+#[derive(Debug, Clone)]
+pub struct RenewalClock {
+    ttl: Duration,
+    valid_until: Instant,
+    next_renewal: Instant,
+}
+
+impl RenewalClock {
+    /// A lease whose acquire command left at `sent_at`.
+    pub fn new(ttl: Duration, sent_at: Instant) -> Self {
+        let mut clock = RenewalClock {
+            ttl,
+            valid_until: sent_at,
+            next_renewal: sent_at,
+        };
+        clock.confirmed(sent_at);
+        clock
+    }
+
+    /// A renewal sent at `sent_at` succeeded.
+    pub fn confirmed(&mut self, sent_at: Instant) {
+        self.valid_until = sent_at + self.ttl - drift(self.ttl);
+        // Every ttl/3: two renewals may fail before the lease is in danger.
+        self.next_renewal = sent_at + self.ttl / 3;
+    }
+
+    /// A renewal failed without an answer (Redis unreachable or slow): try again soon, but never
+    /// later than the end of validity, when the lease must be declared lost.
+    pub fn failed(&mut self, now: Instant) {
+        let retry = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        self.next_renewal = (now + retry).min(self.valid_until);
+    }
+
+    pub fn next_renewal(&self) -> Instant {
+        self.next_renewal
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// How long from `now` the lease stays valid without another renewal.
+    pub fn valid_for(&self, now: Instant) -> Duration {
+        self.valid_until.saturating_duration_since(now)
+    }
+
+    pub fn expired(&self, now: Instant) -> bool {
+        now >= self.valid_until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_counts_from_the_send_not_the_reply() {
+        let ttl = Duration::from_millis(3000);
+        let sent_at = Instant::now();
+        let clock = RenewalClock::new(ttl, sent_at);
+        assert_eq!(clock.valid_until(), sent_at + Duration::from_millis(3000 - 32));
+        assert_eq!(clock.next_renewal(), sent_at + Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn failed_renewals_retry_soon_but_not_past_validity() {
+        let ttl = Duration::from_millis(300);
+        let sent_at = Instant::now();
+        let mut clock = RenewalClock::new(ttl, sent_at);
+        clock.failed(sent_at + Duration::from_millis(100));
+        assert_eq!(clock.next_renewal(), sent_at + Duration::from_millis(130));
+        clock.failed(sent_at + Duration::from_millis(290));
+        assert_eq!(clock.next_renewal(), clock.valid_until());
+        assert!(clock.expired(clock.valid_until()));
+    }
+}

@@ -1,0 +1,79 @@
+//! Runs the gRPC server until a shutdown signal, then lets every lease release before exiting.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tracing::{info, warn};
+
+use crate::pb::lock_service_server::LockServiceServer;
+use crate::service::LockServer;
+use crate::store::Store;
+
+/// Largest request message: ours are a few hundred bytes, so anything bigger is refused early.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// How long shutdown waits for leases to release before giving up (they then expire by TTL).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Settings of the gRPC side of the server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// How often the server pings an idle client connection (HTTP/2 PING).
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection, and every lease on it, is dropped.
+    /// A frozen client or a vanished network loses its locks within interval + timeout.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Serves on `listener` until `shutdown` completes. On shutdown every lease releases its lock
+/// and tells its client `Lost`, then the server waits (bounded) for those releases.
+pub async fn serve(
+    listener: TcpListener,
+    store: Store,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let leases = TaskTracker::new();
+    let stop_leases = CancellationToken::new();
+    let service = LockServer::new(store, leases.clone(), stop_leases.clone());
+    let signal = {
+        let stop_leases = stop_leases.clone();
+        async move {
+            shutdown.await;
+            info!("shutting down: releasing every lease");
+            stop_leases.cancel();
+        }
+    };
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .http2_keepalive_interval(Some(config.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.keepalive_timeout))
+        .add_service(LockServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .serve_with_incoming_shutdown(incoming, signal)
+        .await?;
+    stop_leases.cancel();
+    leases.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, leases.wait())
+        .await
+        .is_err()
+    {
+        warn!(
+            remaining = leases.len(),
+            "leases still running after the shutdown grace; their locks expire by TTL"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! The Redis side of a lock: key layout, and the Lua scripts that change keys atomically.
+//!
+//! Scripts are loaded once at start (`SCRIPT LOAD`) and run by `EVALSHA`; a Redis that lost its
+//! script cache (restart, `SCRIPT FLUSH`) answers `NOSCRIPT` and the script is loaded again.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::error::{Error, Result};
+use crate::token::Token;
+use crate::validate::LockName;
+
+/// Bytes of a lock name kept as they are in keys; everything else is percent-encoded, so a name
+/// can never contain `{`, `}` (hash tags), `:` (our separators) or glob characters.
+const KEPT_IN_KEYS: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'/')
+    .remove(b'@');
+
+/// The keys of one lock. They share the `{…}` hash tag, so one script can touch them all on a
+/// Redis Cluster.
+#[derive(Clone, Debug)]
+pub struct LockKeys {
+    /// String holding the current token; its TTL is the lock's.
+    pub lock: String,
+    /// Hash with the current holder's description and fencing token; same TTL as `lock`.
+    pub owner: String,
+    /// Counter behind the fencing tokens; it never expires so tokens only grow.
+    pub fence: String,
+}
+
+/// What an acquire attempt found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The lock is ours, with this fencing token.
+    Acquired { fencing_token: u64 },
+    /// Someone else holds it.
+    Held {
+        holder: String,
+        /// `None` when the key has no expiry (set by hand, not by us).
+        ttl_remaining: Option<Duration>,
+    },
+}
+
+/// A lock's state as `Describe` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    Free,
+    Held {
+        holder: String,
+        ttl_remaining: Option<Duration>,
+        fencing_token: u64,
+    },
+}
+
+#[derive(Clone)]
+struct Scripts {
+    acquire: Script,
+    extend: Script,
+    release: Script,
+    describe: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: Script::from_lua(include_str!("scripts/acquire.lua")),
+            extend: Script::from_lua(include_str!("scripts/extend.lua")),
+            release: Script::from_lua(include_str!("scripts/release.lua")),
+            describe: Script::from_lua(include_str!("scripts/describe.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 4] {
+        [&self.acquire, &self.extend, &self.release, &self.describe]
+    }
+}
+
+/// A connection to the Redis that holds the locks. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    client: Client,
+    scripts: Scripts,
+    prefix: String,
+    command_timeout: Duration,
+}
+
+impl Store {
+    /// Connects, and fails at once if Redis cannot be reached, so a misconfigured server refuses
+    /// to start instead of refusing every request.
+    pub async fn connect(url: &str, prefix: &str, command_timeout: Duration) -> Result<Self> {
+        if prefix.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "key prefix {prefix:?} must not contain '{{' or '}}': they would break the hash tags"
+            )));
+        }
+        let config = Config::from_url(url).map_err(Error::redis("url parse"))?;
+        let client = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = command_timeout;
+                c.internal_command_timeout = command_timeout;
+            })
+            // After start, a lost connection is retried forever; leases meanwhile run on their own
+            // validity clocks and report `Lost` when it runs out.
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build()
+            .map_err(Error::redis("client setup"))?;
+        client.init().await.map_err(Error::redis("connect"))?;
+        let store = Store {
+            client,
+            scripts: Scripts::new(),
+            prefix: prefix.to_owned(),
+            command_timeout,
+        };
+        for script in store.scripts.all() {
+            store
+                .bounded("script load", script.load(&store.client))
+                .await?;
+        }
+        Ok(store)
+    }
+
+    /// The keys of `name` under this store's prefix.
+    pub fn keys(&self, name: &LockName) -> LockKeys {
+        let base = format!("{}{{{}}}", self.prefix, hash_tag(name.as_str()));
+        LockKeys {
+            lock: format!("{base}:lock"),
+            owner: format!("{base}:owner"),
+            fence: format!("{base}:fence"),
+        }
+    }
+
+    /// One atomic `SET NX PX`; on success also issues the next fencing token.
+    pub async fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        holder: &str,
+    ) -> Result<AcquireOutcome> {
+        const CONTEXT: &str = "acquire";
+        let reply: Vec<Value> = self
+            .eval(
+                &self.scripts.acquire,
+                CONTEXT,
+                vec![keys.lock.clone(), keys.owner.clone(), keys.fence.clone()],
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(millis(ttl)),
+                    Value::from(holder),
+                ],
+            )
+            .await?;
+        match reply.as_slice() {
+            [acquired, fence] if acquired.as_i64() == Some(1) => {
+                let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+                Ok(AcquireOutcome::Acquired { fencing_token })
+            }
+            [acquired, ttl, holder] if acquired.as_i64() == Some(0) => Ok(AcquireOutcome::Held {
+                holder: holder.as_string().unwrap_or_default(),
+                ttl_remaining: pttl(ttl),
+            }),
+            _ => Err(bad_reply(CONTEXT, &reply)),
+        }
+    }
+
+    /// Resets the TTL if `token` still holds the lock. `false` means the lock is not ours.
+    pub async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<bool> {
+        let reply: i64 = self
+            .eval(
+                &self.scripts.extend,
+                "extend",
+                vec![keys.lock.clone(), keys.owner.clone()],
+                vec![Value::from(token.secret()), Value::from(millis(ttl))],
+            )
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Deletes the lock if `token` still holds it. `false` means it was already gone or not ours.
+    pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let reply: i64 = self
+            .eval(
+                &self.scripts.release,
+                "release",
+                vec![keys.lock.clone(), keys.owner.clone()],
+                vec![Value::from(token.secret())],
+            )
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Reads who holds the lock.
+    pub async fn describe(&self, keys: &LockKeys) -> Result<LockState> {
+        const CONTEXT: &str = "describe";
+        let reply: Vec<Value> = self
+            .eval(
+                &self.scripts.describe,
+                CONTEXT,
+                vec![keys.lock.clone(), keys.owner.clone()],
+                Vec::<Value>::new(),
+            )
+            .await?;
+        match reply.as_slice() {
+            [held] if held.as_i64() == Some(0) => Ok(LockState::Free),
+            [held, ttl, holder, fence] if held.as_i64() == Some(1) => Ok(LockState::Held {
+                holder: holder.as_string().unwrap_or_default(),
+                ttl_remaining: pttl(ttl),
+                fencing_token: fence.as_u64().unwrap_or(0),
+            }),
+            _ => Err(bad_reply(CONTEXT, &reply)),
+        }
+    }
+
+    /// Runs a script by SHA, loading it again if Redis forgot it, within the command timeout.
+    async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        context: &'static str,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        self.bounded(
+            context,
+            script.evalsha_with_reload(&self.client, keys, args),
+        )
+        .await
+    }
+
+    /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.
+    async fn bounded<T>(
+        &self,
+        context: &'static str,
+        call: impl Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.command_timeout, call).await {
+            Ok(result) => result.map_err(Error::redis(context)),
+            Err(_) => Err(Error::RedisTimeout {
+                context,
+                timeout: self.command_timeout,
+            }),
+        }
+    }
+}
+
+/// The name as it appears inside the `{…}` hash tag: injective, and free of `{`, `}` and `:`.
+fn hash_tag(name: &str) -> String {
+    utf8_percent_encode(name, KEPT_IN_KEYS).to_string()
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A `PTTL` reply as a duration; negative values mean no expiry (or no key).
+fn pttl(value: &Value) -> Option<Duration> {
+    let ms = value.as_i64()?;
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+fn bad_reply(context: &'static str, reply: &[Value]) -> Error {
+    Error::BadReply {
+        context,
+        detail: format!("{reply:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_escape_their_hash_tag() {
+        for name in ["a}b", "{x}", "a:b", "*", "a%7Db", "é", "a b"] {
+            let tag = hash_tag(name);
+            assert!(!tag.contains(['{', '}', ':', '*', ' ']), "{name:?} -> {tag:?}");
+        }
+        // Encoding is injective: a name that spells another's escape keeps its own key.
+        assert_ne!(hash_tag("a}b"), hash_tag("a%7Db"));
+    }
+}

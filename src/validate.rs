@@ -1,0 +1,151 @@
+//! Request limits, checked before anything touches Redis.
+//!
+//! Every limit is a named constant so the proto, the README and the code agree.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Longest lock name, in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest holder description, in bytes of UTF-8.
+pub const MAX_HOLDER_BYTES: usize = 256;
+/// Longest token we bother comparing; real tokens are 32 hex digits.
+pub const MAX_TOKEN_BYTES: usize = 64;
+/// Shortest lock TTL: shorter leases cannot be renewed reliably over a network.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// Longest lock TTL: a crashed holder blocks others for at most this long.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Longest wait for a taken lock.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// A lock name that passed validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockName(String);
+
+impl LockName {
+    pub fn parse(name: String) -> Result<Self> {
+        if name.is_empty() {
+            return Err(Error::invalid("lock name is empty"));
+        }
+        if name.len() > MAX_NAME_BYTES {
+            return Err(Error::invalid(format!(
+                "lock name is {} bytes, over the limit of {MAX_NAME_BYTES}",
+                name.len()
+            )));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "lock name contains a control character (newline, tab, NUL, ...)",
+            ));
+        }
+        Ok(LockName(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A lock TTL within `MIN_TTL ..= MAX_TTL`.
+pub fn ttl(ttl_ms: u32) -> Result<Duration> {
+    let ttl = Duration::from_millis(ttl_ms.into());
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(format!(
+            "ttl_ms is {ttl_ms}; it must be between {} and {}",
+            MIN_TTL.as_millis(),
+            MAX_TTL.as_millis()
+        )));
+    }
+    Ok(ttl)
+}
+
+/// A wait of at most `MAX_WAIT`; zero means do not wait.
+pub fn wait(wait_ms: u32) -> Result<Duration> {
+    let wait = Duration::from_millis(wait_ms.into());
+    if wait > MAX_WAIT {
+        return Err(Error::invalid(format!(
+            "wait_ms is {wait_ms}; it must be at most {}",
+            MAX_WAIT.as_millis()
+        )));
+    }
+    Ok(wait)
+}
+
+/// A holder description: free text shown to others, bounded and printable.
+pub fn holder(holder: String) -> Result<String> {
+    if holder.len() > MAX_HOLDER_BYTES {
+        return Err(Error::invalid(format!(
+            "holder is {} bytes, over the limit of {MAX_HOLDER_BYTES}",
+            holder.len()
+        )));
+    }
+    if holder.chars().any(char::is_control) {
+        return Err(Error::invalid("holder contains a control character"));
+    }
+    Ok(holder)
+}
+
+/// A token as the client sent it. Any non-empty value is compared; a wrong one simply does not match.
+pub fn token(token: String) -> Result<String> {
+    if token.is_empty() {
+        return Err(Error::invalid("token is empty"));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(Error::invalid(format!(
+            "token is {} bytes, over the limit of {MAX_TOKEN_BYTES}",
+            token.len()
+        )));
+    }
+    Ok(token)
+}
+
+/// Everything needed to take one lock.
+#[derive(Clone, Debug)]
+pub struct LeaseSpec {
+    pub name: LockName,
+    pub ttl: Duration,
+    pub wait: Duration,
+    pub holder: String,
+}
+
+impl LeaseSpec {
+    pub fn parse(name: String, ttl_ms: u32, wait_ms: u32, holder: String) -> Result<Self> {
+        Ok(LeaseSpec {
+            name: LockName::parse(name)?,
+            ttl: ttl(ttl_ms)?,
+            wait: wait(wait_ms)?,
+            holder: self::holder(holder)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_at_the_limits() {
+        assert!(LockName::parse("a".repeat(MAX_NAME_BYTES)).is_ok());
+        assert!(LockName::parse("a".repeat(MAX_NAME_BYTES + 1)).is_err());
+        assert!(LockName::parse(String::new()).is_err());
+        assert!(LockName::parse("a\nb".into()).is_err());
+        assert!(LockName::parse("a\u{0}".into()).is_err());
+        assert!(LockName::parse("{x}:*?é".into()).is_ok());
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(ttl(99).is_err());
+        assert!(ttl(100).is_ok());
+        assert!(ttl(3_600_000).is_ok());
+        assert!(ttl(3_600_001).is_err());
+        assert!(ttl(0).is_err());
+    }
+}
