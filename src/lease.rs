@@ -15,9 +15,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::acquire;
 use crate::error::{Error, Result};
-use crate::pb::{
-    self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event,
-};
+use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
 use crate::renew::RenewalClock;
 use crate::store::{LockKeys, Store};
 use crate::token::Token;
@@ -93,7 +91,9 @@ impl ClientMove {
 }
 
 fn second_acquire() -> Error {
-    Error::invalid("acquire sent twice on one stream: one stream holds one lease; open another stream for another lock")
+    Error::invalid(
+        "acquire sent twice on one stream: one stream holds one lease; open another stream for another lock",
+    )
 }
 
 fn no_action() -> Error {
@@ -132,7 +132,10 @@ impl Drop for HeldLock {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            warn!(lease = self.token.lease_id(), "no runtime to release the lock; it expires by its TTL");
+            warn!(
+                lease = self.token.lease_id(),
+                "no runtime to release the lock; it expires by its TTL"
+            );
             return;
         };
         let (store, keys, token) = (self.store.clone(), self.keys.clone(), self.token.clone());
@@ -342,9 +345,10 @@ where
                 None
             }
             // Never retried into success: someone else may hold the lock now.
-            Ok(Ok(false)) => {
-                Some("the lock key was deleted or taken by another holder behind the server's back".into())
-            }
+            Ok(Ok(false)) => Some(
+                "the lock key was deleted or taken by another holder behind the server's back"
+                    .into(),
+            ),
             Ok(Err(error)) => {
                 debug!(%error, "renewal failed; retrying");
                 clock.failed(Instant::now());

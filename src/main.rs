@@ -11,7 +11,11 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 #[derive(Parser)]
-#[command(name = "leasehold", version, about = "A distributed lock service on Redis, held for the life of a gRPC stream")]
+#[command(
+    name = "leasehold",
+    version,
+    about = "A distributed lock service on Redis, held for the life of a gRPC stream"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,7 +32,11 @@ enum Command {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Redis holding the locks.
-    #[arg(long, env = "LEASEHOLD_REDIS", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     redis: String,
     /// Address to serve gRPC on.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
@@ -80,6 +88,8 @@ async fn run_server(args: ServeArgs) -> ExitCode {
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
     info!(%addr, redis = %args.redis, prefix = %args.key_prefix, "serving");
+    // On stdout, for scripts and tests that start us on port 0.
+    println!("leasehold: listening on {addr}");
     let config = ServerConfig {
         keepalive_interval: args.keepalive_interval,
         keepalive_timeout: args.keepalive_timeout,

@@ -74,7 +74,10 @@ mod tests {
         let ttl = Duration::from_millis(3000);
         let sent_at = Instant::now();
         let clock = RenewalClock::new(ttl, sent_at);
-        assert_eq!(clock.valid_until(), sent_at + Duration::from_millis(3000 - 32));
+        assert_eq!(
+            clock.valid_until(),
+            sent_at + Duration::from_millis(3000 - 32)
+        );
         assert_eq!(clock.next_renewal(), sent_at + Duration::from_millis(1000));
     }
 

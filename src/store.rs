@@ -278,7 +278,10 @@ mod tests {
     fn names_cannot_escape_their_hash_tag() {
         for name in ["a}b", "{x}", "a:b", "*", "a%7Db", "é", "a b"] {
             let tag = hash_tag(name);
-            assert!(!tag.contains(['{', '}', ':', '*', ' ']), "{name:?} -> {tag:?}");
+            assert!(
+                !tag.contains(['{', '}', ':', '*', ' ']),
+                "{name:?} -> {tag:?}"
+            );
         }
         // Encoding is injective: a name that spells another's escape keeps its own key.
         assert_ne!(hash_tag("a}b"), hash_tag("a%7Db"));

@@ -1,0 +1,409 @@
+//! Test harness: real `redis-server` processes on free loopback ports, the Leasehold server
+//! in-process or as a child process, a gRPC client helper and a TCP proxy that can freeze.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config};
+use leasehold::pb::lease_request::Action;
+use leasehold::pb::lease_response::Event;
+use leasehold::pb::lock_service_client::LockServiceClient;
+use leasehold::pb::{LeaseAcquire, LeaseRelease, LeaseRequest, LeaseResponse};
+use leasehold::server::{ServerConfig, serve};
+use leasehold::store::Store;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Status, Streaming};
+
+/// Longest any single awaited event may take before a test fails instead of hanging.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` of the test's own, on a free port; killed on drop.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "leasehold-test-redis-{}-{port}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let mut child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (apt-get install -y redis-server)");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while std::time::Instant::now() < deadline {
+                if answers_ping(port) {
+                    return RedisServer { child, port, dir };
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // Port taken meanwhile: try another.
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("could not start redis-server");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A direct Redis client, to look at and tamper with keys behind the server's back.
+    pub async fn client(&self) -> fred::prelude::Client {
+        let client = Builder::from_config(Config::from_url(&self.url()).expect("url"))
+            .build()
+            .expect("client");
+        client.init().await.expect("connect to test redis");
+        client
+    }
+
+    /// Freezes the process (SIGSTOP), as a stalled or partitioned Redis would look.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        signal(self.pid(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// The key holding a lock's token, as the server lays it out with the default prefix.
+pub fn lock_key(name_tag: &str) -> String {
+    format!("leasehold:{{{name_tag}}}:lock")
+}
+
+/// Settings that make keepalive failures show within a second.
+pub fn fast_keepalive() -> ServerConfig {
+    ServerConfig {
+        keepalive_interval: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_millis(300),
+    }
+}
+
+/// A Leasehold server running in this process; stops (gracefully) on drop or `stop`.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(redis: &RedisServer) -> Self {
+        Self::start_with(redis, "leasehold:", fast_keepalive()).await
+    }
+
+    pub async fn start_with(redis: &RedisServer, prefix: &str, config: ServerConfig) -> Self {
+        let store = Store::connect(&redis.url(), prefix, Duration::from_secs(1))
+            .await
+            .expect("connect store");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            serve(listener, store, config, shutdown)
+                .await
+                .expect("server failed");
+        });
+        TestServer {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn client(&self) -> LockServiceClient<Channel> {
+        connect(&self.url()).await
+    }
+
+    /// Graceful stop; returns once the server has finished.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(EVENT_TIMEOUT, task)
+                .await
+                .expect("server did not stop in time")
+                .expect("server task panicked");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The real `leasehold` binary as a child process, for tests that kill or pause it.
+pub struct ServerProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    pub fn start(redis: &RedisServer, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--redis", &redis.url()])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start leasehold");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("leasehold: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("address");
+        ServerProcess { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill(); // SIGKILL: no chance to release anything.
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        signal_quietly(self.child.id(), "CONT");
+        self.kill();
+    }
+}
+
+fn signal_quietly(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+pub async fn connect(url: &str) -> LockServiceClient<Channel> {
+    let channel = Endpoint::from_shared(url.to_owned())
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect to leasehold");
+    LockServiceClient::new(channel)
+}
+
+pub fn acquire_request(name: &str, ttl_ms: u32, wait_ms: u32, holder: &str) -> LeaseRequest {
+    LeaseRequest {
+        action: Some(Action::Acquire(LeaseAcquire {
+            name: name.to_owned(),
+            ttl_ms,
+            wait_ms,
+            holder: holder.to_owned(),
+        })),
+    }
+}
+
+pub fn release_request() -> LeaseRequest {
+    LeaseRequest {
+        action: Some(Action::Release(LeaseRelease {})),
+    }
+}
+
+/// One open `Lease` stream, seen from the client.
+pub struct LeaseStream {
+    pub requests: Option<mpsc::Sender<LeaseRequest>>,
+    pub events: Streaming<LeaseResponse>,
+}
+
+impl LeaseStream {
+    /// Opens a stream and sends `first`.
+    pub async fn open(client: &mut LockServiceClient<Channel>, first: LeaseRequest) -> Self {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(first).await.expect("queue first request");
+        let events = client
+            .lease(ReceiverStream::new(rx))
+            .await
+            .expect("lease call")
+            .into_inner();
+        LeaseStream {
+            requests: Some(tx),
+            events,
+        }
+    }
+
+    pub async fn acquire(
+        client: &mut LockServiceClient<Channel>,
+        name: &str,
+        ttl_ms: u32,
+        wait_ms: u32,
+        holder: &str,
+    ) -> Self {
+        Self::open(client, acquire_request(name, ttl_ms, wait_ms, holder)).await
+    }
+
+    pub async fn send(&self, request: LeaseRequest) {
+        self.requests
+            .as_ref()
+            .expect("stream half-closed")
+            .send(request)
+            .await
+            .expect("send request");
+    }
+
+    /// Half-closes the client's side.
+    pub fn half_close(&mut self) {
+        self.requests = None;
+    }
+
+    /// The next message: `Ok(Some(event))`, `Ok(None)` when the stream ended cleanly, or the
+    /// status that ended it.
+    pub async fn next(&mut self) -> Result<Option<Event>, Status> {
+        match tokio::time::timeout(EVENT_TIMEOUT, self.events.next()).await {
+            Err(_) => panic!("no lease event within {EVENT_TIMEOUT:?}"),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(status))) => Err(status),
+            Ok(Some(Ok(response))) => Ok(Some(response.event.expect("event without body"))),
+        }
+    }
+
+    /// The next event that is not `Extended` (renewals are best-effort progress).
+    pub async fn next_significant(&mut self) -> Result<Option<Event>, Status> {
+        loop {
+            match self.next().await? {
+                Some(Event::Extended(_)) => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Expects `Acquired` and returns it.
+    pub async fn acquired(&mut self) -> leasehold::pb::Acquired {
+        match self.next_significant().await {
+            Ok(Some(Event::Acquired(acquired))) => acquired,
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+
+    /// Expects the stream to end with a status and returns it.
+    pub async fn status(&mut self) -> Status {
+        match self.next_significant().await {
+            Err(status) => status,
+            other => panic!("expected an error status, got {other:?}"),
+        }
+    }
+}
+
+/// Polls Redis until `key` is gone (bounded), returning how long that took.
+pub async fn wait_until_gone(
+    redis: &fred::prelude::Client,
+    key: &str,
+    limit: Duration,
+) -> Duration {
+    use fred::prelude::KeysInterface;
+    let started = Instant::now();
+    loop {
+        let exists: i64 = redis.exists(key).await.expect("exists");
+        if exists == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{key} still exists after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The value of `key`, if any.
+pub async fn get(redis: &fred::prelude::Client, key: &str) -> Option<String> {
+    use fred::prelude::KeysInterface;
+    redis.get(key).await.expect("get")
+}
