@@ -301,7 +301,7 @@ where
                         return Ok(());
                     }
                     ClientMove::Broken(status) => {
-                        info!(%status, "client stream broke; releasing");
+                        info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
                         return Ok(());
                     }
                     ClientMove::Acquire => return Err(second_acquire()),

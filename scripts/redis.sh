@@ -1,0 +1,33 @@
+# Shared by scripts/test.sh and scripts/serve.sh: get redis-server onto a fresh Debian machine.
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+ensure_redis_server_installed() {
+  if ! command -v redis-server >/dev/null 2>&1; then
+    echo "redis-server is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+}
+
+redis_answers() {
+  redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG
+}
+
+ensure_local_redis() {
+  ensure_redis_server_installed
+  if redis_answers; then
+    return
+  fi
+  echo "no Redis on 127.0.0.1:6379: starting one (nothing kept on disk)" >&2
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no \
+    --dir /tmp --logfile /tmp/leasehold-redis.log
+  for _ in $(seq 1 100); do
+    redis_answers && return
+    sleep 0.05
+  done
+  echo "Redis did not start; see /tmp/leasehold-redis.log" >&2
+  exit 1
+}
