@@ -10,8 +10,10 @@
 //! - [`renew`]: when to renew, and how long a lease is valid.
 //! - [`store`]: Redis keys and Lua scripts.
 //! - [`server`]: running and shutting down the server.
+//! - [`client`]: a Rust client whose guard knows when the lock is lost.
 
 pub mod acquire;
+pub mod client;
 pub mod error;
 pub mod lease;
 pub mod renew;

@@ -1,0 +1,109 @@
+//! The Rust client's guard against a real server and Redis.
+
+mod support;
+
+use std::time::Duration;
+
+use fred::prelude::KeysInterface;
+use leasehold::client::{Client, ClientError};
+use support::*;
+use tokio::time::Instant;
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_holds_releases_and_reports_fencing() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+
+    let guard = client
+        .lease("job")
+        .ttl(Duration::from_secs(5))
+        .holder("me")
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    assert_eq!(
+        get(&direct, &lock_key("job")).await.as_deref(),
+        Some(guard.token())
+    );
+    let described = client.describe("job").await.unwrap();
+    assert!(described.held);
+    assert_eq!(described.holder, "me");
+
+    // Taken: refused at once with ABORTED.
+    match client.lease("job").acquire().await {
+        Err(ClientError::Status(status)) => assert_eq!(status.code(), Code::Aborted),
+        other => panic!("expected ABORTED, got {other:?}"),
+    }
+    assert!(guard.release().await.unwrap());
+    assert_eq!(get(&direct, &lock_key("job")).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_guard_releases() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+
+    let guard = client
+        .lease("job")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    drop(guard);
+    wait_until_gone(&direct, &lock_key("job"), Duration::from_secs(3)).await;
+    let again = client
+        .lease("job")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(again.fencing_token(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_fires_when_the_server_reports_the_lock_gone() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+
+    let guard = client
+        .lease("job")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let _: i64 = direct.del(lock_key("job")).await.unwrap();
+    let reason = tokio::time::timeout(EVENT_TIMEOUT, guard.lost())
+        .await
+        .unwrap();
+    assert!(reason.contains("deleted or taken"), "{reason}");
+    assert!(guard.is_lost());
+    assert!(!guard.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_fires_by_the_clients_own_clock_when_the_server_freezes() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let client = Client::connect(server.url()).await.unwrap();
+
+    let ttl = Duration::from_millis(600);
+    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
+    signal(server.pid(), "STOP");
+    let frozen_at = Instant::now();
+    let reason = tokio::time::timeout(EVENT_TIMEOUT, guard.lost())
+        .await
+        .unwrap();
+    let after = frozen_at.elapsed();
+    assert!(reason.contains("server silent"), "{reason}");
+    // The guard gives up no later than one TTL after the freeze.
+    assert!(after <= ttl, "lost() fired {after:?} after the freeze");
+    signal(server.pid(), "CONT");
+}
