@@ -281,6 +281,8 @@ where
         lock: &mut HeldLock,
         clock: &mut RenewalClock,
     ) -> Result<()> {
+        let mut reconnects = self.store.reconnects();
+        reconnects.borrow_and_update();
         loop {
             tokio::select! {
                 biased;
@@ -315,6 +317,15 @@ where
                     if let Some(reason) = self.renew(spec, lock, clock).await {
                         warn!(%reason, "lease lost");
                         self.lost(reason);
+                        return Ok(());
+                    }
+                }
+                // Redis came back after a dropped connection: it may have lost our key, so check
+                // now rather than at the next renewal.
+                Ok(()) = reconnects.changed() => {
+                    if let Some(reason) = self.renew(spec, lock, clock).await {
+                        warn!(%reason, "lease lost after Redis reconnected");
+                        self.lost(format!("{reason} (found after Redis reconnected)"));
                         return Ok(());
                     }
                 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::sync::{broadcast, watch};
+use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::token::Token;
@@ -88,6 +90,9 @@ pub struct Store {
     scripts: Scripts,
     prefix: String,
     command_timeout: Duration,
+    /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
+    /// Redis that dropped the connection may have restarted empty or failed over.
+    reconnects: watch::Receiver<u64>,
 }
 
 impl Store {
@@ -111,18 +116,67 @@ impl Store {
             .build()
             .map_err(Error::redis("client setup"))?;
         client.init().await.map_err(Error::redis("connect"))?;
+        let (reconnected, reconnects) = watch::channel(0);
         let store = Store {
             client,
             scripts: Scripts::new(),
             prefix: prefix.to_owned(),
             command_timeout,
+            reconnects,
         };
+        let run_id = store.run_id().await?;
+        info!(%run_id, "connected to Redis");
+        tokio::spawn(store.clone().watch_reconnects(run_id, reconnected));
         for script in store.scripts.all() {
             store
                 .bounded("script load", script.load(&store.client))
                 .await?;
         }
         Ok(store)
+    }
+
+    /// Changes after every reconnection to Redis: leases re-check their keys then.
+    pub fn reconnects(&self) -> watch::Receiver<u64> {
+        self.reconnects.clone()
+    }
+
+    /// Announces each reconnection, and says whether Redis restarted (its `run_id` changed),
+    /// in which case it has probably lost every lock.
+    async fn watch_reconnects(self, mut run_id: String, reconnected: watch::Sender<u64>) {
+        let mut events = self.client.reconnect_rx();
+        loop {
+            match events.recv().await {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+            match self.run_id().await {
+                Ok(new) if new != run_id => {
+                    warn!(old = %run_id, new = %new, "Redis restarted (new run_id): its locks may be gone; re-checking every lease");
+                    run_id = new;
+                }
+                Ok(_) => info!("reconnected to Redis; re-checking every lease"),
+                Err(error) => {
+                    warn!(%error, "reconnected to Redis but could not read its run_id; re-checking every lease")
+                }
+            }
+            reconnected.send_modify(|count| *count += 1);
+        }
+    }
+
+    /// The Redis process's identity: it changes when Redis restarts.
+    async fn run_id(&self) -> Result<String> {
+        let info: String = self
+            .bounded(
+                "info",
+                self.client.info(Some(fred::types::InfoKind::Server)),
+            )
+            .await?;
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_owned())
     }
 
     /// The keys of `name` under this store's prefix.

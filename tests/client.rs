@@ -24,7 +24,7 @@ async fn guard_holds_releases_and_reports_fencing() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(guard.fencing_token(), 1);
+    assert!(guard.fencing_token() > 0);
     assert_eq!(
         get(&direct, &lock_key("job")).await.as_deref(),
         Some(guard.token())
@@ -55,6 +55,7 @@ async fn dropping_the_guard_releases() {
         .acquire()
         .await
         .unwrap();
+    let first = guard.fencing_token();
     drop(guard);
     wait_until_gone(&direct, &lock_key("job"), Duration::from_secs(3)).await;
     let again = client
@@ -63,7 +64,7 @@ async fn dropping_the_guard_releases() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(again.fencing_token(), 2);
+    assert!(again.fencing_token() > first);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ async fn acquire_sets_the_key_with_our_token_and_ttl() {
 
     assert_eq!(acquired.token.len(), 32);
     assert!(acquired.token.chars().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(acquired.fencing_token, 1);
+    assert!(acquired.fencing_token > 0);
     assert_eq!(acquired.ttl_ms, 5_000);
     assert!(acquired.valid_for_ms > 0 && acquired.valid_for_ms < 5_000);
     assert_eq!(get(&direct, &lock_key("job-1")).await, Some(acquired.token));
@@ -361,7 +361,6 @@ async fn fencing_tokens_strictly_increase_across_holders() {
             .await
             .unwrap();
     }
-    assert_eq!(last, 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -478,7 +477,7 @@ async fn a_killed_servers_lock_frees_after_its_ttl() {
     let mut client = connect(&doomed.url()).await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 1_000, 0, "").await;
-    lease.acquired().await;
+    let killed_token = lease.acquired().await.fencing_token;
     doomed.kill();
     let killed_at = Instant::now();
     // Nobody released it: it is still there, and it goes only when the TTL runs out.
@@ -494,5 +493,5 @@ async fn a_killed_servers_lock_frees_after_its_ttl() {
     let survivor = TestServer::start(&redis).await;
     let mut client = survivor.client().await;
     let mut next = LeaseStream::acquire(&mut client, "job", 1_000, 2_000, "").await;
-    assert_eq!(next.acquired().await.fencing_token, 2);
+    assert!(next.acquired().await.fencing_token > killed_token);
 }

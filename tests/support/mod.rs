@@ -52,6 +52,33 @@ fn answers_ping(port: u16) -> bool {
         && &reply == b"+PONG\r\n"
 }
 
+/// Starts redis-server on `port` and waits until it answers; `None` if it exited (port taken).
+fn spawn_redis(port: u16, dir: &PathBuf) -> Option<Child> {
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (apt-get install -y redis-server)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if answers_ping(port) {
+            return Some(child);
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
 impl RedisServer {
     pub fn start() -> Self {
         for _ in 0..5 {
@@ -60,30 +87,31 @@ impl RedisServer {
                 "leasehold-test-redis-{}-{port}",
                 std::process::id()
             ));
-            std::fs::create_dir_all(&dir).expect("temp dir");
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server must be installed (apt-get install -y redis-server)");
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while std::time::Instant::now() < deadline {
-                if answers_ping(port) {
-                    return RedisServer { child, port, dir };
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // Port taken meanwhile: try another.
-                }
-                std::thread::sleep(Duration::from_millis(10));
+            if let Some(child) = spawn_redis(port, &dir) {
+                return RedisServer { child, port, dir };
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("could not start redis-server");
+    }
+
+    /// Kills Redis (SIGKILL) and starts it again, empty, on the same port.
+    pub fn restart_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for _ in 0..50 {
+            if let Some(child) = spawn_redis(self.port, &self.dir) {
+                self.child = child;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Kills Redis (SIGKILL) and leaves it down.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn port(&self) -> u16 {

@@ -1,0 +1,102 @@
+//! What happens when Redis loses data or goes away, against real processes.
+
+mod support;
+
+use std::time::Duration;
+
+use fred::prelude::ClientLike;
+use leasehold::pb::lease_response::Event;
+use support::*;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_keep_growing_after_redis_forgets_everything() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let mut client = server.client().await;
+
+    let mut first = LeaseStream::acquire(&mut client, "job", 5_000, 0, "").await;
+    let before = first.acquired().await.fencing_token;
+    first.send(release_request()).await;
+    assert!(matches!(
+        first.next_significant().await,
+        Ok(Some(Event::Released(_)))
+    ));
+
+    let _: () = direct.flushall(false).await.unwrap();
+    let mut second = LeaseStream::acquire(&mut client, "job", 5_000, 0, "").await;
+    let after = second.acquired().await.fencing_token;
+    assert!(
+        after > before,
+        "token went back from {before} to {after} after FLUSHALL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_is_noticed_at_once_and_tokens_still_grow() {
+    let mut redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let mut client = server.client().await;
+
+    // A long TTL: the next scheduled renewal is 10 s away, so only the reconnect check can be
+    // this fast.
+    let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    let before = lease.acquired().await.fencing_token;
+    redis.restart_empty();
+    let restarted_at = Instant::now();
+    match lease.next_significant().await {
+        Ok(Some(Event::Lost(lost))) => {
+            assert!(lost.reason.contains("reconnected"), "{}", lost.reason)
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let noticed_after = restarted_at.elapsed();
+    assert!(
+        noticed_after < Duration::from_secs(5),
+        "Lost only after {noticed_after:?}"
+    );
+
+    let mut next = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    let after = next.acquired().await.fencing_token;
+    assert!(
+        after > before,
+        "token went back from {before} to {after} after a restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_down_for_a_while_ends_leases_as_lost_and_serves_again_after() {
+    let mut redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let mut client = server.client().await;
+
+    let mut lease = LeaseStream::acquire(&mut client, "job", 500, 0, "").await;
+    lease.acquired().await;
+    redis.kill();
+    match lease.next_significant().await {
+        Ok(Some(Event::Lost(lost))) => assert!(lost.reason.contains("Redis"), "{}", lost.reason),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // While Redis is down, new requests fail with UNAVAILABLE rather than hanging.
+    let mut refused = LeaseStream::acquire(&mut client, "other", 500, 0, "").await;
+    assert_eq!(refused.status().await.code(), tonic::Code::Unavailable);
+
+    redis.restart_empty();
+    let direct = redis.client().await;
+    let _: () = direct.ping(None).await.unwrap();
+    // Served again once the connection is back (the client reconnects by itself).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut lease = LeaseStream::acquire(&mut client, "job", 500, 0, "").await;
+        match lease.next_significant().await {
+            Ok(Some(Event::Acquired(_))) => break,
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("expected Acquired, got {other:?}"),
+        }
+    }
+}
