@@ -10,11 +10,13 @@
 //! - [`renew`]: when to renew, and how long a lease is valid.
 //! - [`store`]: Redis keys and Lua scripts.
 //! - [`server`]: running and shutting down the server.
+//! - [`fence`]: the protected resource's side: a Redis value that refuses stale fencing tokens.
 //! - [`client`]: a Rust client whose guard knows when the lock is lost.
 
 pub mod acquire;
 pub mod client;
 pub mod error;
+pub mod fence;
 pub mod lease;
 pub mod renew;
 pub mod server;
