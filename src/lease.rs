@@ -128,27 +128,10 @@ impl HeldLock {
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        if self.released {
-            return;
+        if !self.released {
+            self.store
+                .release_in_background(self.keys.clone(), self.token.clone());
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            warn!(
-                lease = self.token.lease_id(),
-                "no runtime to release the lock; it expires by its TTL"
-            );
-            return;
-        };
-        let (store, keys, token) = (self.store.clone(), self.keys.clone(), self.token.clone());
-        let span = info_span!("release", lease = token.lease_id());
-        runtime.spawn(
-            async move {
-                match store.release(&keys, &token).await {
-                    Ok(was_held) => debug!(was_held, "released"),
-                    Err(error) => warn!(%error, "release failed; the lock expires by its TTL"),
-                }
-            }
-            .instrument(span),
-        );
     }
 }
 
@@ -231,10 +214,17 @@ where
             }))
         });
         let acquisition = tokio::select! {
-            acquired = waiting => acquired?,
+            acquired = waiting => match acquired {
+                Ok(acquisition) => acquisition,
+                Err(error) => {
+                    // An attempt that timed out may still land in Redis: do not strand it.
+                    self.store.release_in_background(keys, token);
+                    return Err(error);
+                }
+            },
             gave_up = Self::abandoned(&mut self.inbound, events, &self.shutdown) => {
                 // The attempt in flight may have won just as the client left: do not strand it.
-                drop(HeldLock::new(self.store.clone(), keys, token));
+                self.store.release_in_background(keys, token);
                 if gave_up.is_ok() {
                     events.essential(Ok(response(Event::Released(pb::Released { was_held: false }))));
                 }

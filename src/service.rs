@@ -102,7 +102,11 @@ impl LockService for LockServer {
                     ..Default::default()
                 }
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => {
+                // An attempt that timed out may still land in Redis: do not strand it.
+                self.store.release_in_background(keys, token);
+                return Err(error.into());
+            }
         };
         Ok(Response::new(response))
     }

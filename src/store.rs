@@ -9,7 +9,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::{broadcast, watch};
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use crate::error::{Error, Result};
 use crate::token::Token;
@@ -109,6 +109,12 @@ impl Store {
             .with_connection_config(|c| {
                 c.connection_timeout = command_timeout;
                 c.internal_command_timeout = command_timeout;
+                // A connection that stops answering (paused Redis, black-holed network) is
+                // dropped and reconnected rather than trusted forever.
+                c.unresponsive = fred::types::config::UnresponsiveConfig {
+                    max_timeout: Some(command_timeout * 2),
+                    interval: (command_timeout / 4).max(Duration::from_millis(10)),
+                };
             })
             // After start, a lost connection is retried forever; leases meanwhile run on their own
             // validity clocks and report `Lost` when it runs out.
@@ -247,6 +253,26 @@ impl Store {
             )
             .await?;
         Ok(reply == 1)
+    }
+
+    /// Releases without waiting for the answer: for exits that cannot wait, and for attempts whose
+    /// outcome is unknown (an acquire that timed out may still land in Redis).
+    pub fn release_in_background(&self, keys: LockKeys, token: Token) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            warn!(lease = token.lease_id(), "no runtime to release the lock; it expires by its TTL");
+            return;
+        };
+        let store = self.clone();
+        let span = tracing::info_span!("release", lease = token.lease_id());
+        runtime.spawn(
+            async move {
+                match store.release(&keys, &token).await {
+                    Ok(was_held) => tracing::debug!(was_held, "released"),
+                    Err(error) => warn!(%error, "release failed; the lock expires by its TTL"),
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// Reads who holds the lock.
