@@ -259,7 +259,10 @@ impl Store {
     /// outcome is unknown (an acquire that timed out may still land in Redis).
     pub fn release_in_background(&self, keys: LockKeys, token: Token) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            warn!(lease = token.lease_id(), "no runtime to release the lock; it expires by its TTL");
+            warn!(
+                lease = token.lease_id(),
+                "no runtime to release the lock; it expires by its TTL"
+            );
             return;
         };
         let store = self.clone();

@@ -2,6 +2,7 @@
 //! in-process or as a child process, a gRPC client helper and a TCP proxy that can freeze.
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -249,12 +250,21 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     pub fn start(redis: &RedisServer, extra: &[&str]) -> Self {
+        Self::start_with_url(&redis.url(), extra)
+    }
+
+    pub fn start_with_url(redis_url: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--redis", &redis.url()])
+            .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis_url])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            // Faults make servers log warnings by design; show them only when asked.
+            .stderr(if std::env::var_os("LEASEHOLD_TEST_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("start leasehold");
         let stdout = child.stdout.take().expect("stdout");

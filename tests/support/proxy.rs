@@ -1,9 +1,10 @@
 //! A TCP proxy on loopback that can freeze traffic (connections stay open, nothing flows, as
-//! with a frozen peer or a network that vanished without a reset) or cut every connection.
+//! with a frozen peer or a partitioned network), let it flow again, or cut every connection.
 
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 enum Mode {
     Flowing,
     Frozen,
+    /// Existing connections are closed; new ones are refused until `resume`.
     Cut,
 }
 
@@ -27,7 +29,7 @@ impl Proxy {
         let (mode, watcher) = watch::channel(Mode::Flowing);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                if *watcher.borrow() != Mode::Flowing {
+                if *watcher.borrow() == Mode::Cut {
                     continue;
                 }
                 let Ok(server) = TcpStream::connect(upstream).await else {
@@ -53,9 +55,14 @@ impl Proxy {
         self.mode.send_replace(Mode::Frozen);
     }
 
-    /// Closes every connection.
+    /// Closes every connection and refuses new ones.
     pub fn cut(&self) {
         self.mode.send_replace(Mode::Cut);
+    }
+
+    /// Lets traffic flow again: frozen connections carry on, new connections are accepted.
+    pub fn resume(&self) {
+        self.mode.send_replace(Mode::Flowing);
     }
 }
 
@@ -66,26 +73,31 @@ impl Drop for Proxy {
     }
 }
 
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut mode: watch::Receiver<Mode>,
-) {
+/// Waits while frozen; `false` once the connection must close.
+async fn may_flow(mode: &mut watch::Receiver<Mode>) -> bool {
+    match mode.wait_for(|m| *m != Mode::Frozen).await {
+        Ok(m) => *m == Mode::Flowing,
+        Err(_) => false,
+    }
+}
+
+async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::Receiver<Mode>) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
+        if !may_flow(&mut mode).await {
+            return;
+        }
         let read = tokio::select! {
             read = from.read(&mut buf) => read,
-            _ = mode.wait_for(|m| *m != Mode::Flowing) => break,
+            _ = mode.wait_for(|m| *m != Mode::Flowing) => continue,
         };
-        match read {
+        let n = match read {
             Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if *mode.borrow() != Mode::Flowing || to.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
+            Ok(n) => n,
+        };
+        // Bytes read just as the proxy froze are held back until it flows again.
+        if !may_flow(&mut mode).await || to.write_all(&buf[..n]).await.is_err() {
+            return;
         }
     }
-    // Frozen: hold both halves open, silent, until cut.
-    let _ = mode.wait_for(|m| *m == Mode::Cut).await;
 }

@@ -1,0 +1,205 @@
+//! Chaos: four workers on two servers contend for one lock and increment a fenced counter while
+//! one fault at a time is injected into real processes. Every case must end with no accepted
+//! stale write and no lost increment; each also checks what users rely on for that fault.
+//!
+//! Run with `--nocapture` to see the `FIGURE` line of each case.
+
+mod support;
+
+use std::time::Duration;
+
+use support::chaos::{Chaos, Cluster, FAULT_FOR, TTL};
+use support::signal;
+use tokio::time::{Instant, sleep};
+
+const WORKERS: usize = 4;
+
+async fn start() -> Chaos {
+    let chaos = Chaos::start(Cluster::start(2).await, WORKERS).await;
+    chaos.progress(10).await; // Warm: everyone connected, the lock changing hands.
+    chaos
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_empty() {
+    let mut chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    chaos.cluster.lock_redis.restart_empty();
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    // The holder is told: its server re-checks the key as soon as it reconnects.
+    let hold = report.hold_of(&holder);
+    let reason = hold
+        .lost
+        .as_deref()
+        .expect("the holder was not told it lost the lock");
+    assert!(
+        hold.end - fault_at < Duration::from_secs(3),
+        "told after {:?}: {reason}",
+        hold.end - fault_at
+    );
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    // Redis lost the lock: a second holder may overlap the first only until the first hears
+    // of it (the reconnect check), never for a whole TTL.
+    assert!(
+        report.max_overlap() < TTL,
+        "overlap {:?}",
+        report.max_overlap()
+    );
+    report.assert_safe("redis-restarted-empty", usable_again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_longer_than_the_ttl() {
+    let chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    chaos.cluster.lock_redis.pause();
+    let fault_at = Instant::now();
+    sleep(FAULT_FOR).await; // The fault itself: Redis frozen for three TTLs.
+    chaos.cluster.lock_redis.resume();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    // No renewal can be confirmed: the holder is told by the end of its validity.
+    let hold = report.hold_of(&holder);
+    assert!(
+        hold.lost.is_some(),
+        "the holder was not told it lost the lock"
+    );
+    assert!(
+        hold.end - fault_at <= TTL + Duration::from_millis(200),
+        "told after {:?}",
+        hold.end - fault_at
+    );
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    report.assert_safe("redis-paused", usable_again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_server_paused_longer_than_the_ttl() {
+    let chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    let paused = chaos.cluster.servers[holder.server].pid();
+    signal(paused, "STOP");
+    let fault_at = Instant::now();
+    // Someone on the other server gets the lock once the frozen server's key runs out.
+    chaos.handed_over(&holder).await;
+    let handed_over_at = Instant::now();
+    let remaining = FAULT_FOR.saturating_sub(fault_at.elapsed());
+    sleep(remaining).await; // Keep the server frozen for the whole fault.
+    signal(paused, "CONT");
+    chaos.progress(5).await;
+    let report = chaos.finish().await;
+
+    // The silent server cannot keep its client believing: the client's own clock ends it.
+    let hold = report.hold_of(&holder);
+    let reason = hold
+        .lost
+        .as_deref()
+        .expect("the holder was not told it lost the lock");
+    assert!(
+        hold.end - fault_at <= TTL,
+        "told after {:?}: {reason}",
+        hold.end - fault_at
+    );
+    let (next, usable_again) = report.next_hold_after(fault_at);
+    assert_ne!(next.server, holder.server);
+    // The key expires a TTL after the last renewal; waiters back off no longer than that.
+    assert!(
+        usable_again <= TTL * 2,
+        "usable again after {usable_again:?}"
+    );
+    assert!(handed_over_at > fault_at);
+    report.assert_safe("server-paused", usable_again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_server_killed() {
+    let mut chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    chaos.cluster.servers[holder.server].kill();
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    // The holder's stream breaks at once.
+    let hold = report.hold_of(&holder);
+    assert!(
+        hold.lost.is_some(),
+        "the holder was not told it lost the lock"
+    );
+    assert!(
+        hold.end - fault_at < Duration::from_millis(500),
+        "told after {:?}",
+        hold.end - fault_at
+    );
+    // Nobody released the key: it frees when its TTL runs out, then a waiter takes it.
+    let (next, usable_again) = report.next_hold_after(fault_at);
+    assert_ne!(next.server, holder.server);
+    assert!(
+        usable_again <= TTL * 2,
+        "usable again after {usable_again:?}"
+    );
+    report.assert_safe("server-killed", usable_again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_client_frozen_then_writes_late() {
+    let chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    chaos.pause_worker(holder.worker);
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    sleep(FAULT_FOR).await; // Let the frozen worker wake up and try its late write.
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    // The server dropped the frozen client (keepalive) and someone else took over...
+    let (next, usable_again) = report.next_hold_after(fault_at);
+    assert_ne!(next.worker, holder.worker);
+    assert!(
+        usable_again < FAULT_FOR,
+        "usable again only after {usable_again:?}"
+    );
+    // ...so when the frozen client woke up and wrote, the resource refused its stale token.
+    assert!(
+        report
+            .refused
+            .iter()
+            .any(|r| r.worker == holder.worker && r.token == holder.token),
+        "the late write was not refused: {:?}",
+        report.refused
+    );
+    report.assert_safe("client-frozen", usable_again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_between_servers_and_redis_cut_then_restored() {
+    let chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    chaos.cluster.redis_proxy.freeze(); // Packets vanish; no reset reaches either side.
+    let fault_at = Instant::now();
+    sleep(FAULT_FOR).await;
+    chaos.cluster.redis_proxy.resume();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    let hold = report.hold_of(&holder);
+    assert!(
+        hold.lost.is_some(),
+        "the holder was not told it lost the lock"
+    );
+    assert!(
+        hold.end - fault_at <= TTL + Duration::from_millis(200),
+        "told after {:?}",
+        hold.end - fault_at
+    );
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    report.assert_safe("network-cut", usable_again);
+}

@@ -1,0 +1,482 @@
+//! The chaos checker. Workers contend for one lock; each holder does read-modify-write increments
+//! on a counter in a separate Redis that refuses stale fencing tokens. Afterwards the checker
+//! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::fence::{Fenced, FencedKey};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::proxy::Proxy;
+use super::{RedisServer, ServerProcess};
+
+pub const LOCK: &str = "chaos";
+/// Lock TTL: short, so faults play out in a few seconds.
+pub const TTL: Duration = Duration::from_millis(500);
+/// How long a worker keeps the lock per turn.
+pub const HOLD_FOR: Duration = Duration::from_millis(150);
+/// The longest turn of a worker told to hold until the lease is lost.
+const MAX_TURN: Duration = Duration::from_secs(5);
+/// Pause between two increments.
+const OP_GAP: Duration = Duration::from_millis(10);
+/// How long a worker waits for the lock per try.
+const WAIT: Duration = Duration::from_secs(3);
+/// Longer than the TTL: what "paused" and "cut" mean in these tests.
+pub const FAULT_FOR: Duration = Duration::from_millis(1_500);
+
+/// Server flags that make faults show quickly: keepalive 200 ms + 300 ms, Redis calls 300 ms.
+const SERVER_FLAGS: &[&str] = &[
+    "--keepalive-interval",
+    "200ms",
+    "--keepalive-timeout",
+    "300ms",
+    "--redis-timeout",
+    "300ms",
+];
+
+/// The processes: a lock Redis reached only through a proxy, a resource Redis, and servers.
+pub struct Cluster {
+    pub lock_redis: RedisServer,
+    pub resource_redis: RedisServer,
+    /// The servers' only way to the lock Redis, to cut the network between them.
+    pub redis_proxy: Proxy,
+    pub servers: Vec<ServerProcess>,
+}
+
+impl Cluster {
+    pub async fn start(servers: usize) -> Self {
+        let lock_redis = RedisServer::start();
+        let resource_redis = RedisServer::start();
+        let redis_proxy = Proxy::start(([127, 0, 0, 1], lock_redis.port()).into()).await;
+        let redis_url = format!("redis://{}", redis_proxy.addr);
+        let servers = (0..servers)
+            .map(|_| ServerProcess::start_with_url(&redis_url, SERVER_FLAGS))
+            .collect();
+        Cluster {
+            lock_redis,
+            resource_redis,
+            redis_proxy,
+            servers,
+        }
+    }
+}
+
+/// One turn of one worker with the lock.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub worker: usize,
+    pub server: usize,
+    pub token: u64,
+    pub start: Instant,
+    /// When the worker stopped believing it held the lock.
+    pub end: Instant,
+    /// Why, if the lease was lost rather than released.
+    pub lost: Option<String>,
+}
+
+/// An increment the resource accepted.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub worker: usize,
+    pub token: u64,
+    pub value: u64,
+}
+
+/// An access the resource refused for a stale token.
+#[derive(Clone, Debug)]
+pub struct Refused {
+    pub worker: usize,
+    pub token: u64,
+}
+
+/// The lock as seen by the worker that just took it.
+#[derive(Clone, Copy, Debug)]
+pub struct Current {
+    pub worker: usize,
+    pub server: usize,
+    pub token: u64,
+    pub since: Instant,
+}
+
+#[derive(Default)]
+struct Journal {
+    holds: Vec<Hold>,
+    writes: Vec<Write>,
+    refused: Vec<Refused>,
+}
+
+struct Shared {
+    journal: Mutex<Journal>,
+    current: watch::Sender<Option<Current>>,
+    /// Accepted writes so far, to await progress.
+    writes: watch::Sender<usize>,
+    /// A worker told to pause like a frozen process while holding (between read and write).
+    pause: Mutex<Option<usize>>,
+    /// A worker told to keep its turn until the lease is lost, so a fault's victim is known.
+    hold_until_lost: Mutex<Option<usize>>,
+}
+
+impl Shared {
+    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        lock(&self.journal)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A chaos run in progress.
+pub struct Chaos {
+    pub cluster: Cluster,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Chaos {
+    pub async fn start(cluster: Cluster, workers: usize) -> Self {
+        let (current, _) = watch::channel(None);
+        let (writes, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            journal: Mutex::default(),
+            current,
+            writes,
+            pause: Mutex::new(None),
+            hold_until_lost: Mutex::new(None),
+        });
+        let stop = CancellationToken::new();
+        let mut handles = Vec::new();
+        for id in 0..workers {
+            let mut routes = Vec::new();
+            for server in &cluster.servers {
+                let proxy = Proxy::start(server.addr).await;
+                let client = Client::connect(proxy.url()).await.expect("connect worker");
+                routes.push((proxy, client));
+            }
+            let counter = FencedKey::new(cluster.resource_redis.client().await, "counter")
+                .await
+                .expect("fenced counter");
+            let worker = Worker {
+                id,
+                server: id % routes.len(),
+                routes,
+                counter,
+                shared: shared.clone(),
+                stop: stop.clone(),
+            };
+            handles.push(tokio::spawn(worker.run()));
+        }
+        Chaos {
+            cluster,
+            shared,
+            stop,
+            workers: handles,
+        }
+    }
+
+    /// Waits for a worker to take the lock afresh, and returns it. That worker keeps its turn
+    /// until it is told the lease is lost (at most `MAX_TURN`), so the fault injected next lands
+    /// on it.
+    pub async fn fresh_holder(&self) -> Current {
+        let mut current = self.shared.current.subscribe();
+        current.borrow_and_update();
+        let found = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                current.changed().await.expect("workers gone");
+                if let Some(holder) = *current.borrow_and_update() {
+                    return holder;
+                }
+            }
+        })
+        .await;
+        let holder = found.expect("no worker took the lock within 10 s");
+        *lock(&self.shared.hold_until_lost) = Some(holder.worker);
+        holder
+    }
+
+    /// Waits until a worker other than `previous` holds the lock (bounded).
+    pub async fn handed_over(&self, previous: &Current) -> Current {
+        let mut current = self.shared.current.subscribe();
+        let next = tokio::time::timeout(
+            Duration::from_secs(10),
+            current.wait_for(|c| c.is_some_and(|c| c.token != previous.token)),
+        )
+        .await
+        .expect("the lock was not handed over within 10 s")
+        .expect("workers gone");
+        next.expect("checked above")
+    }
+
+    /// Waits until `count` more increments have been accepted after now.
+    pub async fn progress(&self, count: usize) {
+        let mut writes = self.shared.writes.subscribe();
+        let target = *writes.borrow_and_update() + count;
+        tokio::time::timeout(Duration::from_secs(15), writes.wait_for(|n| *n >= target))
+            .await
+            .expect("no progress within 15 s")
+            .expect("workers gone");
+    }
+
+    /// Tells `worker` to pause (like SIGSTOP) between its next read and write, with its
+    /// connections frozen, for `FAULT_FOR`.
+    pub fn pause_worker(&self, worker: usize) {
+        *lock(&self.shared.pause) = Some(worker);
+    }
+
+    /// Stops the workers and returns what they did.
+    pub async fn finish(self) -> Report {
+        self.stop.cancel();
+        for worker in self.workers {
+            tokio::time::timeout(Duration::from_secs(15), worker)
+                .await
+                .expect("worker did not stop")
+                .expect("worker panicked");
+        }
+        let counter = FencedKey::new(self.cluster.resource_redis.client().await, "counter")
+            .await
+            .expect("fenced counter");
+        let final_value = match counter.get(u64::MAX >> 12).await.expect("read counter") {
+            Fenced::Accepted(value) => value.map_or(0, |v| v.parse().expect("counter")),
+            Fenced::Stale { .. } => panic!("checker token refused"),
+        };
+        let journal = std::mem::take(&mut *self.shared.journal());
+        Report {
+            holds: journal.holds,
+            writes: journal.writes,
+            refused: journal.refused,
+            final_value,
+        }
+    }
+}
+
+struct Worker {
+    id: usize,
+    server: usize,
+    routes: Vec<(Proxy, Client)>,
+    counter: FencedKey,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        while !self.stop.is_cancelled() {
+            let acquire = self.routes[self.server]
+                .1
+                .lease(LOCK)
+                .ttl(TTL)
+                .wait(WAIT)
+                .holder(format!("worker-{}", self.id))
+                .acquire();
+            let guard = tokio::select! {
+                guard = acquire => guard,
+                () = self.stop.cancelled() => return,
+            };
+            let guard = match guard {
+                Ok(guard) => guard,
+                Err(_) => {
+                    // Server down or unreachable, or the wait ran out: try the next server.
+                    self.server = (self.server + 1) % self.routes.len();
+                    sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            let start = Instant::now();
+            let token = guard.fencing_token();
+            self.shared.current.send_replace(Some(Current {
+                worker: self.id,
+                server: self.server,
+                token,
+                since: start,
+            }));
+            let lost = self.turn(&guard, token, start).await;
+            let end = lost.as_ref().map_or_else(Instant::now, |(at, _)| *at);
+            self.shared.current.send_replace(None);
+            self.shared.journal().holds.push(Hold {
+                worker: self.id,
+                server: self.server,
+                token,
+                start,
+                end,
+                lost: lost.map(|(_, reason)| reason),
+            });
+            let _ = guard.release().await;
+        }
+    }
+
+    /// Increments until the turn is over; returns when and why the lease was lost, if it was.
+    /// Never abandons an access midway, so the journal matches what the resource saw.
+    async fn turn(
+        &self,
+        guard: &leasehold::client::LeaseGuard,
+        token: u64,
+        start: Instant,
+    ) -> Option<(Instant, String)> {
+        loop {
+            let turn = if *lock(&self.shared.hold_until_lost) == Some(self.id) {
+                MAX_TURN
+            } else {
+                HOLD_FOR
+            };
+            if start.elapsed() >= turn {
+                break;
+            }
+            if guard.is_lost() {
+                return Some((Instant::now(), guard.lost().await));
+            }
+            let value = match self.counter.get(token).await.expect("resource get") {
+                Fenced::Accepted(value) => value.map_or(0, |v| v.parse::<u64>().expect("counter")),
+                Fenced::Stale { .. } => return self.refused(token),
+            };
+            let paused = {
+                let mut pause = lock(&self.shared.pause);
+                let mine = *pause == Some(self.id);
+                if mine {
+                    *pause = None;
+                }
+                mine
+            };
+            if paused {
+                // A frozen process: no reads of lost(), no traffic, then it carries on with the
+                // write it was about to make.
+                let proxy = &self.routes[self.server].0;
+                proxy.freeze();
+                sleep(FAULT_FOR).await;
+                proxy.resume();
+            } else if guard.is_lost() {
+                return Some((Instant::now(), guard.lost().await));
+            }
+            match self
+                .counter
+                .set(token, &(value + 1).to_string())
+                .await
+                .expect("resource set")
+            {
+                Fenced::Accepted(()) => {
+                    self.shared.journal().writes.push(Write {
+                        worker: self.id,
+                        token,
+                        value: value + 1,
+                    });
+                    self.shared.writes.send_modify(|n| *n += 1);
+                }
+                Fenced::Stale { .. } => return self.refused(token),
+            }
+            tokio::select! {
+                () = sleep(OP_GAP) => {}
+                reason = guard.lost() => return Some((Instant::now(), reason)),
+            }
+        }
+        None
+    }
+
+    fn refused(&self, token: u64) -> Option<(Instant, String)> {
+        self.shared.journal().refused.push(Refused {
+            worker: self.id,
+            token,
+        });
+        Some((
+            Instant::now(),
+            "the resource refused a stale fencing token".into(),
+        ))
+    }
+}
+
+/// What the workers did, and the checker's verdicts on it.
+pub struct Report {
+    pub holds: Vec<Hold>,
+    pub writes: Vec<Write>,
+    pub refused: Vec<Refused>,
+    pub final_value: u64,
+}
+
+impl Report {
+    /// Accepted writes whose token is older than one accepted before them.
+    pub fn stale_writes_accepted(&self) -> usize {
+        let mut by_value = self.writes.clone();
+        by_value.sort_by_key(|w| w.value);
+        let mut newest = 0;
+        let mut stale = 0;
+        for write in by_value {
+            if write.token < newest {
+                stale += 1;
+            }
+            newest = newest.max(write.token);
+        }
+        stale
+    }
+
+    /// Increments that went missing: the accepted values must be exactly 1..=n, and the counter n.
+    pub fn lost_increments(&self) -> usize {
+        let mut values: Vec<u64> = self.writes.iter().map(|w| w.value).collect();
+        values.sort_unstable();
+        let duplicates = values.windows(2).filter(|w| w[0] == w[1]).count();
+        let expected = self.writes.len() as u64;
+        duplicates + self.final_value.abs_diff(expected) as usize
+    }
+
+    /// The longest time two workers both believed they held the lock.
+    pub fn max_overlap(&self) -> Duration {
+        let mut longest = Duration::ZERO;
+        for (i, a) in self.holds.iter().enumerate() {
+            for b in &self.holds[i + 1..] {
+                let start = a.start.max(b.start);
+                let end = a.end.min(b.end);
+                if end > start {
+                    longest = longest.max(end - start);
+                }
+            }
+        }
+        longest
+    }
+
+    /// The hold that began at `current`.
+    pub fn hold_of(&self, current: &Current) -> &Hold {
+        self.holds
+            .iter()
+            .find(|h| h.worker == current.worker && h.token == current.token)
+            .expect("the holder's turn was recorded")
+    }
+
+    /// The first turn that started after `instant` (excluding `current`'s), and how long after.
+    pub fn next_hold_after(&self, instant: Instant) -> (&Hold, Duration) {
+        let hold = self
+            .holds
+            .iter()
+            .filter(|h| h.start > instant)
+            .min_by_key(|h| h.start)
+            .expect("no one took the lock after the fault");
+        (hold, hold.start - instant)
+    }
+
+    /// The safety verdict every fault must pass, and a line of figures for the record.
+    pub fn assert_safe(&self, fault: &str, usable_again: Duration) {
+        let stale = self.stale_writes_accepted();
+        let lost = self.lost_increments();
+        println!(
+            "FIGURE fault={fault} usable_again_ms={} overlap_ms={} writes={} stale_refused={} stale_accepted={stale} lost_increments={lost}",
+            usable_again.as_millis(),
+            self.max_overlap().as_millis(),
+            self.writes.len(),
+            self.refused.len(),
+        );
+        assert!(
+            self.writes.len() >= 10,
+            "too little work to judge: {}",
+            self.writes.len()
+        );
+        assert_eq!(stale, 0, "{fault}: accepted writes from a stale holder");
+        assert_eq!(
+            lost,
+            0,
+            "{fault}: increments lost (final {}, {} writes)",
+            self.final_value,
+            self.writes.len()
+        );
+    }
+}
