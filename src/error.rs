@@ -9,6 +9,11 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// A request on a stream could not be read (malformed protobuf, broken framing, transport
+    /// failure). Any lock the stream held is released.
+    #[error("unreadable request on the lease stream: {}", .0.message())]
+    Unreadable(tonic::Status),
+
     /// The lock is taken and the caller asked not to wait.
     #[error("lock {name:?} is held by {holder:?}")]
     LockHeld { name: String, holder: String },
@@ -43,6 +48,12 @@ pub enum Error {
         detail: String,
     },
 
+    /// One connection holds as many lease streams as it may.
+    #[error(
+        "this connection already has {limit} open lease streams, the server's limit; close some or open another connection"
+    )]
+    TooManyLeases { limit: usize },
+
     /// The server is stopping and takes no new work.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -62,12 +73,15 @@ impl From<Error> for tonic::Status {
     fn from(error: Error) -> Self {
         let message = error.to_string();
         match error {
-            Error::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            Error::InvalidArgument(_) | Error::Unreadable(_) => {
+                tonic::Status::invalid_argument(message)
+            }
             Error::LockHeld { .. } | Error::WaitExpired { .. } => tonic::Status::aborted(message),
             Error::Redis { .. } | Error::RedisTimeout { .. } | Error::ShuttingDown => {
                 tonic::Status::unavailable(message)
             }
             Error::BadReply { .. } => tonic::Status::internal(message),
+            Error::TooManyLeases { .. } => tonic::Status::resource_exhausted(message),
         }
     }
 }

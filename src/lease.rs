@@ -182,10 +182,7 @@ where
         };
         match message {
             None => Ok(None),
-            Some(Err(status)) => {
-                debug!(%status, "stream broke before acquire");
-                Ok(None)
-            }
+            Some(Err(status)) => Err(Error::Unreadable(status)),
             Some(Ok(LeaseRequest { action: None })) => Err(no_action()),
             Some(Ok(LeaseRequest {
                 action: Some(Action::Release(_)),
@@ -257,7 +254,8 @@ where
             message = inbound.next() => match ClientMove::of(message) {
                 ClientMove::Acquire => Err(second_acquire()),
                 ClientMove::NoAction => Err(no_action()),
-                ClientMove::Release | ClientMove::HalfClosed | ClientMove::Broken(_) => Ok(()),
+                ClientMove::Broken(status) => Err(Error::Unreadable(status)),
+                ClientMove::Release | ClientMove::HalfClosed => Ok(()),
             },
             () = events.closed() => Ok(()),
             () = shutdown.cancelled() => Err(Error::ShuttingDown),
@@ -292,9 +290,11 @@ where
                         self.events.essential(Ok(response(Event::Released(pb::Released { was_held }))));
                         return Ok(());
                     }
+                    // A transport failure or an unreadable message: release (on drop) and say why,
+                    // in case the client can still hear it.
                     ClientMove::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
-                        return Ok(());
+                        return Err(Error::Unreadable(status));
                     }
                     ClientMove::Acquire => return Err(second_acquire()),
                     ClientMove::NoAction => return Err(no_action()),

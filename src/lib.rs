@@ -10,10 +10,12 @@
 //! - [`renew`]: when to renew, and how long a lease is valid.
 //! - [`store`]: Redis keys and Lua scripts.
 //! - [`server`]: running and shutting down the server.
+//! - [`admission`]: how many leases one client connection may hold open.
 //! - [`fence`]: the protected resource's side: a Redis value that refuses stale fencing tokens.
 //! - [`client`]: a Rust client whose guard knows when the lock is lost.
 
 pub mod acquire;
+pub mod admission;
 pub mod client;
 pub mod error;
 pub mod fence;

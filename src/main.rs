@@ -51,6 +51,9 @@ struct ServeArgs {
     /// A frozen client loses its locks within keepalive-interval + keepalive-timeout.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_timeout: Duration,
+    /// Open lease streams one client connection may have; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = leasehold::admission::DEFAULT_MAX_LEASES_PER_CONNECTION)]
+    max_leases_per_connection: usize,
     /// Longest wait for one Redis command.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
@@ -93,6 +96,7 @@ async fn run_server(args: ServeArgs) -> ExitCode {
     let config = ServerConfig {
         keepalive_interval: args.keepalive_interval,
         keepalive_timeout: args.keepalive_timeout,
+        max_leases_per_connection: args.max_leases_per_connection,
     };
     match serve(listener, store, config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

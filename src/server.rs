@@ -10,12 +10,15 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
+use crate::admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
 use crate::pb::lock_service_server::LockServiceServer;
 use crate::service::LockServer;
 use crate::store::Store;
 
 /// Largest request message: ours are a few hundred bytes, so anything bigger is refused early.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// HTTP/2 streams per connection beyond the lease limit, for unary calls and refusals.
+const STREAM_HEADROOM: u32 = 256;
 /// How long shutdown waits for leases to release before giving up (they then expire by TTL).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -27,6 +30,8 @@ pub struct ServerConfig {
     /// How long a ping may go unanswered before the connection, and every lease on it, is dropped.
     /// A frozen client or a vanished network loses its locks within interval + timeout.
     pub keepalive_timeout: Duration,
+    /// Open `Lease` streams one client connection may have; past it, RESOURCE_EXHAUSTED.
+    pub max_leases_per_connection: usize,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +39,7 @@ impl Default for ServerConfig {
         ServerConfig {
             keepalive_interval: Duration::from_secs(5),
             keepalive_timeout: Duration::from_secs(5),
+            max_leases_per_connection: DEFAULT_MAX_LEASES_PER_CONNECTION,
         }
     }
 }
@@ -48,7 +54,14 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let leases = TaskTracker::new();
     let stop_leases = CancellationToken::new();
-    let service = LockServer::new(store, leases.clone(), stop_leases.clone());
+    let limits = ConnectionLimits::new(config.max_leases_per_connection);
+    let service = LockServer::new(store, leases.clone(), stop_leases.clone(), limits);
+    // HTTP/2 must let the streams through for our own limit to answer them with a status
+    // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
+    // headroom carries unary calls and the refusals themselves.
+    let max_streams = u32::try_from(config.max_leases_per_connection)
+        .unwrap_or(u32::MAX)
+        .saturating_add(STREAM_HEADROOM);
     let signal = {
         let stop_leases = stop_leases.clone();
         async move {
@@ -61,6 +74,7 @@ pub async fn serve(
     Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_timeout))
+        .max_concurrent_streams(max_streams)
         .add_service(LockServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
         .serve_with_incoming_shutdown(incoming, signal)
         .await?;

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span};
 
 use crate::acquire;
+use crate::admission::ConnectionLimits;
 use crate::error::Error;
 use crate::lease::{EVENT_BUFFER, EventItem, Events, LeaseTask};
 use crate::pb::{self, lock_service_server::LockService};
@@ -29,14 +30,21 @@ pub struct LockServer {
     leases: TaskTracker,
     /// Fired once when the server stops: every lease releases and reports `Lost`.
     shutdown: CancellationToken,
+    limits: ConnectionLimits,
 }
 
 impl LockServer {
-    pub fn new(store: Store, leases: TaskTracker, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        store: Store,
+        leases: TaskTracker,
+        shutdown: CancellationToken,
+        limits: ConnectionLimits,
+    ) -> Self {
         LockServer {
             store,
             leases,
             shutdown,
+            limits,
         }
     }
 }
@@ -56,6 +64,7 @@ impl LockService for LockServer {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown.into());
         }
+        let slot = self.limits.admit(request.remote_addr())?;
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let task = LeaseTask::new(
             self.store.clone(),
@@ -63,7 +72,10 @@ impl LockService for LockServer {
             Events::new(tx),
             self.shutdown.clone(),
         );
-        self.leases.spawn(task.run());
+        self.leases.spawn(async move {
+            task.run().await;
+            drop(slot);
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

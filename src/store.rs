@@ -187,12 +187,7 @@ impl Store {
 
     /// The keys of `name` under this store's prefix.
     pub fn keys(&self, name: &LockName) -> LockKeys {
-        let base = format!("{}{{{}}}", self.prefix, hash_tag(name.as_str()));
-        LockKeys {
-            lock: format!("{base}:lock"),
-            owner: format!("{base}:owner"),
-            fence: format!("{base}:fence"),
-        }
+        lock_keys(&self.prefix, name)
     }
 
     /// One atomic `SET NX PX`; on success also issues the next fencing token.
@@ -328,6 +323,16 @@ impl Store {
                 timeout: self.command_timeout,
             }),
         }
+    }
+}
+
+/// The keys of `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence`.
+pub fn lock_keys(prefix: &str, name: &LockName) -> LockKeys {
+    let base = format!("{prefix}{{{}}}", hash_tag(name.as_str()));
+    LockKeys {
+        lock: format!("{base}:lock"),
+        owner: format!("{base}:owner"),
+        fence: format!("{base}:fence"),
     }
 }
 

@@ -173,6 +173,7 @@ pub fn fast_keepalive() -> ServerConfig {
     ServerConfig {
         keepalive_interval: Duration::from_millis(200),
         keepalive_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
     }
 }
 

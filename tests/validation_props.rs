@@ -1,0 +1,69 @@
+//! Property tests (fuzzing by proptest) for request validation and the key layout: no input may
+//! panic, pass a limit it breaks, or reach another name's keys.
+
+use leasehold::store::lock_keys;
+use leasehold::validate::{self, LeaseSpec, LockName, MAX_NAME_BYTES};
+use proptest::prelude::*;
+
+/// Names rich in the characters that break naive key layouts.
+fn tricky_name() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            Just('{'),
+            Just('}'),
+            Just(':'),
+            Just('*'),
+            Just('%'),
+            Just('\n'),
+            Just('\u{0}'),
+            Just('é'),
+            Just('7'),
+            Just('D'),
+            any::<char>(),
+        ],
+        0..80,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn validation_never_panics_and_accepts_only_what_the_limits_allow(
+        name in tricky_name(),
+        ttl_ms in any::<u32>(),
+        wait_ms in any::<u32>(),
+        holder in tricky_name(),
+    ) {
+        match LeaseSpec::parse(name.clone(), ttl_ms, wait_ms, holder.clone()) {
+            Ok(spec) => {
+                prop_assert!(!name.is_empty() && name.len() <= MAX_NAME_BYTES);
+                prop_assert!(!name.chars().any(char::is_control));
+                prop_assert!(spec.ttl >= validate::MIN_TTL && spec.ttl <= validate::MAX_TTL);
+                prop_assert!(spec.wait <= validate::MAX_WAIT);
+                prop_assert!(!holder.chars().any(char::is_control));
+            }
+            Err(error) => prop_assert!(!error.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn keys_stay_in_their_prefix_and_hash_tag_and_never_collide(a in tricky_name(), b in tricky_name()) {
+        let (Ok(a), Ok(b)) = (LockName::parse(a), LockName::parse(b)) else {
+            return Ok(());
+        };
+        let (ka, kb) = (lock_keys("leasehold:", &a), lock_keys("leasehold:", &b));
+        for key in [&ka.lock, &ka.owner, &ka.fence] {
+            prop_assert!(key.starts_with("leasehold:{"), "{} is outside the prefix", key);
+            prop_assert_eq!(key.matches('{').count(), 1);
+            prop_assert_eq!(key.matches('}').count(), 1);
+            prop_assert!(!key.contains(['*', '\n', ' ']));
+        }
+        // All keys of one lock share one hash tag, so one script can touch them on a cluster.
+        let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_owned();
+        prop_assert_eq!(tag(&ka.lock), tag(&ka.fence));
+        prop_assert_eq!(tag(&ka.lock), tag(&ka.owner));
+        prop_assert_eq!(a == b, ka.lock == kb.lock);
+    }
+}
