@@ -1,21 +1,30 @@
-//! Taking a lock that may be held: try, and if asked to wait, retry with backoff until a deadline.
+//! Taking a lock that may be held: try, and if asked to wait, wait until a deadline.
 //!
-//! Retries back off exponentially with jitter (so waiters do not retry in lockstep) and never sleep
-//! past the holder's remaining TTL, when the lock frees by itself if the holder died.
+//! A waiter sleeps until the lock's wake-up (published by every release), or until the holder's
+//! TTL runs out (a crashed holder publishes nothing), whichever comes first. Fair waiters that
+//! are not next in line only need the wake-up: they cannot take the lock before those ahead.
+//! Without a waiting room (wake-ups disabled) waiters poll with exponential backoff and jitter,
+//! never sleeping past the holder's remaining TTL.
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep};
 
 use crate::error::{Error, Result};
-use crate::store::{AcquireOutcome, LockKeys, Store};
+use crate::store::{AcquireOutcome, LockKeys, Store, Waiter};
 use crate::token::Token;
 use crate::validate::LeaseSpec;
+use crate::waiting::{WaitRoom, WaitTicket};
 
-/// First retry delay.
+/// First retry delay when polling.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-/// Longest delay between two tries, whatever the holder's TTL.
+/// Longest delay between two polls, whatever the holder's TTL.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long the line keeps a waiter between two of its own attempts, when no waiting room
+/// vouches for it.
+const POLLING_WAITER_TTL: Duration = Duration::from_secs(10);
+/// Fair waiters behind the head let it go first after a wake-up, then update their place.
+const BEHIND_HEAD_DELAY: Duration = Duration::from_millis(5);
 
 /// A lock just taken.
 #[derive(Debug)]
@@ -23,6 +32,15 @@ pub struct Acquisition {
     pub fencing_token: u64,
     /// Taken before the successful command was sent: validity counts from here.
     pub sent_at: Instant,
+}
+
+/// What a waiter knows about the lock it waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingState {
+    pub holder: String,
+    pub holder_ttl: Option<Duration>,
+    /// 1 is next; 0 when not in line.
+    pub position: u32,
 }
 
 /// Exponential backoff with jitter, capped by the holder's remaining TTL and the caller's deadline.
@@ -55,25 +73,40 @@ impl Backoff {
     }
 }
 
-/// Tries to take the lock until `spec.wait` has passed. `on_waiting` hears about each holder seen
-/// while waiting (the first time, and whenever it changes).
+/// Tries to take the lock until `spec.wait` has passed. `on_waiting` hears the waiter's state the
+/// first time and whenever the holder or the place in line changes. With `room`, wake-ups come by
+/// pub/sub; without, the waiter polls.
 pub async fn acquire(
     store: &Store,
     keys: &LockKeys,
     token: &Token,
     spec: &LeaseSpec,
-    mut on_waiting: impl FnMut(&str, Option<Duration>),
+    room: Option<&WaitRoom>,
+    mut on_waiting: impl FnMut(&WaitingState),
 ) -> Result<Acquisition> {
     let started = Instant::now();
     let deadline = started + spec.wait;
+    let will_wait = !spec.wait.is_zero();
+    let waiter_id = format!("{:016x}", rand::random::<u64>());
+    let mut ticket: Option<WaitTicket> = match room {
+        Some(room) if will_wait => Some(room.join(keys, &waiter_id, spec.fair).await?),
+        _ => None,
+    };
+    let waiter_ttl = room.map_or(POLLING_WAITER_TTL, WaitRoom::waiter_ttl);
     let mut backoff = Backoff::default();
-    let mut last_holder: Option<String> = None;
+    let mut last_state: Option<WaitingState> = None;
     loop {
         let sent_at = Instant::now();
-        match store
-            .try_acquire(keys, token, spec.ttl, &spec.holder)
-            .await?
-        {
+        let waiter = Waiter {
+            id: &waiter_id,
+            fair: spec.fair,
+            join_line: will_wait && sent_at < deadline,
+            ttl: waiter_ttl,
+        };
+        let outcome = store
+            .try_acquire(keys, token, spec.ttl, &spec.holder, &waiter)
+            .await?;
+        let (holder, holder_ttl, position) = match outcome {
             AcquireOutcome::Acquired { fencing_token } => {
                 return Ok(Acquisition {
                     fencing_token,
@@ -83,27 +116,56 @@ pub async fn acquire(
             AcquireOutcome::Held {
                 holder,
                 ttl_remaining,
-            } => {
-                let now = Instant::now();
-                if spec.wait.is_zero() {
-                    return Err(Error::LockHeld {
-                        name: spec.name.to_string(),
-                        holder,
-                    });
+                position,
+            } => (holder, ttl_remaining, position),
+        };
+        let now = Instant::now();
+        if !will_wait {
+            return Err(Error::LockHeld {
+                name: spec.name.to_string(),
+                holder,
+            });
+        }
+        if now >= deadline {
+            return Err(Error::WaitExpired {
+                name: spec.name.to_string(),
+                holder,
+                waited: now - started,
+            });
+        }
+        let state = WaitingState {
+            holder,
+            holder_ttl,
+            position,
+        };
+        if last_state
+            .as_ref()
+            .is_none_or(|last| last.holder != state.holder || last.position != state.position)
+        {
+            on_waiting(&state);
+        }
+        // Only the head of the line (or a racer) can take the lock when the holder's TTL runs out.
+        let may_take_next = !spec.fair || position <= 1;
+        let until_deadline = deadline - now;
+        let timer = match (&ticket, may_take_next, holder_ttl) {
+            (None, _, ttl) => backoff.delay(ttl, until_deadline),
+            (Some(_), true, Some(ttl)) => ttl.max(Duration::from_millis(1)).min(until_deadline),
+            (Some(_), _, _) => until_deadline,
+        };
+        last_state = Some(state);
+        match ticket.as_mut() {
+            None => sleep(timer).await,
+            Some(ticket) => {
+                tokio::select! {
+                    wake = ticket.woken() => {
+                        let mine = wake.head.as_deref().is_none_or(|head| head == waiter_id);
+                        if spec.fair && !mine {
+                            // Not our turn: let the head go first, then learn our new place.
+                            sleep(BEHIND_HEAD_DELAY).await;
+                        }
+                    }
+                    () = sleep(timer) => {}
                 }
-                if now >= deadline {
-                    return Err(Error::WaitExpired {
-                        name: spec.name.to_string(),
-                        holder,
-                        waited: now - started,
-                    });
-                }
-                if last_holder.as_deref() != Some(holder.as_str()) {
-                    on_waiting(&holder, ttl_remaining);
-                    last_holder = Some(holder);
-                }
-                let delay = backoff.delay(ttl_remaining, deadline - now);
-                tokio::time::sleep(delay).await;
             }
         }
     }

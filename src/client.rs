@@ -91,6 +91,7 @@ impl Client {
             ttl: Duration::from_secs(30),
             wait: Duration::ZERO,
             holder: String::new(),
+            fair: None,
         }
     }
 
@@ -112,6 +113,7 @@ pub struct LeaseBuilder {
     ttl: Duration,
     wait: Duration,
     holder: String,
+    fair: Option<bool>,
 }
 
 fn millis(duration: Duration) -> u32 {
@@ -138,6 +140,12 @@ impl LeaseBuilder {
         self
     }
 
+    /// Wait in line (the default, `true`) or race for the lock whenever it frees (`false`).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = Some(fair);
+        self
+    }
+
     /// Takes the lock, waiting as configured. A taken lock is `ClientError::Status` with `ABORTED`.
     pub async fn acquire(mut self) -> Result<LeaseGuard, ClientError> {
         let (requests, outbox) = mpsc::channel(2);
@@ -147,6 +155,7 @@ impl LeaseBuilder {
                 ttl_ms: millis(self.ttl),
                 wait_ms: millis(self.wait),
                 holder: self.holder,
+                fair: self.fair,
             })),
         };
         requests

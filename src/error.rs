@@ -54,6 +54,14 @@ pub enum Error {
     )]
     TooManyLeases { limit: usize },
 
+    /// The server has as many waiters as it accepts.
+    #[error("this server already has {limit} waiters, its limit; retry later or with wait_ms = 0")]
+    TooManyWaiters { limit: usize },
+
+    /// The gRPC server itself failed (not a request's error).
+    #[error("gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
+
     /// The server is stopping and takes no new work.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -80,8 +88,10 @@ impl From<Error> for tonic::Status {
             Error::Redis { .. } | Error::RedisTimeout { .. } | Error::ShuttingDown => {
                 tonic::Status::unavailable(message)
             }
-            Error::BadReply { .. } => tonic::Status::internal(message),
-            Error::TooManyLeases { .. } => tonic::Status::resource_exhausted(message),
+            Error::BadReply { .. } | Error::Serve(_) => tonic::Status::internal(message),
+            Error::TooManyLeases { .. } | Error::TooManyWaiters { .. } => {
+                tonic::Status::resource_exhausted(message)
+            }
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::renew::RenewalClock;
 use crate::store::{LockKeys, Store};
 use crate::token::Token;
 use crate::validate::LeaseSpec;
+use crate::waiting::WaitRoom;
 
 /// What the task sends to the client: an event, or the status that ends the stream.
 pub type EventItem = Result<LeaseResponse, Status>;
@@ -138,6 +139,7 @@ impl Drop for HeldLock {
 /// The task behind one `Lease` stream.
 pub struct LeaseTask<S> {
     store: Store,
+    room: Option<WaitRoom>,
     inbound: S,
     events: Events,
     shutdown: CancellationToken,
@@ -147,9 +149,16 @@ impl<S> LeaseTask<S>
 where
     S: Stream<Item = Result<LeaseRequest, Status>> + Unpin + Send,
 {
-    pub fn new(store: Store, inbound: S, events: Events, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        store: Store,
+        room: Option<WaitRoom>,
+        inbound: S,
+        events: Events,
+        shutdown: CancellationToken,
+    ) -> Self {
         LeaseTask {
             store,
+            room,
             inbound,
             events,
             shutdown,
@@ -196,6 +205,7 @@ where
                 request.ttl_ms,
                 request.wait_ms,
                 request.holder,
+                request.fair,
             )
             .map(Some),
         }
@@ -204,10 +214,12 @@ where
     async fn lease(&mut self, spec: LeaseSpec, token: Token) -> Result<()> {
         let keys = self.store.keys(&spec.name);
         let events = &self.events;
-        let waiting = acquire::acquire(&self.store, &keys, &token, &spec, |holder, ttl| {
+        let room = self.room.as_ref();
+        let waiting = acquire::acquire(&self.store, &keys, &token, &spec, room, |state| {
             events.progress(Event::Waiting(pb::Waiting {
-                holder: holder.to_owned(),
-                holder_ttl_remaining_ms: ttl.map(millis_u32).unwrap_or(0),
+                holder: state.holder.clone(),
+                holder_ttl_remaining_ms: state.holder_ttl.map(millis_u32).unwrap_or(0),
+                position: state.position,
             }))
         });
         let acquisition = tokio::select! {
@@ -346,10 +358,14 @@ where
                 None
             }
             // Never retried into success: someone else may hold the lock now.
-            Ok(Ok(false)) => Some(
-                "the lock key was deleted or taken by another holder behind the server's back"
-                    .into(),
-            ),
+            Ok(Ok(false)) => {
+                // An expiry this server saw: if the lock is free, wake the line.
+                self.store.wake_line_in_background(lock.keys.clone());
+                Some(
+                    "the lock key was deleted or taken by another holder behind the server's back"
+                        .into(),
+                )
+            }
             Ok(Err(error)) => {
                 debug!(%error, "renewal failed; retrying");
                 clock.failed(Instant::now());

@@ -6,7 +6,8 @@
 //! Modules, one job each:
 //! - [`service`]: the gRPC layer (decode, validate, answer).
 //! - [`lease`]: one task per lease stream, Waiting -> Held -> Released | Lost.
-//! - [`acquire`]: trying a taken lock again with backoff until a deadline.
+//! - [`acquire`]: waiting for a taken lock until a deadline.
+//! - [`waiting`]: wake-ups by pub/sub and the fair line of waiters.
 //! - [`renew`]: when to renew, and how long a lease is valid.
 //! - [`store`]: Redis keys and Lua scripts.
 //! - [`server`]: running and shutting down the server.
@@ -26,6 +27,7 @@ pub mod service;
 pub mod store;
 pub mod token;
 pub mod validate;
+pub mod waiting;
 
 /// Code generated from `proto/leasehold/v1/lock.proto`.
 pub mod pb {

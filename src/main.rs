@@ -54,6 +54,15 @@ struct ServeArgs {
     /// Open lease streams one client connection may have; past it, RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = leasehold::admission::DEFAULT_MAX_LEASES_PER_CONNECTION)]
     max_leases_per_connection: usize,
+    /// Wake waiters by Redis pub/sub when a lock frees (`false`: waiters poll with backoff).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    wakeups: bool,
+    /// How long the line keeps a waiter whose server stopped vouching for it (crashed).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    waiter_ttl: Duration,
+    /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 10_000)]
+    max_waiters: usize,
     /// Longest wait for one Redis command.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     redis_timeout: Duration,
@@ -97,6 +106,11 @@ async fn run_server(args: ServeArgs) -> ExitCode {
         keepalive_interval: args.keepalive_interval,
         keepalive_timeout: args.keepalive_timeout,
         max_leases_per_connection: args.max_leases_per_connection,
+        wakeups: args.wakeups,
+        wait: leasehold::waiting::WaitConfig {
+            waiter_ttl: args.waiter_ttl,
+            max_waiters: args.max_waiters,
+        },
     };
     match serve(listener, store, config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,9 +11,11 @@ use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use crate::error::{Error, Result};
 use crate::pb::lock_service_server::LockServiceServer;
 use crate::service::LockServer;
 use crate::store::Store;
+use crate::waiting::{WaitConfig, WaitRoom};
 
 /// Largest request message: ours are a few hundred bytes, so anything bigger is refused early.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
@@ -32,6 +34,10 @@ pub struct ServerConfig {
     pub keepalive_timeout: Duration,
     /// Open `Lease` streams one client connection may have; past it, RESOURCE_EXHAUSTED.
     pub max_leases_per_connection: usize,
+    /// Wake waiters by pub/sub (`true`), or let them poll with backoff.
+    pub wakeups: bool,
+    /// The fair line and the waiter limit.
+    pub wait: WaitConfig,
 }
 
 impl Default for ServerConfig {
@@ -40,6 +46,8 @@ impl Default for ServerConfig {
             keepalive_interval: Duration::from_secs(5),
             keepalive_timeout: Duration::from_secs(5),
             max_leases_per_connection: DEFAULT_MAX_LEASES_PER_CONNECTION,
+            wakeups: true,
+            wait: WaitConfig::default(),
         }
     }
 }
@@ -51,11 +59,16 @@ pub async fn serve(
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
+) -> Result<()> {
+    let room = if config.wakeups {
+        Some(WaitRoom::start(&store, config.wait.clone()).await?)
+    } else {
+        None
+    };
     let leases = TaskTracker::new();
     let stop_leases = CancellationToken::new();
     let limits = ConnectionLimits::new(config.max_leases_per_connection);
-    let service = LockServer::new(store, leases.clone(), stop_leases.clone(), limits);
+    let service = LockServer::new(store, room, leases.clone(), stop_leases.clone(), limits);
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
     // headroom carries unary calls and the refusals themselves.
@@ -77,7 +90,8 @@ pub async fn serve(
         .max_concurrent_streams(max_streams)
         .add_service(LockServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
         .serve_with_incoming_shutdown(incoming, signal)
-        .await?;
+        .await
+        .map_err(Error::Serve)?;
     stop_leases.cancel();
     leases.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, leases.wait())

@@ -21,11 +21,14 @@ use crate::renew::RenewalClock;
 use crate::store::{LockState, Store};
 use crate::token::Token;
 use crate::validate::{self, LeaseSpec, LockName};
+use crate::waiting::WaitRoom;
 
 /// Shared by every request of one server.
 #[derive(Clone)]
 pub struct LockServer {
     store: Store,
+    /// Wake-ups and the fair line; `None` when wake-ups are disabled (waiters poll).
+    room: Option<WaitRoom>,
     /// Lease tasks, so shutdown can wait for their releases.
     leases: TaskTracker,
     /// Fired once when the server stops: every lease releases and reports `Lost`.
@@ -36,12 +39,14 @@ pub struct LockServer {
 impl LockServer {
     pub fn new(
         store: Store,
+        room: Option<WaitRoom>,
         leases: TaskTracker,
         shutdown: CancellationToken,
         limits: ConnectionLimits,
     ) -> Self {
         LockServer {
             store,
+            room,
             leases,
             shutdown,
             limits,
@@ -68,6 +73,7 @@ impl LockService for LockServer {
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let task = LeaseTask::new(
             self.store.clone(),
+            self.room.clone(),
             request.into_inner(),
             Events::new(tx),
             self.shutdown.clone(),
@@ -89,11 +95,13 @@ impl LockService for LockServer {
             request.ttl_ms,
             request.wait_ms,
             request.holder,
+            request.fair,
         )?;
         let token = Token::random();
         let keys = self.store.keys(&spec.name);
         let span = info_span!("acquire", name = %spec.name, lease = token.lease_id());
-        let outcome = acquire::acquire(&self.store, &keys, &token, &spec, |_, _| {})
+        let room = self.room.as_ref();
+        let outcome = acquire::acquire(&self.store, &keys, &token, &spec, room, |_| {})
             .instrument(span)
             .await;
         let response = match outcome {

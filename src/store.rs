@@ -34,6 +34,25 @@ pub struct LockKeys {
     pub owner: String,
     /// Counter behind the fencing tokens; it never expires so tokens only grow.
     pub fence: String,
+    /// Fair waiters in arrival order (sorted set: waiter id -> arrival time in microseconds).
+    pub line: String,
+    /// When each waiter leaves the line unless its server vouches for it again (sorted set, ms).
+    pub deadlines: String,
+    /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
+    pub channel: String,
+}
+
+/// How one acquire attempt relates to the line of waiters.
+#[derive(Clone, Debug)]
+pub struct Waiter<'a> {
+    /// Identifies the waiter in the line; random, unrelated to the token.
+    pub id: &'a str,
+    /// Respect the line (`true`) or race for the lock.
+    pub fair: bool,
+    /// Join the line if the lock is taken (only for callers who will wait).
+    pub join_line: bool,
+    /// How long the line keeps this waiter without another attempt or refresh.
+    pub ttl: Duration,
 }
 
 /// What an acquire attempt found.
@@ -41,11 +60,14 @@ pub struct LockKeys {
 pub enum AcquireOutcome {
     /// The lock is ours, with this fencing token.
     Acquired { fencing_token: u64 },
-    /// Someone else holds it.
+    /// Someone else holds it, or earlier waiters are in line.
     Held {
         holder: String,
-        /// `None` when the key has no expiry (set by hand, not by us).
+        /// Zero when the lock is free but others are ahead in line; `None` when the key has no
+        /// expiry (set by hand, not by us).
         ttl_remaining: Option<Duration>,
+        /// Place in line, 1 being next; 0 when not in line.
+        position: u32,
     },
 }
 
@@ -66,6 +88,8 @@ struct Scripts {
     extend: Script,
     release: Script,
     describe: Script,
+    leave: Script,
+    refresh: Script,
 }
 
 impl Scripts {
@@ -75,11 +99,20 @@ impl Scripts {
             extend: Script::from_lua(include_str!("scripts/extend.lua")),
             release: Script::from_lua(include_str!("scripts/release.lua")),
             describe: Script::from_lua(include_str!("scripts/describe.lua")),
+            leave: Script::from_lua(include_str!("scripts/leave.lua")),
+            refresh: Script::from_lua(include_str!("scripts/refresh.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 4] {
-        [&self.acquire, &self.extend, &self.release, &self.describe]
+    fn all(&self) -> [&Script; 6] {
+        [
+            &self.acquire,
+            &self.extend,
+            &self.release,
+            &self.describe,
+            &self.leave,
+            &self.refresh,
+        ]
     }
 }
 
@@ -87,6 +120,8 @@ impl Scripts {
 #[derive(Clone)]
 pub struct Store {
     client: Client,
+    /// Kept to open the pub/sub connection with the same settings.
+    config: Config,
     scripts: Scripts,
     prefix: String,
     command_timeout: Duration,
@@ -105,7 +140,7 @@ impl Store {
             )));
         }
         let config = Config::from_url(url).map_err(Error::redis("url parse"))?;
-        let client = Builder::from_config(config)
+        let client = Builder::from_config(config.clone())
             .with_connection_config(|c| {
                 c.connection_timeout = command_timeout;
                 c.internal_command_timeout = command_timeout;
@@ -125,6 +160,7 @@ impl Store {
         let (reconnected, reconnects) = watch::channel(0);
         let store = Store {
             client,
+            config,
             scripts: Scripts::new(),
             prefix: prefix.to_owned(),
             command_timeout,
@@ -139,6 +175,23 @@ impl Store {
                 .await?;
         }
         Ok(store)
+    }
+
+    /// A new connection for pub/sub (a subscribed connection can run nothing else), with the same
+    /// settings as the command connection. Fails if Redis cannot be reached.
+    pub async fn subscriber(&self) -> Result<fred::clients::SubscriberClient> {
+        let subscriber = Builder::from_config(self.config.clone())
+            .with_connection_config(|c| c.connection_timeout = self.command_timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build_subscriber_client()
+            .map_err(Error::redis("subscriber setup"))?;
+        self.bounded("subscriber connect", subscriber.init())
+            .await?;
+        Ok(subscriber)
+    }
+
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
     }
 
     /// Changes after every reconnection to Redis: leases re-check their keys then.
@@ -190,24 +243,38 @@ impl Store {
         lock_keys(&self.prefix, name)
     }
 
-    /// One atomic `SET NX PX`; on success also issues the next fencing token.
+    /// One atomic `SET NX PX` (only if the line lets this waiter go); on success also issues the
+    /// next fencing token. If taken, a fair waiter keeps (or takes) its place in line.
     pub async fn try_acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         ttl: Duration,
         holder: &str,
+        waiter: &Waiter<'_>,
     ) -> Result<AcquireOutcome> {
         const CONTEXT: &str = "acquire";
+        let flag = |on: bool| Value::from(if on { "1" } else { "0" });
         let reply: Vec<Value> = self
             .eval(
                 &self.scripts.acquire,
                 CONTEXT,
-                vec![keys.lock.clone(), keys.owner.clone(), keys.fence.clone()],
+                vec![
+                    keys.lock.clone(),
+                    keys.owner.clone(),
+                    keys.fence.clone(),
+                    keys.line.clone(),
+                    keys.deadlines.clone(),
+                ],
                 vec![
                     Value::from(token.secret()),
                     Value::from(millis(ttl)),
                     Value::from(holder),
+                    Value::from(waiter.id),
+                    flag(waiter.fair),
+                    flag(waiter.join_line),
+                    Value::from(millis(waiter.ttl)),
+                    Value::from(keys.channel.as_str()),
                 ],
             )
             .await?;
@@ -216,10 +283,20 @@ impl Store {
                 let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
                 Ok(AcquireOutcome::Acquired { fencing_token })
             }
-            [acquired, ttl, holder] if acquired.as_i64() == Some(0) => Ok(AcquireOutcome::Held {
-                holder: holder.as_string().unwrap_or_default(),
-                ttl_remaining: pttl(ttl),
-            }),
+            [acquired, ttl, holder, position] if acquired.as_i64() == Some(0) => {
+                Ok(AcquireOutcome::Held {
+                    holder: holder.as_string().unwrap_or_default(),
+                    // -2: no key; the lock is free but others are ahead in line.
+                    ttl_remaining: match ttl.as_i64() {
+                        Some(-2) => Some(Duration::ZERO),
+                        _ => pttl(ttl),
+                    },
+                    position: position
+                        .as_u64()
+                        .and_then(|p| u32::try_from(p).ok())
+                        .unwrap_or(0),
+                })
+            }
             _ => Err(bad_reply(CONTEXT, &reply)),
         }
     }
@@ -237,17 +314,58 @@ impl Store {
         Ok(reply == 1)
     }
 
-    /// Deletes the lock if `token` still holds it. `false` means it was already gone or not ours.
+    /// Deletes the lock if `token` still holds it, and wakes the waiters. `false` means it was
+    /// already gone or not ours.
     pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let reply: i64 = self
             .eval(
                 &self.scripts.release,
                 "release",
-                vec![keys.lock.clone(), keys.owner.clone()],
-                vec![Value::from(token.secret())],
+                vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(keys.channel.as_str()),
+                ],
             )
             .await?;
         Ok(reply == 1)
+    }
+
+    /// Takes `waiter_id` out of line (empty: nobody) and wakes the line if the lock is free.
+    pub async fn leave(&self, keys: &LockKeys, waiter_id: &str) -> Result<()> {
+        let _: i64 = self
+            .eval(
+                &self.scripts.leave,
+                "leave",
+                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Vouches for this server's `waiters` of one lock for another `waiter_ttl`, drops waiters no
+    /// server vouches for, and wakes the line if the lock is free.
+    pub async fn refresh_line(
+        &self,
+        keys: &LockKeys,
+        waiters: &[String],
+        waiter_ttl: Duration,
+    ) -> Result<()> {
+        let mut args = vec![
+            Value::from(keys.channel.as_str()),
+            Value::from(millis(waiter_ttl)),
+        ];
+        args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
+        let _: i64 = self
+            .eval(
+                &self.scripts.refresh,
+                "refresh line",
+                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                args,
+            )
+            .await?;
+        Ok(())
     }
 
     /// Releases without waiting for the answer: for exits that cannot wait, and for attempts whose
@@ -271,6 +389,16 @@ impl Store {
             }
             .instrument(span),
         );
+    }
+
+    /// Wakes the lock's waiters if it is free, without waiting: for expiries this server sees.
+    pub fn wake_line_in_background(&self, keys: LockKeys) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = store.leave(&keys, "").await {
+                tracing::debug!(%error, "could not wake the line; waiters rely on their timers");
+            }
+        });
     }
 
     /// Reads who holds the lock.
@@ -333,6 +461,9 @@ pub fn lock_keys(prefix: &str, name: &LockName) -> LockKeys {
         lock: format!("{base}:lock"),
         owner: format!("{base}:owner"),
         fence: format!("{base}:fence"),
+        line: format!("{base}:line"),
+        deadlines: format!("{base}:deadlines"),
+        channel: format!("{base}:wake"),
     }
 }
 

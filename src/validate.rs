@@ -113,15 +113,24 @@ pub struct LeaseSpec {
     pub ttl: Duration,
     pub wait: Duration,
     pub holder: String,
+    /// Wait in line (the default) or race for the lock.
+    pub fair: bool,
 }
 
 impl LeaseSpec {
-    pub fn parse(name: String, ttl_ms: u32, wait_ms: u32, holder: String) -> Result<Self> {
+    pub fn parse(
+        name: String,
+        ttl_ms: u32,
+        wait_ms: u32,
+        holder: String,
+        fair: Option<bool>,
+    ) -> Result<Self> {
         Ok(LeaseSpec {
             name: LockName::parse(name)?,
             ttl: ttl(ttl_ms)?,
             wait: wait(wait_ms)?,
             holder: self::holder(holder)?,
+            fair: fair.unwrap_or(true),
         })
     }
 }

@@ -16,6 +16,7 @@ fn acquire(name: &str, ttl_ms: u32, wait_ms: u32, holder: &str) -> AcquireReques
         ttl_ms,
         wait_ms,
         holder: holder.into(),
+        fair: None,
     }
 }
 

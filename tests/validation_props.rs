@@ -36,7 +36,7 @@ proptest! {
         wait_ms in any::<u32>(),
         holder in tricky_name(),
     ) {
-        match LeaseSpec::parse(name.clone(), ttl_ms, wait_ms, holder.clone()) {
+        match LeaseSpec::parse(name.clone(), ttl_ms, wait_ms, holder.clone(), None) {
             Ok(spec) => {
                 prop_assert!(!name.is_empty() && name.len() <= MAX_NAME_BYTES);
                 prop_assert!(!name.chars().any(char::is_control));

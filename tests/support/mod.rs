@@ -326,6 +326,7 @@ pub fn acquire_request(name: &str, ttl_ms: u32, wait_ms: u32, holder: &str) -> L
             ttl_ms,
             wait_ms,
             holder: holder.to_owned(),
+            fair: None,
         })),
     }
 }

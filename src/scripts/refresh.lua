@@ -1,0 +1,23 @@
+-- Keep one server's waiters in line, drop waiters nobody vouches for, and wake the line if the
+-- lock is free (a wake-up may have been lost). One call covers all of a server's waiters on a lock.
+-- KEYS[1] lock  KEYS[2] line  KEYS[3] waiter deadlines
+-- ARGV[1] channel  ARGV[2] waiter ttl in ms  ARGV[3..] this server's waiter ids
+-- Returns the number of waiters dropped.
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local deadline = now_ms + tonumber(ARGV[2])
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
+    redis.call('ZADD', KEYS[3], deadline, ARGV[i])
+  end
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+for _, waiter in ipairs(dead) do
+  redis.call('ZREM', KEYS[2], waiter)
+  redis.call('ZREM', KEYS[3], waiter)
+end
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SPUBLISH', ARGV[1], head)
+end
+return #dead

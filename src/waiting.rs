@@ -1,0 +1,315 @@
+//! The waiting room: how one server's waiters learn that a lock may be free, without polling.
+//!
+//! Every release (and every expiry a server sees) publishes on the lock's sharded pub/sub channel,
+//! from the Lua script itself. Each server keeps one subscriber connection and subscribes to a
+//! lock's channel while it has local waiters for it. One task owns the subscriptions, so a
+//! subscribe and an unsubscribe for one channel can never overtake each other.
+//!
+//! The same task keeps the server's fair waiters in line: every `waiter_ttl / 3` it vouches for
+//! all of them with one script call per lock, which also drops waiters no server vouches for any
+//! more (their server died) and wakes the line if the lock is free (a wake-up may have been lost).
+//! When the subscriber connection reconnects, every local waiter is woken, since messages may
+//! have been missed meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+
+use crate::error::{Error, Result};
+use crate::store::{LockKeys, Store};
+
+/// Settings of the waiting room.
+#[derive(Clone, Debug)]
+pub struct WaitConfig {
+    /// How long the line keeps a waiter whose server stopped vouching for it (crashed, cut off).
+    pub waiter_ttl: Duration,
+    /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
+    pub max_waiters: usize,
+}
+
+impl Default for WaitConfig {
+    fn default() -> Self {
+        WaitConfig {
+            waiter_ttl: Duration::from_secs(30),
+            max_waiters: 10_000,
+        }
+    }
+}
+
+/// A wake-up for one lock: the head of the line at the time (`None`: wake everyone).
+#[derive(Clone, Debug, Default)]
+pub struct Wake {
+    pub head: Option<String>,
+}
+
+enum Command {
+    Join {
+        keys: LockKeys,
+        waiter_id: String,
+        fair: bool,
+        reply: oneshot::Sender<Result<watch::Receiver<Wake>>>,
+    },
+    Leave {
+        channel: String,
+        waiter_id: String,
+    },
+}
+
+/// Handle to the waiting room of one server. Cheap to clone.
+#[derive(Clone)]
+pub struct WaitRoom {
+    commands: mpsc::UnboundedSender<Command>,
+    waiters: Arc<AtomicUsize>,
+    config: WaitConfig,
+}
+
+impl WaitRoom {
+    /// Opens the subscriber connection and starts the task that owns it.
+    pub async fn start(store: &Store, config: WaitConfig) -> Result<Self> {
+        let subscriber = store.subscriber().await?;
+        let _resubscriber = subscriber.manage_subscriptions();
+        let (commands, inbox) = mpsc::unbounded_channel();
+        let task = RoomTask {
+            store: store.clone(),
+            subscriber,
+            rooms: HashMap::new(),
+            waiter_ttl: config.waiter_ttl,
+        };
+        tokio::spawn(task.run(inbox));
+        Ok(WaitRoom {
+            commands,
+            waiters: Arc::default(),
+            config,
+        })
+    }
+
+    pub fn waiter_ttl(&self) -> Duration {
+        self.config.waiter_ttl
+    }
+
+    /// Registers a waiter: subscribed to the lock's wake-ups before this returns, so no release
+    /// after the caller's next attempt can go unnoticed. Leaving is by dropping the ticket.
+    pub async fn join(&self, keys: &LockKeys, waiter_id: &str, fair: bool) -> Result<WaitTicket> {
+        let admitted = self.waiters.fetch_add(1, Ordering::SeqCst);
+        let place = WaiterPlace(self.waiters.clone());
+        if admitted >= self.config.max_waiters {
+            return Err(Error::TooManyWaiters {
+                limit: self.config.max_waiters,
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Join {
+                keys: keys.clone(),
+                waiter_id: waiter_id.to_owned(),
+                fair,
+                reply,
+            })
+            .map_err(|_| Error::ShuttingDown)?;
+        let wakes = answer.await.map_err(|_| Error::ShuttingDown)??;
+        Ok(WaitTicket {
+            commands: self.commands.clone(),
+            channel: keys.channel.clone(),
+            waiter_id: waiter_id.to_owned(),
+            wakes,
+            _place: place,
+        })
+    }
+}
+
+/// Counts a waiter against the server's limit while it lives.
+struct WaiterPlace(Arc<AtomicUsize>);
+
+impl Drop for WaiterPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A waiter's registration. Dropping it leaves the room (and the line in Redis).
+pub struct WaitTicket {
+    commands: mpsc::UnboundedSender<Command>,
+    channel: String,
+    waiter_id: String,
+    wakes: watch::Receiver<Wake>,
+    _place: WaiterPlace,
+}
+
+impl WaitTicket {
+    /// Completes at the next wake-up for this lock. Never completes if the room is gone; callers
+    /// always race it against a timer.
+    pub async fn woken(&mut self) -> Wake {
+        match self.wakes.changed().await {
+            Ok(()) => self.wakes.borrow_and_update().clone(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for WaitTicket {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Leave {
+            channel: std::mem::take(&mut self.channel),
+            waiter_id: std::mem::take(&mut self.waiter_id),
+        });
+    }
+}
+
+/// Local waiters of one lock.
+struct Room {
+    keys: LockKeys,
+    wake: watch::Sender<Wake>,
+    /// Waiter id -> fair.
+    members: HashMap<String, bool>,
+}
+
+struct RoomTask {
+    store: Store,
+    subscriber: SubscriberClient,
+    /// By channel.
+    rooms: HashMap<String, Room>,
+    waiter_ttl: Duration,
+}
+
+impl RoomTask {
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
+        let mut messages = self.subscriber.message_rx();
+        let mut reconnects = self.subscriber.reconnect_rx();
+        let mut refresh = tokio::time::interval(self.waiter_ttl / 3);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = inbox.recv() => match command {
+                    Some(command) => self.handle(command).await,
+                    None => return, // Every handle is gone: the server stopped.
+                },
+                message = messages.recv() => match message {
+                    Ok(message) => self.wake(&message.channel, message.value.as_string()),
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.wake_all(),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                reconnect = reconnects.recv() => {
+                    if reconnect.is_ok() {
+                        info!("pub/sub connection re-established; waking every waiter");
+                    }
+                    // Messages may have been missed while disconnected.
+                    self.wake_all();
+                }
+                _ = refresh.tick() => self.refresh_lines(),
+            }
+        }
+    }
+
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Join {
+                keys,
+                waiter_id,
+                fair,
+                reply,
+            } => {
+                let channel = keys.channel.clone();
+                if !self.rooms.contains_key(&channel) {
+                    let subscribed =
+                        self.store_bounded(self.subscriber.ssubscribe(channel.clone()));
+                    if let Err(error) = subscribed.await {
+                        let _ = reply.send(Err(error));
+                        return;
+                    }
+                    let (wake, _) = watch::channel(Wake::default());
+                    self.rooms.insert(
+                        channel.clone(),
+                        Room {
+                            keys,
+                            wake,
+                            members: HashMap::new(),
+                        },
+                    );
+                }
+                if let Some(room) = self.rooms.get_mut(&channel) {
+                    room.members.insert(waiter_id, fair);
+                    let _ = reply.send(Ok(room.wake.subscribe()));
+                }
+            }
+            Command::Leave { channel, waiter_id } => {
+                let Some(room) = self.rooms.get_mut(&channel) else {
+                    return;
+                };
+                room.members.remove(&waiter_id);
+                // Out of line in Redis at once, so those behind need not wait for a timeout.
+                // Harmless if the waiter got the lock (the acquire script removed it already).
+                let store = self.store.clone();
+                let keys = room.keys.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = store.leave(&keys, &waiter_id).await {
+                        debug!(%error, "leaving the line failed; the waiter times out instead");
+                    }
+                });
+                if room.members.is_empty() {
+                    self.rooms.remove(&channel);
+                    if let Err(error) = self
+                        .store_bounded(self.subscriber.sunsubscribe(channel))
+                        .await
+                    {
+                        warn!(%error, "unsubscribe failed");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn store_bounded(
+        &self,
+        call: impl Future<Output = Result<(), fred::error::Error>>,
+    ) -> Result<()> {
+        let timeout = self.store.command_timeout();
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(Error::redis("subscribe")),
+            Err(_) => Err(Error::RedisTimeout {
+                context: "subscribe",
+                timeout,
+            }),
+        }
+    }
+
+    fn wake(&self, channel: &str, head: Option<String>) {
+        if let Some(room) = self.rooms.get(channel) {
+            room.wake.send_replace(Wake {
+                head: head.filter(|h| !h.is_empty()),
+            });
+        }
+    }
+
+    fn wake_all(&self) {
+        for room in self.rooms.values() {
+            room.wake.send_replace(Wake { head: None });
+        }
+    }
+
+    /// Vouches for this server's fair waiters, one script call per lock, in the background.
+    fn refresh_lines(&self) {
+        for room in self.rooms.values() {
+            let waiters: Vec<String> = room
+                .members
+                .iter()
+                .filter(|(_, fair)| **fair)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if waiters.is_empty() {
+                continue;
+            }
+            let (store, keys, ttl) = (self.store.clone(), room.keys.clone(), self.waiter_ttl);
+            tokio::spawn(async move {
+                if let Err(error) = store.refresh_line(&keys, &waiters, ttl).await {
+                    warn!(%error, "could not vouch for waiters; they retry on their own");
+                }
+            });
+        }
+    }
+}
