@@ -404,11 +404,14 @@ impl LeaseStream {
         }
     }
 
-    /// Expects `Acquired` and returns it.
+    /// Expects `Acquired` (after any `Waiting` updates) and returns it.
     pub async fn acquired(&mut self) -> leasehold::pb::Acquired {
-        match self.next_significant().await {
-            Ok(Some(Event::Acquired(acquired))) => acquired,
-            other => panic!("expected Acquired, got {other:?}"),
+        loop {
+            match self.next_significant().await {
+                Ok(Some(Event::Acquired(acquired))) => return acquired,
+                Ok(Some(Event::Waiting(_))) => continue,
+                other => panic!("expected Acquired, got {other:?}"),
+            }
         }
     }
 
