@@ -88,6 +88,12 @@ pub async fn acquire(
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();
     let waiter_id = format!("{:016x}", rand::random::<u64>());
+    // Out of line again on every way out but success (where the acquire script did it).
+    let mut place = will_wait.then(|| LinePlace {
+        store: store.clone(),
+        keys: keys.clone(),
+        waiter_id: waiter_id.clone(),
+    });
     let mut ticket: Option<WaitTicket> = match room {
         Some(room) if will_wait => Some(room.join(keys, &waiter_id, spec.fair).await?),
         _ => None,
@@ -108,6 +114,9 @@ pub async fn acquire(
             .await?;
         let (holder, holder_ttl, position) = match outcome {
             AcquireOutcome::Acquired { fencing_token } => {
+                if let Some(place) = place.take() {
+                    place.disarm();
+                }
                 return Ok(Acquisition {
                     fencing_token,
                     sent_at,
@@ -145,11 +154,13 @@ pub async fn acquire(
             on_waiting(&state);
         }
         // Only the head of the line (or a racer) can take the lock when the holder's TTL runs out.
+        // A zero TTL means the lock is free but others are ahead: no timer helps then.
         let may_take_next = !spec.fair || position <= 1;
+        let holder_ttl = holder_ttl.filter(|ttl| !ttl.is_zero());
         let until_deadline = deadline - now;
         let timer = match (&ticket, may_take_next, holder_ttl) {
             (None, _, ttl) => backoff.delay(ttl, until_deadline),
-            (Some(_), true, Some(ttl)) => ttl.max(Duration::from_millis(1)).min(until_deadline),
+            (Some(_), true, Some(ttl)) => ttl.min(until_deadline),
             (Some(_), _, _) => until_deadline,
         };
         last_state = Some(state);
@@ -167,6 +178,41 @@ pub async fn acquire(
                     () = sleep(timer) => {}
                 }
             }
+        }
+    }
+}
+
+/// A waiter's place in the Redis line. Dropping it (the waiter gave up, failed, or its stream
+/// went away) takes it out of line at once, so those behind need not wait for its timeout.
+struct LinePlace {
+    store: Store,
+    keys: LockKeys,
+    waiter_id: String,
+}
+
+impl LinePlace {
+    /// The acquire script already took the waiter out of line.
+    fn disarm(mut self) {
+        self.waiter_id.clear();
+    }
+}
+
+impl Drop for LinePlace {
+    fn drop(&mut self) {
+        if self.waiter_id.is_empty() {
+            return;
+        }
+        let (store, keys, waiter_id) = (
+            self.store.clone(),
+            self.keys.clone(),
+            std::mem::take(&mut self.waiter_id),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = store.leave(&keys, &waiter_id).await {
+                    tracing::debug!(%error, "leaving the line failed; the waiter times out instead");
+                }
+            });
         }
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::store::{LockKeys, Store};
@@ -241,16 +241,8 @@ impl RoomTask {
                 let Some(room) = self.rooms.get_mut(&channel) else {
                     return;
                 };
+                // (The waiter's own `LinePlace` takes it out of the Redis line.)
                 room.members.remove(&waiter_id);
-                // Out of line in Redis at once, so those behind need not wait for a timeout.
-                // Harmless if the waiter got the lock (the acquire script removed it already).
-                let store = self.store.clone();
-                let keys = room.keys.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = store.leave(&keys, &waiter_id).await {
-                        debug!(%error, "leaving the line failed; the waiter times out instead");
-                    }
-                });
                 if room.members.is_empty() {
                     self.rooms.remove(&channel);
                     if let Err(error) = self

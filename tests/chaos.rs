@@ -203,3 +203,32 @@ async fn network_between_servers_and_redis_cut_then_restored() {
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe("network-cut", usable_again);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriber_connections_killed() {
+    use fred::prelude::ClientLike;
+    let chaos = start().await;
+    let direct = chaos.cluster.lock_redis.client().await;
+    let fault_at = Instant::now();
+    // Every server's pub/sub connection dies; wake-ups published meanwhile reach nobody.
+    let killed: i64 = direct
+        .custom(fred::cmd!("CLIENT"), vec!["KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    assert_eq!(killed, 2, "one subscriber per server");
+    chaos.progress(30).await;
+    let report = chaos.finish().await;
+
+    // Hand-overs go on: a waiter that missed a wake-up is woken when its server resubscribes,
+    // or at the latest when the holder's TTL would have run out.
+    let gap = report.longest_gap_after(fault_at);
+    assert!(
+        gap < TTL + Duration::from_millis(300),
+        "the lock sat unused for {gap:?}"
+    );
+    assert!(
+        report.holds.iter().all(|h| h.lost.is_none()),
+        "a lease was lost"
+    );
+    report.assert_safe("subscriber-killed", gap);
+}

@@ -454,6 +454,17 @@ impl Report {
         (hold, hold.start - instant)
     }
 
+    /// The longest time the lock sat unused between two turns that started after `instant`.
+    pub fn longest_gap_after(&self, instant: Instant) -> Duration {
+        let mut holds: Vec<&Hold> = self.holds.iter().filter(|h| h.end > instant).collect();
+        holds.sort_by_key(|h| h.start);
+        holds
+            .windows(2)
+            .map(|w| w[1].start.saturating_duration_since(w[0].end))
+            .max()
+            .unwrap_or_default()
+    }
+
     /// The safety verdict every fault must pass, and a line of figures for the record.
     pub fn assert_safe(&self, fault: &str, usable_again: Duration) {
         let stale = self.stale_writes_accepted();
