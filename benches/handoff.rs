@@ -10,7 +10,6 @@
 //! 2. Redis commands per second spent by 100 idle waiters (from `INFO commandstats`).
 
 #[path = "../tests/support/mod.rs"]
-
 mod support;
 
 use std::time::Duration;
