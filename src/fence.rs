@@ -46,8 +46,7 @@ pub struct FencedKey {
     client: Client,
     data: String,
     fence: String,
-    get: Script,
-    set: Script,
+    script: Script,
 }
 
 impl FencedKey {
@@ -57,22 +56,19 @@ impl FencedKey {
         let key = FencedKey {
             fence: format!("{data}:fence"),
             data,
-            get: Script::from_lua(include_str!("scripts/fenced_get.lua")),
-            set: Script::from_lua(include_str!("scripts/fenced_set.lua")),
+            script: Script::from_lua(include_str!("scripts/fenced.lua")),
             client,
         };
-        for script in [&key.get, &key.set] {
-            script
-                .load(&key.client)
-                .await
-                .map_err(Error::redis("fence script load"))?;
-        }
+        key.script
+            .load(&key.client)
+            .await
+            .map_err(Error::redis("fence script load"))?;
         Ok(key)
     }
 
     /// Reads the value if `fencing_token` is not older than any seen, and records the token.
     pub async fn get(&self, fencing_token: u64) -> Result<Fenced<Option<String>>> {
-        let reply = self.run(&self.get, fencing_token, None).await?;
+        let reply = self.run(fencing_token, None).await?;
         parse(reply, "fenced get", |rest| match rest {
             [] => Some(None),
             [value] => value.as_string().map(Some),
@@ -82,14 +78,14 @@ impl FencedKey {
 
     /// Writes the value if `fencing_token` is not older than any seen, and records the token.
     pub async fn set(&self, fencing_token: u64, value: &str) -> Result<Fenced<()>> {
-        let reply = self.run(&self.set, fencing_token, Some(value)).await?;
+        let reply = self.run(fencing_token, Some(value)).await?;
         parse(reply, "fenced set", |rest| rest.is_empty().then_some(()))
     }
 
-    async fn run(&self, script: &Script, token: u64, value: Option<&str>) -> Result<Vec<Value>> {
+    async fn run(&self, token: u64, value: Option<&str>) -> Result<Vec<Value>> {
         let mut args = vec![Value::from(token.to_string())];
         args.extend(value.map(Value::from));
-        script
+        self.script
             .evalsha_with_reload(
                 &self.client,
                 vec![self.fence.clone(), self.data.clone()],

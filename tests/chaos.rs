@@ -31,16 +31,7 @@ async fn redis_killed_and_restarted_empty() {
     let report = chaos.finish().await;
 
     // The holder is told: its server re-checks the key as soon as it reconnects.
-    let hold = report.hold_of(&holder);
-    let reason = hold
-        .lost
-        .as_deref()
-        .expect("the holder was not told it lost the lock");
-    assert!(
-        hold.end - fault_at < Duration::from_secs(3),
-        "told after {:?}: {reason}",
-        hold.end - fault_at
-    );
+    report.assert_holder_told(&holder, fault_at, Duration::from_secs(3));
     let (_, usable_again) = report.next_hold_after(fault_at);
     // Redis lost the lock: a second holder may overlap the first only until the first hears
     // of it (the reconnect check), never for a whole TTL.
@@ -65,16 +56,7 @@ async fn redis_paused_longer_than_the_ttl() {
     let report = chaos.finish().await;
 
     // No renewal can be confirmed: the holder is told by the end of its validity.
-    let hold = report.hold_of(&holder);
-    assert!(
-        hold.lost.is_some(),
-        "the holder was not told it lost the lock"
-    );
-    assert!(
-        hold.end - fault_at <= TTL + Duration::from_millis(200),
-        "told after {:?}",
-        hold.end - fault_at
-    );
+    report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe("redis-paused", usable_again);
 }
@@ -96,16 +78,7 @@ async fn holder_server_paused_longer_than_the_ttl() {
     let report = chaos.finish().await;
 
     // The silent server cannot keep its client believing: the client's own clock ends it.
-    let hold = report.hold_of(&holder);
-    let reason = hold
-        .lost
-        .as_deref()
-        .expect("the holder was not told it lost the lock");
-    assert!(
-        hold.end - fault_at <= TTL,
-        "told after {:?}: {reason}",
-        hold.end - fault_at
-    );
+    report.assert_holder_told(&holder, fault_at, TTL);
     let (next, usable_again) = report.next_hold_after(fault_at);
     assert_ne!(next.server, holder.server);
     // The key expires a TTL after the last renewal; waiters back off no longer than that.
@@ -128,16 +101,7 @@ async fn holder_server_killed() {
     let report = chaos.finish().await;
 
     // The holder's stream breaks at once.
-    let hold = report.hold_of(&holder);
-    assert!(
-        hold.lost.is_some(),
-        "the holder was not told it lost the lock"
-    );
-    assert!(
-        hold.end - fault_at < Duration::from_millis(500),
-        "told after {:?}",
-        hold.end - fault_at
-    );
+    report.assert_holder_told(&holder, fault_at, Duration::from_millis(500));
     // Nobody released the key: it frees when its TTL runs out, then a waiter takes it.
     let (next, usable_again) = report.next_hold_after(fault_at);
     assert_ne!(next.server, holder.server);
@@ -190,16 +154,7 @@ async fn network_between_servers_and_redis_cut_then_restored() {
     chaos.progress(10).await;
     let report = chaos.finish().await;
 
-    let hold = report.hold_of(&holder);
-    assert!(
-        hold.lost.is_some(),
-        "the holder was not told it lost the lock"
-    );
-    assert!(
-        hold.end - fault_at <= TTL + Duration::from_millis(200),
-        "told after {:?}",
-        hold.end - fault_at
-    );
+    report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe("network-cut", usable_again);
 }

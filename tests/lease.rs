@@ -114,11 +114,7 @@ async fn a_holder_that_stops_reading_keeps_the_lock() {
         "the lock must survive a client that does not read"
     );
     // Nothing but Extended is waiting for us, and the lease ends cleanly on release.
-    lease.send(release_request()).await;
-    match lease.next_significant().await {
-        Ok(Some(Event::Released(r))) => assert!(r.was_held),
-        other => panic!("expected Released, got {other:?}"),
-    }
+    assert!(lease.release().await);
     assert_eq!(get(&direct, &lock_key("slow-reader")).await, None);
 }
 
@@ -131,11 +127,7 @@ async fn release_message_frees_the_lock_and_ends_the_stream() {
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
     lease.acquired().await;
-    lease.send(release_request()).await;
-    match lease.next_significant().await {
-        Ok(Some(Event::Released(r))) => assert!(r.was_held),
-        other => panic!("expected Released, got {other:?}"),
-    }
+    assert!(lease.release().await);
     assert!(matches!(lease.next().await, Ok(None)), "stream must end");
     assert_eq!(get(&direct, &lock_key("job")).await, None);
 }
@@ -313,11 +305,7 @@ async fn a_waiter_that_leaves_never_takes_the_lock() {
     let mut waiter = LeaseStream::acquire(&mut client, "job", 30_000, 60_000, "second").await;
     assert!(matches!(waiter.next().await, Ok(Some(Event::Waiting(_)))));
     drop(waiter);
-    holder.send(release_request()).await;
-    assert!(matches!(
-        holder.next_significant().await,
-        Ok(Some(Event::Released(_)))
-    ));
+    holder.release().await;
     // Give a still-running waiter every chance to grab it: it must not.
     let took = wait_until_gone(&direct, &lock_key("job"), Duration::from_secs(2)).await;
     assert!(took < Duration::from_secs(2));
@@ -336,11 +324,7 @@ async fn fencing_tokens_strictly_increase_across_holders() {
         let fencing = lease.acquired().await.fencing_token;
         assert!(fencing > last, "{fencing} after {last}");
         last = fencing;
-        lease.send(release_request()).await;
-        assert!(matches!(
-            lease.next_significant().await,
-            Ok(Some(Event::Released(_)))
-        ));
+        lease.release().await;
         // Unary acquisitions draw from the same counter.
         let unary = client
             .acquire(leasehold::pb::AcquireRequest {

@@ -443,6 +443,20 @@ impl Report {
             .expect("the holder's turn was recorded")
     }
 
+    /// The turn that began at `holder` ended with `Lost` no later than `bound` after the fault.
+    pub fn assert_holder_told(&self, holder: &Current, fault_at: Instant, bound: Duration) {
+        let hold = self.hold_of(holder);
+        let reason = hold
+            .lost
+            .as_deref()
+            .expect("the holder was not told it lost the lock");
+        let after = hold.end.saturating_duration_since(fault_at);
+        assert!(
+            after <= bound,
+            "told after {after:?} (bound {bound:?}): {reason}"
+        );
+    }
+
     /// The first turn that started after `instant` (excluding `current`'s), and how long after.
     pub fn next_hold_after(&self, instant: Instant) -> (&Hold, Duration) {
         let hold = self

@@ -404,6 +404,15 @@ impl LeaseStream {
         }
     }
 
+    /// Sends `release` and expects `Released`; returns whether the lock was still held.
+    pub async fn release(&mut self) -> bool {
+        self.send(release_request()).await;
+        match self.next_significant().await {
+            Ok(Some(Event::Released(released))) => released.was_held,
+            other => panic!("expected Released, got {other:?}"),
+        }
+    }
+
     /// Expects `Acquired` (after any `Waiting` updates) and returns it.
     pub async fn acquired(&mut self) -> leasehold::pb::Acquired {
         loop {
