@@ -23,8 +23,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long the line keeps a waiter between two of its own attempts, when no waiting room
 /// vouches for it.
 const POLLING_WAITER_TTL: Duration = Duration::from_secs(10);
-/// Fair waiters behind the head let it go first after a wake-up, then update their place.
-const BEHIND_HEAD_DELAY: Duration = Duration::from_millis(5);
 
 /// A lock just taken.
 #[derive(Debug)]
@@ -168,13 +166,7 @@ pub async fn acquire(
             None => sleep(timer).await,
             Some(ticket) => {
                 tokio::select! {
-                    wake = ticket.woken() => {
-                        let mine = wake.head.as_deref().is_none_or(|head| head == waiter_id);
-                        if spec.fair && !mine {
-                            // Not our turn: let the head go first, then learn our new place.
-                            sleep(BEHIND_HEAD_DELAY).await;
-                        }
-                    }
+                    () = ticket.woken() => {}
                     () = sleep(timer) => {}
                 }
             }

@@ -42,18 +42,16 @@ impl Default for WaitConfig {
     }
 }
 
-/// A wake-up for one lock: the head of the line at the time (`None`: wake everyone).
-#[derive(Clone, Debug, Default)]
-pub struct Wake {
-    pub head: Option<String>,
-}
+/// Fair waiters behind the head are woken this much later than the head (to learn their new
+/// place in line), so the head's attempt is not queued behind theirs.
+const BEHIND_HEAD_DELAY: Duration = Duration::from_millis(5);
 
 enum Command {
     Join {
         keys: LockKeys,
         waiter_id: String,
         fair: bool,
-        reply: oneshot::Sender<Result<watch::Receiver<Wake>>>,
+        reply: oneshot::Sender<Result<watch::Receiver<()>>>,
     },
     Leave {
         channel: String,
@@ -137,17 +135,16 @@ pub struct WaitTicket {
     commands: mpsc::UnboundedSender<Command>,
     channel: String,
     waiter_id: String,
-    wakes: watch::Receiver<Wake>,
+    wakes: watch::Receiver<()>,
     _place: WaiterPlace,
 }
 
 impl WaitTicket {
-    /// Completes at the next wake-up for this lock. Never completes if the room is gone; callers
-    /// always race it against a timer.
-    pub async fn woken(&mut self) -> Wake {
-        match self.wakes.changed().await {
-            Ok(()) => self.wakes.borrow_and_update().clone(),
-            Err(_) => std::future::pending().await,
+    /// Completes at the next wake-up for this waiter. Never completes if the room is gone;
+    /// callers always race it against a timer.
+    pub async fn woken(&mut self) {
+        if self.wakes.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -161,12 +158,17 @@ impl Drop for WaitTicket {
     }
 }
 
+/// One local waiter.
+struct Member {
+    fair: bool,
+    wake: Arc<watch::Sender<()>>,
+}
+
 /// Local waiters of one lock.
 struct Room {
     keys: LockKeys,
-    wake: watch::Sender<Wake>,
-    /// Waiter id -> fair.
-    members: HashMap<String, bool>,
+    /// By waiter id.
+    members: HashMap<String, Member>,
 }
 
 struct RoomTask {
@@ -190,7 +192,7 @@ impl RoomTask {
                     None => return, // Every handle is gone: the server stopped.
                 },
                 message = messages.recv() => match message {
-                    Ok(message) => self.wake(&message.channel, message.value.as_string()),
+                    Ok(message) => self.wake(&message.channel, message.value.as_string().filter(|h| !h.is_empty())),
                     Err(broadcast::error::RecvError::Lagged(_)) => self.wake_all(),
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
@@ -222,19 +224,24 @@ impl RoomTask {
                         let _ = reply.send(Err(error));
                         return;
                     }
-                    let (wake, _) = watch::channel(Wake::default());
                     self.rooms.insert(
                         channel.clone(),
                         Room {
                             keys,
-                            wake,
                             members: HashMap::new(),
                         },
                     );
                 }
                 if let Some(room) = self.rooms.get_mut(&channel) {
-                    room.members.insert(waiter_id, fair);
-                    let _ = reply.send(Ok(room.wake.subscribe()));
+                    let (wake, wakes) = watch::channel(());
+                    room.members.insert(
+                        waiter_id,
+                        Member {
+                            fair,
+                            wake: Arc::new(wake),
+                        },
+                    );
+                    let _ = reply.send(Ok(wakes));
                 }
             }
             Command::Leave { channel, waiter_id } => {
@@ -270,17 +277,35 @@ impl RoomTask {
         }
     }
 
+    /// A release or expiry on `channel`: the head of the line (and racers) try at once; the
+    /// other fair waiters a moment later, only to learn their new place. Without a head, or
+    /// when it is not local, everyone tries at once.
     fn wake(&self, channel: &str, head: Option<String>) {
-        if let Some(room) = self.rooms.get(channel) {
-            room.wake.send_replace(Wake {
-                head: head.filter(|h| !h.is_empty()),
+        let Some(room) = self.rooms.get(channel) else {
+            return;
+        };
+        let head_is_local = head.as_ref().is_some_and(|h| room.members.contains_key(h));
+        let mut later = Vec::new();
+        for (id, member) in &room.members {
+            if !head_is_local || !member.fair || head.as_ref() == Some(id) {
+                member.wake.send_replace(());
+            } else {
+                later.push(member.wake.clone());
+            }
+        }
+        if !later.is_empty() {
+            tokio::spawn(async move {
+                tokio::time::sleep(BEHIND_HEAD_DELAY).await;
+                for wake in later {
+                    wake.send_replace(());
+                }
             });
         }
     }
 
     fn wake_all(&self) {
-        for room in self.rooms.values() {
-            room.wake.send_replace(Wake { head: None });
+        for member in self.rooms.values().flat_map(|room| room.members.values()) {
+            member.wake.send_replace(());
         }
     }
 
@@ -290,7 +315,7 @@ impl RoomTask {
             let waiters: Vec<String> = room
                 .members
                 .iter()
-                .filter(|(_, fair)| **fair)
+                .filter(|(_, member)| member.fair)
                 .map(|(id, _)| id.clone())
                 .collect();
             if waiters.is_empty() {
