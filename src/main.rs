@@ -58,7 +58,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     wakeups: bool,
     /// How long the line keeps a waiter whose server stopped vouching for it (crashed).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     waiter_ttl: Duration,
     /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 10_000)]

@@ -27,7 +27,9 @@ use crate::store::{LockKeys, Store};
 /// Settings of the waiting room.
 #[derive(Clone, Debug)]
 pub struct WaitConfig {
-    /// How long the line keeps a waiter whose server stopped vouching for it (crashed, cut off).
+    /// How long the line keeps a waiter whose server stopped vouching for it (crashed, frozen,
+    /// cut off). Such a waiter at the head blocks the line this long: keep it short, but well
+    /// above a Redis round trip, since servers vouch every `waiter_ttl / 3`.
     pub waiter_ttl: Duration,
     /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
     pub max_waiters: usize,
@@ -36,7 +38,7 @@ pub struct WaitConfig {
 impl Default for WaitConfig {
     fn default() -> Self {
         WaitConfig {
-            waiter_ttl: Duration::from_secs(30),
+            waiter_ttl: Duration::from_secs(10),
             max_waiters: 10_000,
         }
     }

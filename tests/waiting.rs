@@ -309,3 +309,25 @@ async fn too_many_waiters_get_resource_exhausted() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn living_waiters_keep_their_place_past_many_waiter_ttls() {
+    let redis = RedisServer::start();
+    let waiter_ttl = Duration::from_millis(300);
+    let server = TestServer::start_with(&redis, "leasehold:", config(waiter_ttl, 100)).await;
+    let direct = redis.client().await;
+    let mut client = server.client().await;
+    let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "holder").await;
+    holder.acquired().await;
+    let mut first = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "first").await;
+    assert_eq!(waiting_position(&mut first).await, 1);
+    let mut second = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "second").await;
+    assert_eq!(waiting_position(&mut second).await, 2);
+
+    // Idle for four waiter TTLs: only the server's refresh keeps them in line.
+    tokio::time::sleep(waiter_ttl * 4).await;
+    let in_line: i64 = direct.zcard(line_key("job")).await.unwrap();
+    assert_eq!(in_line, 2);
+    holder.release().await;
+    first.acquired().await;
+}

@@ -6,9 +6,15 @@
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local deadline = now_ms + tonumber(ARGV[2])
+-- XX: only waiters still in line (the two sets always hold the same ids). Chunked, since Lua
+-- can only unpack so many arguments at once.
+local batch = {}
 for i = 3, #ARGV do
-  if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
-    redis.call('ZADD', KEYS[3], deadline, ARGV[i])
+  batch[#batch + 1] = deadline
+  batch[#batch + 1] = ARGV[i]
+  if #batch >= 1000 or i == #ARGV then
+    redis.call('ZADD', KEYS[3], 'XX', unpack(batch))
+    batch = {}
   end
 end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)

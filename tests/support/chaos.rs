@@ -28,8 +28,14 @@ const WAIT: Duration = Duration::from_secs(3);
 /// Longer than the TTL: what "paused" and "cut" mean in these tests.
 pub const FAULT_FOR: Duration = Duration::from_millis(1_500);
 
-/// Server flags that make faults show quickly: keepalive 200 ms + 300 ms, Redis calls 300 ms.
+/// How long the line keeps a waiter whose server is frozen or dead.
+pub const WAITER_TTL: Duration = Duration::from_millis(600);
+
+/// Server flags that make faults show quickly: keepalive 200 ms + 300 ms, Redis calls 300 ms,
+/// waiters of a frozen or dead server out of line after 600 ms.
 const SERVER_FLAGS: &[&str] = &[
+    "--waiter-ttl",
+    "600ms",
     "--keepalive-interval",
     "200ms",
     "--keepalive-timeout",
