@@ -95,6 +95,25 @@ impl Client {
         }
     }
 
+    /// Releases a lock taken elsewhere, by its token. `false`: the token no longer held it.
+    pub async fn release(
+        &self,
+        name: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Result<bool, ClientError> {
+        let request = pb::ReleaseRequest {
+            name: name.into(),
+            token: token.into(),
+        };
+        Ok(self
+            .inner
+            .clone()
+            .release(request)
+            .await?
+            .into_inner()
+            .released)
+    }
+
     /// Who holds `name`, without changing anything.
     pub async fn describe(
         &self,
@@ -147,7 +166,16 @@ impl LeaseBuilder {
     }
 
     /// Takes the lock, waiting as configured. A taken lock is `ClientError::Status` with `ABORTED`.
-    pub async fn acquire(mut self) -> Result<LeaseGuard, ClientError> {
+    pub async fn acquire(self) -> Result<LeaseGuard, ClientError> {
+        self.acquire_with_progress(|_| {}).await
+    }
+
+    /// As [`LeaseBuilder::acquire`], telling `on_waiting` about each `Waiting` event (the holder
+    /// and the place in line) while the lock is taken.
+    pub async fn acquire_with_progress(
+        mut self,
+        mut on_waiting: impl FnMut(&pb::Waiting),
+    ) -> Result<LeaseGuard, ClientError> {
         let (requests, outbox) = mpsc::channel(2);
         let acquire = LeaseRequest {
             action: Some(Action::Acquire(pb::LeaseAcquire {
@@ -173,8 +201,8 @@ impl LeaseBuilder {
                     event: Some(Event::Acquired(acquired)),
                 }) => break acquired,
                 Some(LeaseResponse {
-                    event: Some(Event::Waiting(_)),
-                }) => continue,
+                    event: Some(Event::Waiting(waiting)),
+                }) => on_waiting(&waiting),
                 other => {
                     return Err(ClientError::Protocol(format!(
                         "expected acquired, got {other:?}"

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use leasehold::commands;
 use leasehold::server::{ServerConfig, serve};
 use leasehold::store::Store;
 use tokio::net::TcpListener;
@@ -27,6 +28,81 @@ enum Command {
     ///
     /// Example: leasehold serve --redis redis://127.0.0.1:6379 --listen 127.0.0.1:50051
     Serve(ServeArgs),
+    /// Hold a lock while a command runs.
+    #[command(after_help = "Examples:
+  leasehold run nightly-report -- ./report.sh
+  leasehold run --ttl 30s --wait 5m backup -- pg_dump -f /backups/db.sql mydb
+
+The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment.
+Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
+was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 69 if the server
+could not be reached; 130/143 when interrupted.")]
+    Run(RunArgs),
+    /// Show who holds locks.
+    #[command(after_help = "Examples:
+  leasehold status nightly-report
+  leasehold status --json backup nightly-report")]
+    Status(StatusArgs),
+    /// Release a lock by its token (taken with the unary Acquire call).
+    #[command(after_help = "Example:
+  leasehold release nightly-report 3f2a9c...")]
+    Release(ReleaseArgs),
+}
+
+#[derive(clap::Args)]
+struct ServerArg {
+    /// The Leasehold server.
+    #[arg(
+        long,
+        env = "LEASEHOLD_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    server: String,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// How long the lock outlives this process if it dies with its server (500ms, 30s, 5m).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// How long to wait for a taken lock (0s: fail at once).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    wait: Duration,
+    /// How others see this holder (default: host and pid).
+    #[arg(long)]
+    holder: Option<String>,
+    /// Between SIGTERM and SIGKILL when the lease is lost or we are interrupted.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// The lock's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Print JSON, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Lock names.
+    #[arg(required = true)]
+    names: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct ReleaseArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// The lock's name.
+    name: String,
+    /// The token returned by Acquire.
+    token: String,
 }
 
 #[derive(clap::Args)]
@@ -80,6 +156,22 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => run_server(args).await,
+        Command::Run(args) => {
+            commands::run(commands::RunOptions {
+                server: args.server.server,
+                name: args.name,
+                ttl: args.ttl,
+                wait: args.wait,
+                holder: args.holder,
+                grace: args.grace,
+                command: args.command,
+            })
+            .await
+        }
+        Command::Status(args) => commands::status(args.server.server, args.names, args.json).await,
+        Command::Release(args) => {
+            commands::release(args.server.server, args.name, args.token).await
+        }
     }
 }
 

@@ -1,0 +1,304 @@
+//! The client commands of the `leasehold` binary: `run`, `status` and `release`.
+//!
+//! Exit statuses of `run`, for scripts and cron jobs:
+//! - the command's own status when it ran to the end (128 + N when killed by signal N);
+//! - [`EXIT_NOT_ACQUIRED`] (75) when the lock stayed taken for the whole `--wait`;
+//! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (it was sent SIGTERM,
+//!   then SIGKILL after `--grace`);
+//! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or refused the request;
+//! - 130 / 143 when interrupted by SIGINT / SIGTERM (the command is stopped, the lock released).
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientError, LeaseGuard};
+use crate::pb;
+
+/// The lock stayed taken for the whole wait (EX_TEMPFAIL).
+pub const EXIT_NOT_ACQUIRED: u8 = 75;
+/// The lease was lost while the command ran; the command was stopped.
+pub const EXIT_LOST: u8 = 76;
+/// The server could not be reached, or refused the request (EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+/// What `leasehold run` needs.
+#[derive(Debug)]
+pub struct RunOptions {
+    pub server: String,
+    pub name: String,
+    pub ttl: Duration,
+    pub wait: Duration,
+    pub holder: Option<String>,
+    pub grace: Duration,
+    pub command: Vec<String>,
+}
+
+fn connect_error(error: ClientError) -> ExitCode {
+    eprintln!("leasehold: {error}");
+    ExitCode::from(EXIT_UNAVAILABLE)
+}
+
+/// Holds a lease on `name` while `command` runs.
+pub async fn run(options: RunOptions) -> ExitCode {
+    let Some((program, args)) = options.command.split_first() else {
+        eprintln!("leasehold: no command to run (leasehold run NAME -- CMD ARGS...)");
+        return ExitCode::from(EXIT_UNAVAILABLE);
+    };
+    let client = match Client::connect(options.server.clone()).await {
+        Ok(client) => client,
+        Err(error) => return connect_error(error),
+    };
+    let holder = options.holder.clone().unwrap_or_else(default_holder);
+    let guard = match acquire_showing_progress(&client, &options, holder).await {
+        Ok(guard) => guard,
+        Err(ClientError::Status(status)) if status.code() == tonic::Code::Aborted => {
+            eprintln!(
+                "leasehold: lock {:?} not acquired: {}",
+                options.name,
+                status.message()
+            );
+            return ExitCode::from(EXIT_NOT_ACQUIRED);
+        }
+        Err(error) => return connect_error(error),
+    };
+    let child = Command::new(program)
+        .args(args)
+        .env("LEASEHOLD_FENCING_TOKEN", guard.fencing_token().to_string())
+        .env("LEASEHOLD_LOCK", &options.name)
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("leasehold: cannot start {program:?}: {error}");
+            let _ = guard.release().await;
+            return ExitCode::from(127);
+        }
+    };
+    let code = supervise(&mut child, &guard, &options).await;
+    let _ = guard.release().await;
+    ExitCode::from(code)
+}
+
+/// Waits for the command, the loss of the lease, or an interrupt, and says how to exit.
+async fn supervise(child: &mut Child, guard: &LeaseGuard, options: &RunOptions) -> u8 {
+    let (mut interrupt, mut terminate) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
+        _ => {
+            eprintln!("leasehold: cannot watch for signals; stopping the command");
+            stop(child, options.grace).await;
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => exit_code(status),
+            Err(error) => {
+                eprintln!("leasehold: lost track of the command: {error}");
+                EXIT_UNAVAILABLE
+            }
+        },
+        reason = guard.lost() => {
+            eprintln!("leasehold: lease on {:?} lost ({reason}); stopping the command", options.name);
+            stop(child, options.grace).await;
+            EXIT_LOST
+        }
+        _ = interrupt.recv() => {
+            stop(child, options.grace).await;
+            130
+        }
+        _ = terminate.recv() => {
+            stop(child, options.grace).await;
+            143
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL if the command has not ended after `grace`.
+async fn stop(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+fn default_holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("leasehold run on {host}, pid {}", std::process::id())
+}
+
+/// Acquires, showing on a terminal who holds the lock and for how long we have waited.
+async fn acquire_showing_progress(
+    client: &Client,
+    options: &RunOptions,
+    holder: String,
+) -> Result<LeaseGuard, ClientError> {
+    let mut line = StatusLine::new(&options.name);
+    let waiting = std::sync::Arc::new(std::sync::Mutex::new(None::<pb::Waiting>));
+    let seen = waiting.clone();
+    let acquire = client
+        .lease(options.name.clone())
+        .ttl(options.ttl)
+        .wait(options.wait)
+        .holder(holder)
+        .acquire_with_progress(move |w| {
+            if let Ok(mut seen) = seen.lock() {
+                *seen = Some(w.clone());
+            }
+        });
+    tokio::pin!(acquire);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let result = loop {
+        tokio::select! {
+            result = &mut acquire => break result,
+            _ = tick.tick() => {
+                let current = waiting.lock().ok().and_then(|w| w.clone());
+                if let Some(current) = current {
+                    line.show(&current);
+                }
+            }
+        }
+    };
+    line.clear();
+    result
+}
+
+/// A spinner line on stderr while waiting; nothing when stderr is not a terminal.
+struct StatusLine {
+    name: String,
+    started: Instant,
+    frame: usize,
+    shown: bool,
+    enabled: bool,
+}
+
+impl StatusLine {
+    fn new(name: &str) -> Self {
+        StatusLine {
+            name: name.to_owned(),
+            started: Instant::now(),
+            frame: 0,
+            shown: false,
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&mut self, waiting: &pb::Waiting) {
+        if !self.enabled {
+            return;
+        }
+        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+        self.frame = (self.frame + 1) % FRAMES.len();
+        let place = match waiting.position {
+            0 => String::new(),
+            1 => ", next in line".to_owned(),
+            n => format!(", {n} in line"),
+        };
+        let holder = if waiting.holder.is_empty() {
+            "someone".to_owned()
+        } else {
+            waiting.holder.clone()
+        };
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\r\x1b[2K{} waiting for lock {:?} held by {holder}{place} ({}s)",
+            FRAMES[self.frame],
+            self.name,
+            self.started.elapsed().as_secs()
+        );
+        let _ = err.flush();
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+
+/// `leasehold status NAME...`: who holds each lock.
+pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode {
+    let client = match Client::connect(server).await {
+        Ok(client) => client,
+        Err(error) => return connect_error(error),
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        match client.describe(name.clone()).await {
+            Ok(described) => rows.push((name, described)),
+            Err(error) => return connect_error(error),
+        }
+    }
+    if json {
+        let items: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, d)| {
+                serde_json::json!({
+                    "name": name,
+                    "held": d.held,
+                    "holder": d.holder,
+                    "ttl_remaining_ms": d.ttl_remaining_ms,
+                    "fencing_token": d.fencing_token,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+    } else {
+        for (name, d) in rows {
+            if d.held {
+                println!(
+                    "{name}\theld by {}\tttl {} ms\tfencing token {}",
+                    d.holder, d.ttl_remaining_ms, d.fencing_token
+                );
+            } else {
+                println!("{name}\tfree");
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.
+pub async fn release(server: String, name: String, token: String) -> ExitCode {
+    let client = match Client::connect(server).await {
+        Ok(client) => client,
+        Err(error) => return connect_error(error),
+    };
+    match client.release(name.clone(), token).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
+            ExitCode::FAILURE
+        }
+        Err(error) => connect_error(error),
+    }
+}

@@ -1,0 +1,188 @@
+//! The `leasehold` command line as users run it: real binary, real server, real Redis.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fred::prelude::KeysInterface;
+use leasehold::commands::{EXIT_LOST, EXIT_NOT_ACQUIRED};
+use support::*;
+use tokio::process::Command;
+use tokio::time::Instant;
+
+fn leasehold(server: &TestServer) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env("LEASEHOLD_SERVER", server.url())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+fn temp_file(name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("leasehold-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+async fn exit_code(mut command: Command) -> i32 {
+    let status = tokio::time::timeout(Duration::from_secs(30), command.status())
+        .await
+        .expect("leasehold run did not finish")
+        .expect("run leasehold");
+    status.code().expect("exit code")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_one_name_never_overlap() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let marks = temp_file("marks");
+    let script = format!(
+        "echo start $$ >> {0}; sleep 0.2; echo end $$ >> {0}",
+        marks.display()
+    );
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let mut command = leasehold(&server);
+        command.args([
+            "run", "--wait", "20s", "--ttl", "2s", "shared", "--", "sh", "-c", &script,
+        ]);
+        runs.push(tokio::spawn(exit_code(command)));
+    }
+    for run in runs {
+        assert_eq!(run.await.unwrap(), 0);
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    for pair in lines.chunks(2) {
+        let (start, end) = (pair[0], pair[1]);
+        assert!(start.starts_with("start "), "{text}");
+        assert_eq!(
+            end,
+            start.replace("start", "end"),
+            "interleaved runs:\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_statuses_and_the_fencing_token_reach_the_caller() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let out = temp_file("token");
+
+    let mut command = leasehold(&server);
+    command.args(["run", "job", "--", "sh", "-c"]);
+    command.arg(format!(
+        "echo $LEASEHOLD_FENCING_TOKEN $LEASEHOLD_LOCK > {}; exit 7",
+        out.display()
+    ));
+    assert_eq!(exit_code(command).await, 7);
+    let written = std::fs::read_to_string(&out).unwrap();
+    let (token, lock) = written.trim().split_once(' ').unwrap();
+    assert!(token.parse::<u64>().unwrap() > 0);
+    assert_eq!(lock, "job");
+
+    // Killed by a signal: 128 + the signal, as a shell reports it.
+    let mut command = leasehold(&server);
+    command.args(["run", "job", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(exit_code(command).await, 128 + 9);
+
+    // The lock stays free afterwards.
+    let mut client = server.client().await;
+    let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    lease.acquired().await;
+
+    // Taken, and no waiting: the command does not run.
+    let mut command = leasehold(&server);
+    command.args(["run", "job", "--", "sh", "-c", "exit 0"]);
+    command.stderr(Stdio::piped());
+    let output = command.output().await.unwrap();
+    assert_eq!(output.status.code(), Some(EXIT_NOT_ACQUIRED.into()));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not acquired"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_command_with_its_own_status() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let marks = temp_file("lost");
+
+    let mut command = leasehold(&server);
+    command.args([
+        "run", "--ttl", "300ms", "--grace", "1s", "job", "--", "sh", "-c",
+    ]);
+    // Records that it started, and that it was told to stop.
+    command.arg(format!(
+        "trap 'echo terminated >> {0}; exit 0' TERM; echo started >> {0}; while true; do sleep 0.05; done",
+        marks.display()
+    ));
+    let run = tokio::spawn(exit_code(command));
+    // Once the command runs, take the lock away behind the server's back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&marks).map_or(true, |t| !t.contains("started")) {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _: i64 = direct.del(lock_key("job")).await.unwrap();
+    let deleted_at = Instant::now();
+    assert_eq!(run.await.unwrap(), i32::from(EXIT_LOST));
+    // Noticed at the next renewal (ttl/3) and stopped within the grace period.
+    assert!(
+        deleted_at.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        deleted_at.elapsed()
+    );
+    assert!(
+        std::fs::read_to_string(&marks)
+            .unwrap()
+            .contains("terminated")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_release_commands() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let mut client = server.client().await;
+    let acquired = client
+        .acquire(leasehold::pb::AcquireRequest {
+            name: "job".into(),
+            ttl_ms: 30_000,
+            holder: "cron@host".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    let mut command = leasehold(&server);
+    command.args(["status", "--json", "job", "free-one"]);
+    let output = command.output().await.unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json[0]["name"], "job");
+    assert_eq!(json[0]["held"], true);
+    assert_eq!(json[0]["holder"], "cron@host");
+    assert_eq!(json[0]["fencing_token"], acquired.fencing_token);
+    assert_eq!(json[1]["held"], false);
+
+    let mut command = leasehold(&server);
+    command.args(["release", "job", &"0".repeat(32)]);
+    assert_eq!(
+        exit_code(command).await,
+        1,
+        "a wrong token must not release"
+    );
+    let mut command = leasehold(&server);
+    command.args(["release", "job", &acquired.token]);
+    assert_eq!(exit_code(command).await, 0);
+    let mut command = leasehold(&server);
+    command.args(["status", "job"]);
+    let output = command.output().await.unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("free"));
+}
