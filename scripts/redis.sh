@@ -1,4 +1,4 @@
-# Shared by scripts/test.sh and scripts/serve.sh: get redis-server onto a fresh Debian machine.
+# Shared by scripts/test.sh and scripts/serve.sh: get redis-server (and Python) onto a fresh Debian machine.
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -30,4 +30,12 @@ ensure_local_redis() {
   done
   echo "Redis did not start; see /tmp/leasehold-redis.log" >&2
   exit 1
+}
+
+ensure_python_venv() {
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "python3 with venv is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
 }
