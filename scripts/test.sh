@@ -17,3 +17,6 @@ venv=target/py-venv
 "$venv/bin/pip" install -q --disable-pip-version-check grpcio grpcio-tools pytest
 PATH="$PWD/$venv/bin:$PATH" clients/python/generate.sh
 LEASEHOLD_BIN="$PWD/target/debug/leasehold" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
+
+# Go client: Debian's Go and grpc-go packages, stubs generated now, tested against the binary.
+clients/go/test.sh "$PWD/target/debug/leasehold"

@@ -1,0 +1,113 @@
+package leasehold
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func redisCli(port int, args ...string) string {
+	out, _ := exec.Command("redis-cli", append([]string{"-p", strconv.Itoa(port)}, args...)...).Output()
+	return strings.TrimSpace(string(out))
+}
+
+// start runs a redis-server and a leasehold server of the test's own; both stop at cleanup.
+func start(t *testing.T) (*grpc.ClientConn, int) {
+	port := freePort(t)
+	redis := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { redis.Process.Kill(); redis.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for redisCli(port, "ping") != "PONG" {
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	binary := os.Getenv("LEASEHOLD_BIN")
+	server := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--redis",
+		"redis://127.0.0.1:"+strconv.Itoa(port))
+	stdout, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "leasehold: listening on ") {
+		t.Fatalf("server did not start: %q %v", line, err)
+	}
+	addr := strings.TrimSpace(strings.TrimPrefix(line, "leasehold: listening on "))
+	conn, err := grpc.Dial(addr, grpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, port
+}
+
+func TestLeaseHoldsExcludesAndReleases(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	lease, err := Acquire(ctx, conn, "job", Options{TTL: 5 * time.Second, Holder: "go-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.FencingToken == 0 {
+		t.Fatal("no fencing token")
+	}
+	if got := redisCli(port, "GET", "leasehold:{job}:lock"); got != lease.Token {
+		t.Fatalf("lock key holds %q, want our token", got)
+	}
+	_, err = Acquire(ctx, conn, "job", Options{})
+	if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "go-test") {
+		t.Fatalf("second acquire: %v", err)
+	}
+	held, err := lease.Release()
+	if err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if got := redisCli(port, "EXISTS", "leasehold:{job}:lock"); got != "0" {
+		t.Fatalf("lock still there after release: %s", got)
+	}
+}
+
+func TestLostClosesWhenTheLockIsTakenAway(t *testing.T) {
+	conn, port := start(t)
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisCli(port, "DEL", "leasehold:{job}:lock")
+	select {
+	case <-lease.Lost():
+		if !strings.Contains(lease.LostReason(), "deleted or taken") {
+			t.Fatalf("reason: %s", lease.LostReason())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost() never closed")
+	}
+}
