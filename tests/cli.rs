@@ -186,3 +186,42 @@ async fn status_and_release_commands() {
     let output = command.output().await.unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("free"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_stops_the_command_and_releases_the_lock() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let marks = temp_file("interrupt");
+
+    let mut command = leasehold(&server);
+    command.args(["run", "--grace", "2s", "job", "--", "sh", "-c"]);
+    command.arg(format!(
+        "trap 'echo terminated >> {0}; exit 0' TERM; echo started >> {0}; while true; do sleep 0.05; done",
+        marks.display()
+    ));
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&marks).map_or(true, |t| !t.contains("started")) {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(get(&direct, &lock_key("job")).await.is_some());
+    // Ctrl-C (to leasehold alone, as `kill -INT` would).
+    signal(child.id().unwrap(), "INT");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        std::fs::read_to_string(&marks)
+            .unwrap()
+            .contains("terminated")
+    );
+    assert_eq!(
+        get(&direct, &lock_key("job")).await,
+        None,
+        "lock not released"
+    );
+}
