@@ -191,20 +191,9 @@ impl LinePlace {
 
 impl Drop for LinePlace {
     fn drop(&mut self) {
-        if self.waiter_id.is_empty() {
-            return;
-        }
-        let (store, keys, waiter_id) = (
-            self.store.clone(),
-            self.keys.clone(),
-            std::mem::take(&mut self.waiter_id),
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = store.leave(&keys, &waiter_id).await {
-                    tracing::debug!(%error, "leaving the line failed; the waiter times out instead");
-                }
-            });
+        if !self.waiter_id.is_empty() {
+            self.store
+                .leave_in_background(self.keys.clone(), std::mem::take(&mut self.waiter_id));
         }
     }
 }

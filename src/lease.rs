@@ -360,7 +360,8 @@ where
             // Never retried into success: someone else may hold the lock now.
             Ok(Ok(false)) => {
                 // An expiry this server saw: if the lock is free, wake the line.
-                self.store.wake_line_in_background(lock.keys.clone());
+                self.store
+                    .leave_in_background(lock.keys.clone(), String::new());
                 Some(
                     "the lock key was deleted or taken by another holder behind the server's back"
                         .into(),

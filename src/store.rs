@@ -368,37 +368,48 @@ impl Store {
         Ok(())
     }
 
-    /// Releases without waiting for the answer: for exits that cannot wait, and for attempts whose
-    /// outcome is unknown (an acquire that timed out may still land in Redis).
-    pub fn release_in_background(&self, keys: LockKeys, token: Token) {
+    /// Runs `call` in the background, for exits that cannot wait for Redis: a failure is only
+    /// logged, with what it costs (`fallback`), since nobody is left to hear of it.
+    fn in_background<F, Fut>(&self, span: tracing::Span, fallback: &'static str, call: F)
+    where
+        F: FnOnce(Store) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            warn!(
-                lease = token.lease_id(),
-                "no runtime to release the lock; it expires by its TTL"
-            );
+            span.in_scope(|| warn!("no runtime left; {fallback}"));
             return;
         };
         let store = self.clone();
-        let span = tracing::info_span!("release", lease = token.lease_id());
         runtime.spawn(
             async move {
-                match store.release(&keys, &token).await {
-                    Ok(was_held) => tracing::debug!(was_held, "released"),
-                    Err(error) => warn!(%error, "release failed; the lock expires by its TTL"),
+                if let Err(error) = call(store).await {
+                    warn!(%error, "{fallback}");
                 }
             }
             .instrument(span),
         );
     }
 
-    /// Wakes the lock's waiters if it is free, without waiting: for expiries this server sees.
-    pub fn wake_line_in_background(&self, keys: LockKeys) {
-        let store = self.clone();
-        tokio::spawn(async move {
-            if let Err(error) = store.leave(&keys, "").await {
-                tracing::debug!(%error, "could not wake the line; waiters rely on their timers");
-            }
-        });
+    /// Releases without waiting for the answer: for exits that cannot wait, and for attempts whose
+    /// outcome is unknown (an acquire that timed out may still land in Redis).
+    pub fn release_in_background(&self, keys: LockKeys, token: Token) {
+        let span = tracing::info_span!("release", lease = token.lease_id());
+        self.in_background(
+            span,
+            "release failed; the lock expires by its TTL",
+            |store| async move { store.release(&keys, &token).await.map(|_| ()) },
+        );
+    }
+
+    /// Takes a waiter out of line without waiting (empty id: nobody), waking the line if the lock
+    /// is free: for waiters that went away, and for expiries this server sees.
+    pub fn leave_in_background(&self, keys: LockKeys, waiter_id: String) {
+        let span = tracing::info_span!("leave line");
+        self.in_background(
+            span,
+            "could not update the line; waiters rely on their timers",
+            |store| async move { store.leave(&keys, &waiter_id).await },
+        );
     }
 
     /// Reads who holds the lock.
