@@ -95,6 +95,21 @@ impl Client {
         }
     }
 
+    /// Takes `name` once with the unary call, without renewal and without waiting: the caller
+    /// must release it (or let `ttl` run out). A taken lock answers `acquired == false`.
+    pub async fn acquire_once(
+        &self,
+        name: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<pb::AcquireResponse, ClientError> {
+        let request = pb::AcquireRequest {
+            name: name.into(),
+            ttl_ms: millis(ttl),
+            ..Default::default()
+        };
+        Ok(self.inner.clone().acquire(request).await?.into_inner())
+    }
+
     /// Releases a lock taken elsewhere, by its token. `false`: the token no longer held it.
     pub async fn release(
         &self,

@@ -13,11 +13,13 @@
 //! - [`server`]: running and shutting down the server.
 //! - [`admission`]: how many leases one client connection may hold open.
 //! - [`fence`]: the protected resource's side: a Redis value that refuses stale fencing tokens.
+//! - [`bench`]: the `bench` command: what a lease costs against direct Redis.
 //! - [`commands`]: the `run`, `status` and `release` commands of the binary.
 //! - [`client`]: a Rust client whose guard knows when the lock is lost.
 
 pub mod acquire;
 pub mod admission;
+pub mod bench;
 pub mod client;
 pub mod commands;
 pub mod error;

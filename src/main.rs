@@ -43,6 +43,11 @@ could not be reached; 130/143 when interrupted.")]
   leasehold status nightly-report
   leasehold status --json backup nightly-report")]
     Status(StatusArgs),
+    /// Measure a running server against direct Redis (starts nothing itself).
+    #[command(after_help = "Examples:
+  leasehold bench --server http://127.0.0.1:50051 --redis redis://127.0.0.1:6379
+  leasehold bench --quick --json bench.json")]
+    Bench(BenchArgs),
     /// Release a lock by its token (taken with the unary Acquire call).
     #[command(after_help = "Example:
   leasehold release nightly-report 3f2a9c...")]
@@ -93,6 +98,25 @@ struct StatusArgs {
     /// Lock names.
     #[arg(required = true)]
     names: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// The Redis the server uses, for the direct baseline.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis: String,
+    /// A smoke run of a few seconds (figures not to be judged).
+    #[arg(long)]
+    quick: bool,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -169,6 +193,7 @@ async fn main() -> ExitCode {
             .await
         }
         Command::Status(args) => commands::status(args.server.server, args.names, args.json).await,
+        Command::Bench(args) => run_bench(args).await,
         Command::Release(args) => {
             commands::release(args.server.server, args.name, args.token).await
         }
@@ -211,6 +236,28 @@ async fn run_server(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn run_bench(args: BenchArgs) -> ExitCode {
+    let options = leasehold::bench::BenchOptions {
+        server: args.server.server,
+        redis: args.redis,
+        quick: args.quick,
+    };
+    let figures = match leasehold::bench::run(&options).await {
+        Ok(figures) => figures,
+        Err(error) => {
+            eprintln!("leasehold: bench failed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = args.json {
+        if let Err(error) = std::fs::write(&path, figures.to_string()) {
+            eprintln!("leasehold: cannot write {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Ctrl-C or SIGTERM (what `docker stop` and systemd send).

@@ -225,3 +225,50 @@ async fn an_interrupt_stops_the_command_and_releases_the_lock() {
         "lock not released"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_quick_runs_against_a_real_server() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let out = temp_file("bench.json");
+    let mut command = leasehold(&server);
+    command.args(["bench", "--quick", "--redis", &redis.url(), "--json"]);
+    command.arg(&out).stdout(Stdio::piped());
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("| Lease stream |"));
+    let figures: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let paths: Vec<&str> = figures["uncontended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "direct Redis (fred)",
+            "Lease stream",
+            "unary Acquire/Release"
+        ]
+    );
+    for figure in figures["uncontended"].as_array().unwrap() {
+        assert_eq!(figure["operations"], 200);
+        assert!(figure["p50_us"].as_u64().unwrap() > 0);
+    }
+    assert!(
+        figures["contention"][1]["figures"]["operations"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(figures["many_locks"]["operations"], 100);
+}

@@ -1,0 +1,375 @@
+//! `leasehold bench`: what a lease costs through the service, against the same work done
+//! directly on Redis in the same run (the baseline any user could build by hand).
+//!
+//! It starts nothing: it points at a running server and the Redis that server uses. Sections:
+//! 1. uncontended acquire + release, one client at a time: through the `Lease` stream, through the
+//!    unary `Acquire`/`Release`, and directly with fred (`SET NX PX` + the compare-and-delete
+//!    script);
+//! 2. contention: 2, 16 and 128 clients looping on one lock through the `Lease` stream;
+//! 3. many locks: as many clients on distinct names at once.
+//!
+//! Not yet here (issue 6): held leases at scale (RSS, renewal load), and the rslock and etcd
+//! peers, which must live in separate binaries so the server never links them.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::client::{Client, ClientError};
+use crate::token::Token;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub server: String,
+    pub redis: String,
+    /// A smoke run in well under a minute, for CI: figures from it are not to be judged.
+    pub quick: bool,
+}
+
+/// Latency figures of one measured path.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    pub path: String,
+    pub operations: usize,
+    pub per_second: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+}
+
+impl Figures {
+    fn from_samples(path: &str, mut samples: Vec<Duration>, elapsed: Duration) -> Self {
+        samples.sort();
+        let at = |q: f64| {
+            samples
+                .get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        Figures {
+            path: path.to_owned(),
+            operations: samples.len(),
+            per_second: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+        }
+    }
+
+    fn to_json(&self, baseline: Option<&Figures>) -> serde_json::Value {
+        json!({
+            "path": self.path,
+            "operations": self.operations,
+            "per_second": self.per_second,
+            "p50_us": self.p50.as_micros() as u64,
+            "p99_us": self.p99.as_micros() as u64,
+            "p999_us": self.p999.as_micros() as u64,
+            "p50_ratio_to_direct": baseline.map(|b| ratio(self.p50, b.p50)),
+        })
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+/// Errors that stop a benchmark.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("redis: {0}")]
+    Redis(#[from] fred::error::Error),
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+/// Runs every section, prints tables, and returns the figures as JSON.
+pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError> {
+    let progress = Progress::new();
+    let operations = if options.quick { 200 } else { 5_000 };
+    let client = Client::connect(options.server.clone()).await?;
+    let redis = Builder::from_config(Config::from_url(&options.redis)?).build()?;
+    redis.init().await?;
+
+    progress.say("uncontended: direct Redis");
+    let direct = direct_redis(&redis, operations).await?;
+    progress.say("uncontended: Lease stream");
+    let stream = lease_stream(&client, operations).await?;
+    progress.say("uncontended: unary Acquire/Release");
+    let unary = unary(&client, operations).await?;
+    progress.clear();
+
+    println!("## Uncontended acquire + release, one client\n");
+    println!("| path | ops | ops/s | p50 | p99 | p999 | p50 vs direct |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for figures in [&direct, &stream, &unary] {
+        println!(
+            "| {} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x |",
+            figures.path,
+            figures.operations,
+            figures.per_second,
+            ms(figures.p50),
+            ms(figures.p99),
+            ms(figures.p999),
+            ratio(figures.p50, direct.p50)
+        );
+    }
+
+    let contenders: &[usize] = if options.quick {
+        &[2, 16]
+    } else {
+        &[2, 16, 128]
+    };
+    let window = if options.quick {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(10)
+    };
+    let mut contention_rows = Vec::new();
+    println!("\n## Contention: clients looping on one lock (Lease stream, fair)\n");
+    println!("| clients | acquisitions/s | wait p50 | wait p99 |");
+    println!("| --- | --- | --- | --- |");
+    for &clients in contenders {
+        progress.say(&format!("contention: {clients} clients"));
+        let figures = contention(&options.server, clients, window).await?;
+        progress.clear();
+        println!(
+            "| {clients} | {:.0} | {:.3} ms | {:.3} ms |",
+            figures.per_second,
+            ms(figures.p50),
+            ms(figures.p99)
+        );
+        contention_rows.push(json!({"clients": clients, "figures": figures.to_json(None)}));
+    }
+
+    let names = if options.quick { 100 } else { 1_000 };
+    progress.say(&format!("many locks: {names} clients on {names} names"));
+    let many = many_locks(&options.server, names).await?;
+    progress.clear();
+    println!(
+        "\n## Many locks: {names} clients, one distinct name each, acquire + release at once\n"
+    );
+    println!("| ops | ops/s | p50 | p99 |");
+    println!("| --- | --- | --- | --- |");
+    println!(
+        "| {} | {:.0} | {:.3} ms | {:.3} ms |",
+        many.operations,
+        many.per_second,
+        ms(many.p50),
+        ms(many.p99)
+    );
+
+    Ok(json!({
+        "quick": options.quick,
+        "uncontended": [direct.to_json(None), stream.to_json(Some(&direct)), unary.to_json(Some(&direct))],
+        "contention": contention_rows,
+        "many_locks": many.to_json(None),
+    }))
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// What a user would write by hand: `SET NX PX`, then the compare-and-delete script.
+async fn direct_redis(
+    redis: &fred::prelude::Client,
+    operations: usize,
+) -> Result<Figures, BenchError> {
+    let release = Script::from_lua(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    release.load(redis).await?;
+    let key = format!("leasehold-bench-direct:{}", Token::random().lease_id());
+    let mut samples = Vec::with_capacity(operations);
+    let started = Instant::now();
+    for _ in 0..operations {
+        let token = Token::random();
+        let begun = Instant::now();
+        let set: Option<String> = redis
+            .set(
+                &key,
+                token.secret(),
+                Some(Expiration::PX(30_000)),
+                Some(SetOptions::NX),
+                false,
+            )
+            .await?;
+        if set.is_none() {
+            return Err(BenchError::Unexpected(
+                "direct SET NX found the key taken".into(),
+            ));
+        }
+        let released: i64 = release.evalsha(redis, key.as_str(), token.secret()).await?;
+        if released != 1 {
+            return Err(BenchError::Unexpected(
+                "direct release did not delete".into(),
+            ));
+        }
+        samples.push(begun.elapsed());
+    }
+    Ok(Figures::from_samples(
+        "direct Redis (fred)",
+        samples,
+        started.elapsed(),
+    ))
+}
+
+async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    let name = format!("bench-stream-{}", Token::random().lease_id());
+    let mut samples = Vec::with_capacity(operations);
+    let started = Instant::now();
+    for _ in 0..operations {
+        let begun = Instant::now();
+        let guard = client
+            .lease(name.clone())
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await?;
+        if !guard.release().await? {
+            return Err(BenchError::Unexpected(
+                "Lease stream release found the lock gone".into(),
+            ));
+        }
+        samples.push(begun.elapsed());
+    }
+    Ok(Figures::from_samples(
+        "Lease stream",
+        samples,
+        started.elapsed(),
+    ))
+}
+
+async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    let name = format!("bench-unary-{}", Token::random().lease_id());
+    let mut samples = Vec::with_capacity(operations);
+    let started = Instant::now();
+    for _ in 0..operations {
+        let begun = Instant::now();
+        let acquired = client
+            .acquire_once(name.clone(), Duration::from_secs(30))
+            .await?;
+        if !acquired.acquired {
+            return Err(BenchError::Unexpected(format!(
+                "unary acquire refused: {}",
+                acquired.holder
+            )));
+        }
+        if !client.release(name.clone(), acquired.token).await? {
+            return Err(BenchError::Unexpected(
+                "unary release found the lock gone".into(),
+            ));
+        }
+        samples.push(begun.elapsed());
+    }
+    Ok(Figures::from_samples(
+        "unary Acquire/Release",
+        samples,
+        started.elapsed(),
+    ))
+}
+
+/// `clients` loop on one lock for `window`; each sample is one acquisition's wait.
+async fn contention(server: &str, clients: usize, window: Duration) -> Result<Figures, BenchError> {
+    let name = format!("bench-contention-{}", Token::random().lease_id());
+    let deadline = Instant::now() + window;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let client = Client::connect(server.to_owned()).await?;
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut waits = Vec::new();
+            while Instant::now() < deadline {
+                let begun = Instant::now();
+                let guard = client
+                    .lease(name.clone())
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await?;
+                waits.push(begun.elapsed());
+                guard.release().await?;
+            }
+            Ok::<_, ClientError>(waits)
+        }));
+    }
+    let mut samples = Vec::new();
+    for task in tasks {
+        let waits = task
+            .await
+            .map_err(|e| BenchError::Unexpected(format!("client task failed: {e}")))??;
+        samples.extend(waits);
+    }
+    Ok(Figures::from_samples(
+        "contention",
+        samples,
+        started.elapsed(),
+    ))
+}
+
+/// `names` clients, each acquiring and releasing its own name once, all at once.
+async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
+    let client = Client::connect(server.to_owned()).await?;
+    let prefix = format!("bench-many-{}", Token::random().lease_id());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..names {
+        let client = client.clone();
+        let name = format!("{prefix}-{i}");
+        tasks.push(tokio::spawn(async move {
+            let begun = Instant::now();
+            let guard = client
+                .lease(name)
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await?;
+            guard.release().await?;
+            Ok::<_, ClientError>(begun.elapsed())
+        }));
+    }
+    let mut samples = Vec::with_capacity(names);
+    for task in tasks {
+        samples.push(
+            task.await
+                .map_err(|e| BenchError::Unexpected(format!("client task failed: {e}")))??,
+        );
+    }
+    Ok(Figures::from_samples(
+        "many locks",
+        samples,
+        started.elapsed(),
+    ))
+}
+
+/// One status line on a terminal; nothing otherwise.
+struct Progress {
+    enabled: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn say(&self, what: &str) {
+        if self.enabled {
+            let _ = write!(std::io::stderr(), "\r\x1b[2Kbench: {what}…");
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    fn clear(&self) {
+        if self.enabled {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}
