@@ -47,6 +47,9 @@ impl Default for WaitConfig {
 /// Fair waiters behind the head are woken this much later than the head (to learn their new
 /// place in line), so the head's attempt is not queued behind theirs.
 const BEHIND_HEAD_DELAY: Duration = Duration::from_millis(5);
+/// ...and at most this often: under heavy churn their place is refreshed a few times a second,
+/// not once per hand-off (which would cost one script per waiter per hand-off).
+const FOLLOWER_REFRESH: Duration = Duration::from_millis(250);
 
 enum Command {
     Join {
@@ -171,6 +174,8 @@ struct Room {
     keys: LockKeys,
     /// By waiter id.
     members: HashMap<String, Member>,
+    /// When the waiters behind the head were last woken to learn their place.
+    followers_woken: Option<tokio::time::Instant>,
 }
 
 struct RoomTask {
@@ -231,6 +236,7 @@ impl RoomTask {
                         Room {
                             keys,
                             members: HashMap::new(),
+                            followers_woken: None,
                         },
                     );
                 }
@@ -280,22 +286,27 @@ impl RoomTask {
     }
 
     /// A release or expiry on `channel`: the head of the line (and racers) try at once; the
-    /// other fair waiters a moment later, only to learn their new place. Without a head, or
-    /// when it is not local, everyone tries at once.
-    fn wake(&self, channel: &str, head: Option<String>) {
-        let Some(room) = self.rooms.get(channel) else {
+    /// other fair waiters cannot take the lock, so they are woken a moment later and at most every
+    /// `FOLLOWER_REFRESH`, only to learn their new place. Without a named head (a lost message,
+    /// an empty line) everyone tries at once.
+    fn wake(&mut self, channel: &str, head: Option<String>) {
+        let Some(room) = self.rooms.get_mut(channel) else {
             return;
         };
-        let head_is_local = head.as_ref().is_some_and(|h| room.members.contains_key(h));
+        let now = tokio::time::Instant::now();
+        let refresh_followers = room
+            .followers_woken
+            .is_none_or(|at| now.duration_since(at) >= FOLLOWER_REFRESH);
         let mut later = Vec::new();
         for (id, member) in &room.members {
-            if !head_is_local || !member.fair || head.as_ref() == Some(id) {
+            if head.is_none() || !member.fair || head.as_ref() == Some(id) {
                 member.wake.send_replace(());
-            } else {
+            } else if refresh_followers {
                 later.push(member.wake.clone());
             }
         }
         if !later.is_empty() {
+            room.followers_woken = Some(now);
             tokio::spawn(async move {
                 tokio::time::sleep(BEHIND_HEAD_DELAY).await;
                 for wake in later {
