@@ -147,21 +147,22 @@ async fn handoffs(url: &str, waiters: usize, rounds: usize) -> Latencies {
     let mut samples = Vec::new();
     let started = Instant::now();
     let (mut holder, _) = acquired.recv().await.expect("first holder");
+    // Who is in line: from their first `Waiting` until they acquire.
+    let mut in_line = std::collections::HashSet::new();
     for _ in 0..rounds {
-        // Everyone else in line (each reports Waiting once per stream), then hand over.
-        let mut in_line = std::collections::HashSet::new();
+        // Everyone else in line, then hand over.
         while in_line.len() < waiters {
             let id = waiting.recv().await.expect("waiting");
             if id != holder {
                 in_line.insert(id);
             }
         }
-        while waiting.try_recv().is_ok() {}
         tokio::time::sleep(HOLD).await;
         let released_at = Instant::now();
         release[holder].send(()).expect("holder gone");
         let (next, acquired_at) = acquired.recv().await.expect("next holder");
         samples.push(acquired_at - released_at);
+        in_line.remove(&next);
         holder = next;
         if started.elapsed() > BUDGET {
             break;
