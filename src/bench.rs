@@ -177,6 +177,30 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// Runs `operation` `count` times, one after another, timing each.
+async fn sequential<F, Fut>(
+    path: &str,
+    count: usize,
+    mut operation: F,
+) -> Result<Figures, BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), BenchError>>,
+{
+    let mut samples = Vec::with_capacity(count);
+    let started = Instant::now();
+    for _ in 0..count {
+        let begun = Instant::now();
+        operation().await?;
+        samples.push(begun.elapsed());
+    }
+    Ok(Figures::from_samples(path, samples, started.elapsed()))
+}
+
+fn unexpected(what: impl Into<String>) -> BenchError {
+    BenchError::Unexpected(what.into())
+}
+
 /// What a user would write by hand: `SET NX PX`, then the compare-and-delete script.
 async fn direct_redis(
     redis: &fred::prelude::Client,
@@ -187,14 +211,12 @@ async fn direct_redis(
     );
     release.load(redis).await?;
     let key = format!("leasehold-bench-direct:{}", Token::random().lease_id());
-    let mut samples = Vec::with_capacity(operations);
-    let started = Instant::now();
-    for _ in 0..operations {
+    let (key, release) = (&key, &release);
+    sequential("direct Redis (fred)", operations, move || async move {
         let token = Token::random();
-        let begun = Instant::now();
         let set: Option<String> = redis
             .set(
-                &key,
+                key,
                 token.secret(),
                 Some(Expiration::PX(30_000)),
                 Some(SetOptions::NX),
@@ -202,77 +224,53 @@ async fn direct_redis(
             )
             .await?;
         if set.is_none() {
-            return Err(BenchError::Unexpected(
-                "direct SET NX found the key taken".into(),
-            ));
+            return Err(unexpected("direct SET NX found the key taken"));
         }
         let released: i64 = release.evalsha(redis, key.as_str(), token.secret()).await?;
         if released != 1 {
-            return Err(BenchError::Unexpected(
-                "direct release did not delete".into(),
-            ));
+            return Err(unexpected("direct release did not delete"));
         }
-        samples.push(begun.elapsed());
-    }
-    Ok(Figures::from_samples(
-        "direct Redis (fred)",
-        samples,
-        started.elapsed(),
-    ))
+        Ok(())
+    })
+    .await
 }
 
 async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
     let name = format!("bench-stream-{}", Token::random().lease_id());
-    let mut samples = Vec::with_capacity(operations);
-    let started = Instant::now();
-    for _ in 0..operations {
-        let begun = Instant::now();
+    let name = &name;
+    sequential("Lease stream", operations, move || async move {
         let guard = client
             .lease(name.clone())
             .ttl(Duration::from_secs(30))
             .acquire()
             .await?;
         if !guard.release().await? {
-            return Err(BenchError::Unexpected(
-                "Lease stream release found the lock gone".into(),
-            ));
+            return Err(unexpected("Lease stream release found the lock gone"));
         }
-        samples.push(begun.elapsed());
-    }
-    Ok(Figures::from_samples(
-        "Lease stream",
-        samples,
-        started.elapsed(),
-    ))
+        Ok(())
+    })
+    .await
 }
 
 async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchError> {
     let name = format!("bench-unary-{}", Token::random().lease_id());
-    let mut samples = Vec::with_capacity(operations);
-    let started = Instant::now();
-    for _ in 0..operations {
-        let begun = Instant::now();
+    let name = &name;
+    sequential("unary Acquire/Release", operations, move || async move {
         let acquired = client
             .acquire_once(name.clone(), Duration::from_secs(30))
             .await?;
         if !acquired.acquired {
-            return Err(BenchError::Unexpected(format!(
+            return Err(unexpected(format!(
                 "unary acquire refused: {}",
                 acquired.holder
             )));
         }
         if !client.release(name.clone(), acquired.token).await? {
-            return Err(BenchError::Unexpected(
-                "unary release found the lock gone".into(),
-            ));
+            return Err(unexpected("unary release found the lock gone"));
         }
-        samples.push(begun.elapsed());
-    }
-    Ok(Figures::from_samples(
-        "unary Acquire/Release",
-        samples,
-        started.elapsed(),
-    ))
+        Ok(())
+    })
+    .await
 }
 
 /// `clients` loop on one lock for `window`; each sample is one acquisition's wait.
@@ -304,7 +302,7 @@ async fn contention(server: &str, clients: usize, window: Duration) -> Result<Fi
     for task in tasks {
         let waits = task
             .await
-            .map_err(|e| BenchError::Unexpected(format!("client task failed: {e}")))??;
+            .map_err(|e| unexpected(format!("client task failed: {e}")))??;
         samples.extend(waits);
     }
     Ok(Figures::from_samples(
@@ -338,7 +336,7 @@ async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
     for task in tasks {
         samples.push(
             task.await
-                .map_err(|e| BenchError::Unexpected(format!("client task failed: {e}")))??,
+                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
         );
     }
     Ok(Figures::from_samples(
