@@ -40,7 +40,7 @@ async fn runs_on_one_name_never_overlap() {
     let server = TestServer::start(&redis).await;
     let marks = temp_file("marks");
     let script = format!(
-        "echo start $$ >> {0}; sleep 0.2; echo end $$ >> {0}",
+        "echo start $$ $(date +%s%N) >> {0}; sleep 0.2; echo end $$ $(date +%s%N) >> {0}",
         marks.display()
     );
     let mut runs = Vec::new();
@@ -55,16 +55,31 @@ async fn runs_on_one_name_never_overlap() {
         assert_eq!(run.await.unwrap(), 0);
     }
     let text = std::fs::read_to_string(&marks).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 8, "{text}");
-    for pair in lines.chunks(2) {
-        let (start, end) = (pair[0], pair[1]);
-        assert!(start.starts_with("start "), "{text}");
+    // (mark, pid, nanoseconds)
+    let marks: Vec<(&str, &str, u128)> = text
+        .lines()
+        .map(|line| {
+            let mut fields = line.split(' ');
+            let mark = fields.next().unwrap();
+            let pid = fields.next().unwrap();
+            (mark, pid, fields.next().unwrap().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(marks.len(), 8, "{text}");
+    let mut last_end = 0;
+    for pair in marks.chunks(2) {
+        let ((start, pid, started), (end, end_pid, ended)) = (pair[0], pair[1]);
         assert_eq!(
-            end,
-            start.replace("start", "end"),
+            (start, end, pid),
+            ("start", "end", end_pid),
             "interleaved runs:\n{text}"
         );
+        assert!(
+            started >= last_end,
+            "a run started before the previous one ended:\n{text}"
+        );
+        assert!(ended >= started);
+        last_end = ended;
     }
 }
 
