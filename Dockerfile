@@ -5,7 +5,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY src src
-# Declared in Cargo.toml, so it must exist for the manifest to load (it is not built here).
+# Declared in Cargo.toml: copied so every declared target exists (it is not built here).
 COPY benches benches
 RUN cargo build --release --locked --bin leasehold
 
