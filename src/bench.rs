@@ -29,7 +29,16 @@ pub struct BenchOptions {
     pub redis: String,
     /// A smoke run in well under a minute, for CI: figures from it are not to be judged.
     pub quick: bool,
+    /// How many leases to hold at once in the held-leases section (one run per count).
+    pub held: Vec<usize>,
+    /// The server's process id, to read its memory (RSS) from /proc; optional.
+    pub server_pid: Option<u32>,
 }
+
+/// Lease streams per client connection in the held-leases section (the server allows 10,000).
+const LEASES_PER_CONNECTION: usize = 1_000;
+/// TTL of held leases: renewals every 10 s.
+const HELD_TTL: Duration = Duration::from_secs(30);
 
 /// Latency figures of one measured path.
 #[derive(Debug, Clone)]
@@ -165,8 +174,37 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
         ms(many.p99)
     );
 
+    println!(
+        "\n## Held leases (TTL 30 s, renewed every 10 s; {LEASES_PER_CONNECTION} streams per connection)\n"
+    );
+    println!("| leases | server RSS growth per lease | renewal scripts/s | per lease per TTL/3 |");
+    println!("| --- | --- | --- | --- |");
+    let mut held_rows = Vec::new();
+    for &count in &options.held {
+        progress.say(&format!("held leases: {count}"));
+        let held = held_leases(options, &redis, count, window).await?;
+        progress.clear();
+        let per_lease = held
+            .rss_growth
+            .map_or("n/a (no --server-pid)".to_owned(), |bytes| {
+                format!("{:.0} B", bytes as f64 / count as f64)
+            });
+        let per_ttl_third = held.renewals_per_second * (HELD_TTL / 3).as_secs_f64() / count as f64;
+        println!(
+            "| {count} | {per_lease} | {:.1} | {per_ttl_third:.2} |",
+            held.renewals_per_second
+        );
+        held_rows.push(json!({
+            "leases": count,
+            "rss_growth_bytes": held.rss_growth,
+            "renewal_scripts_per_second": held.renewals_per_second,
+            "renewals_per_lease_per_ttl_third": per_ttl_third,
+        }));
+    }
+
     Ok(json!({
         "quick": options.quick,
+        "held_leases": held_rows,
         "uncontended": [direct.to_json(None), stream.to_json(Some(&direct)), unary.to_json(Some(&direct))],
         "contention": contention_rows,
         "many_locks": many.to_json(None),
@@ -344,6 +382,80 @@ async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
         samples,
         started.elapsed(),
     ))
+}
+
+struct Held {
+    rss_growth: Option<u64>,
+    renewals_per_second: f64,
+}
+
+/// Holds `count` leases on distinct names for `window`: what they cost the server's memory and
+/// Redis while nothing else happens.
+async fn held_leases(
+    options: &BenchOptions,
+    redis: &fred::prelude::Client,
+    count: usize,
+    window: Duration,
+) -> Result<Held, BenchError> {
+    let rss_before = options.server_pid.and_then(rss_bytes);
+    let mut clients = Vec::new();
+    for _ in 0..count.div_ceil(LEASES_PER_CONNECTION) {
+        clients.push(Client::connect(options.server.clone()).await?);
+    }
+    let prefix = format!("bench-held-{}", Token::random().lease_id());
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        let client = clients[i / LEASES_PER_CONNECTION].clone();
+        let name = format!("{prefix}-{i}");
+        tasks.push(tokio::spawn(async move {
+            client.lease(name).ttl(HELD_TTL).acquire().await
+        }));
+    }
+    let mut guards = Vec::with_capacity(count);
+    for task in tasks {
+        guards.push(
+            task.await
+                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
+        );
+    }
+    let rss_held = options.server_pid.and_then(rss_bytes);
+    let before = script_calls(redis).await?;
+    tokio::time::sleep(window).await;
+    let after = script_calls(redis).await?;
+    if guards.iter().any(|g| g.is_lost()) {
+        return Err(unexpected("a held lease was lost during the measurement"));
+    }
+    drop(guards); // Each stream half-closes; the server releases.
+    Ok(Held {
+        rss_growth: rss_before.zip(rss_held).map(|(b, h)| h.saturating_sub(b)),
+        renewals_per_second: after.saturating_sub(before) as f64 / window.as_secs_f64(),
+    })
+}
+
+/// EVALSHA calls Redis has served (every renewal is one).
+async fn script_calls(redis: &fred::prelude::Client) -> Result<u64, BenchError> {
+    let info: String = redis
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// A process's resident memory, from /proc (Linux).
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// One status line on a terminal; nothing otherwise.

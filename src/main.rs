@@ -117,6 +117,12 @@ struct BenchArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Lease counts to hold at once in the held-leases section.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,50000")]
+    held: Vec<usize>,
+    /// The server's process id, to report its memory per held lease (same machine only).
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -242,6 +248,8 @@ async fn run_bench(args: BenchArgs) -> ExitCode {
     let options = leasehold::bench::BenchOptions {
         server: args.server.server,
         redis: args.redis,
+        held: if args.quick { vec![200] } else { args.held },
+        server_pid: args.server_pid,
         quick: args.quick,
     };
     let figures = match leasehold::bench::run(&options).await {

@@ -286,4 +286,6 @@ async fn bench_quick_runs_against_a_real_server() {
             > 0
     );
     assert_eq!(figures["many_locks"]["operations"], 100);
+    assert_eq!(figures["held_leases"][0]["leases"], 200);
+    assert!(figures["held_leases"][0]["renewal_scripts_per_second"].is_number());
 }
