@@ -39,6 +39,9 @@ pub struct BenchOptions {
 const LEASES_PER_CONNECTION: usize = 1_000;
 /// TTL of held leases: renewals every 10 s.
 const HELD_TTL: Duration = Duration::from_secs(30);
+/// Acquisitions in flight at once while opening held leases: a burst of 50,000 at once would
+/// measure the Redis queue (and hit the server's Redis timeout), not holding.
+const OPENING_IN_FLIGHT: usize = 500;
 
 /// Latency figures of one measured path.
 #[derive(Debug, Clone)]
@@ -403,11 +406,14 @@ async fn held_leases(
         clients.push(Client::connect(options.server.clone()).await?);
     }
     let prefix = format!("bench-held-{}", Token::random().lease_id());
+    let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));
     let mut tasks = Vec::with_capacity(count);
     for i in 0..count {
         let client = clients[i / LEASES_PER_CONNECTION].clone();
         let name = format!("{prefix}-{i}");
+        let opening = opening.clone();
         tasks.push(tokio::spawn(async move {
+            let _turn = opening.acquire().await;
             client.lease(name).ttl(HELD_TTL).acquire().await
         }));
     }
