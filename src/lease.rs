@@ -69,7 +69,7 @@ fn millis_u32(duration: Duration) -> u32 {
 /// What the client did, as far as the lease is concerned.
 enum ClientMove {
     Release,
-    Acquire,
+    Acquire(pb::LeaseAcquire),
     NoAction,
     HalfClosed,
     Broken(Status),
@@ -82,8 +82,8 @@ impl ClientMove {
             Some(Err(status)) => ClientMove::Broken(status),
             Some(Ok(LeaseRequest { action: None })) => ClientMove::NoAction,
             Some(Ok(LeaseRequest {
-                action: Some(Action::Acquire(_)),
-            })) => ClientMove::Acquire,
+                action: Some(Action::Acquire(request)),
+            })) => ClientMove::Acquire(request),
             Some(Ok(LeaseRequest {
                 action: Some(Action::Release(_)),
             })) => ClientMove::Release,
@@ -189,18 +189,14 @@ where
             () = self.events.closed() => return Ok(None),
             () = self.shutdown.cancelled() => return Err(Error::ShuttingDown),
         };
-        match message {
-            None => Ok(None),
-            Some(Err(status)) => Err(Error::Unreadable(status)),
-            Some(Ok(LeaseRequest { action: None })) => Err(no_action()),
-            Some(Ok(LeaseRequest {
-                action: Some(Action::Release(_)),
-            })) => Err(Error::invalid(
+        match ClientMove::of(message) {
+            ClientMove::HalfClosed => Ok(None),
+            ClientMove::Broken(status) => Err(Error::Unreadable(status)),
+            ClientMove::NoAction => Err(no_action()),
+            ClientMove::Release => Err(Error::invalid(
                 "release sent before acquire: this stream holds no lock to release",
             )),
-            Some(Ok(LeaseRequest {
-                action: Some(Action::Acquire(request)),
-            })) => LeaseSpec::parse(
+            ClientMove::Acquire(request) => LeaseSpec::parse(
                 request.name,
                 request.ttl_ms,
                 request.wait_ms,
@@ -264,7 +260,7 @@ where
     ) -> Result<()> {
         tokio::select! {
             message = inbound.next() => match ClientMove::of(message) {
-                ClientMove::Acquire => Err(second_acquire()),
+                ClientMove::Acquire(_) => Err(second_acquire()),
                 ClientMove::NoAction => Err(no_action()),
                 ClientMove::Broken(status) => Err(Error::Unreadable(status)),
                 ClientMove::Release | ClientMove::HalfClosed => Ok(()),
@@ -308,7 +304,7 @@ where
                         info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
                         return Err(Error::Unreadable(status));
                     }
-                    ClientMove::Acquire => return Err(second_acquire()),
+                    ClientMove::Acquire(_) => return Err(second_acquire()),
                     ClientMove::NoAction => return Err(no_action()),
                 },
                 () = self.events.closed() => {
