@@ -36,6 +36,7 @@ use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, LeaseRequest, LeaseResponse};
+use crate::validate::millis_u32;
 
 /// What can go wrong on the client side.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +105,7 @@ impl Client {
     ) -> Result<pb::AcquireResponse, ClientError> {
         let request = pb::AcquireRequest {
             name: name.into(),
-            ttl_ms: millis(ttl),
+            ttl_ms: millis_u32(ttl),
             ..Default::default()
         };
         Ok(self.inner.clone().acquire(request).await?.into_inner())
@@ -150,10 +151,6 @@ pub struct LeaseBuilder {
     fair: Option<bool>,
 }
 
-fn millis(duration: Duration) -> u32 {
-    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
-}
-
 impl LeaseBuilder {
     /// The lock's time to live in Redis (default 30 s): how long others wait if this process dies
     /// with its server.
@@ -195,8 +192,8 @@ impl LeaseBuilder {
         let acquire = LeaseRequest {
             action: Some(Action::Acquire(pb::LeaseAcquire {
                 name: self.name,
-                ttl_ms: millis(self.ttl),
-                wait_ms: millis(self.wait),
+                ttl_ms: millis_u32(self.ttl),
+                wait_ms: millis_u32(self.wait),
                 holder: self.holder,
                 fair: self.fair,
             })),

@@ -4,8 +4,6 @@
 //! transport error, protocol error, server shutdown) goes through [`HeldLock`], whose `Drop`
 //! releases the lock if nothing else did, so no branch can forget it.
 
-use std::time::Duration;
-
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::{Stream, StreamExt};
@@ -19,7 +17,7 @@ use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_
 use crate::renew::RenewalClock;
 use crate::store::{LockKeys, Store};
 use crate::token::Token;
-use crate::validate::LeaseSpec;
+use crate::validate::{LeaseSpec, millis_u32};
 use crate::waiting::WaitRoom;
 
 /// What the task sends to the client: an event, or the status that ends the stream.
@@ -60,10 +58,6 @@ impl Events {
 
 fn response(event: Event) -> LeaseResponse {
     LeaseResponse { event: Some(event) }
-}
-
-fn millis_u32(duration: Duration) -> u32 {
-    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// What the client did, as far as the lease is concerned.

@@ -20,7 +20,7 @@ use crate::pb::{self, lock_service_server::LockService};
 use crate::renew::RenewalClock;
 use crate::store::{LockState, Store};
 use crate::token::Token;
-use crate::validate::{self, LeaseSpec, LockName};
+use crate::validate::{self, LeaseSpec, LockName, millis_u32};
 use crate::waiting::WaitRoom;
 
 /// Shared by every request of one server.
@@ -52,10 +52,6 @@ impl LockServer {
             limits,
         }
     }
-}
-
-fn duration_ms(duration: std::time::Duration) -> u32 {
-    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
 
 #[tonic::async_trait]
@@ -109,9 +105,9 @@ impl LockService for LockServer {
                 acquired: true,
                 token: token.secret().to_owned(),
                 fencing_token: acquired.fencing_token,
-                ttl_ms: duration_ms(spec.ttl),
+                ttl_ms: millis_u32(spec.ttl),
                 holder: String::new(),
-                valid_for_ms: duration_ms(
+                valid_for_ms: millis_u32(
                     RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
                 ),
             },
@@ -145,7 +141,7 @@ impl LockService for LockServer {
             .extend(&self.store.keys(&name), &token, ttl)
             .await?;
         let valid_for_ms = if extended {
-            duration_ms(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
+            millis_u32(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
         } else {
             0
         };
@@ -180,7 +176,7 @@ impl LockService for LockServer {
             } => pb::DescribeResponse {
                 held: true,
                 holder,
-                ttl_remaining_ms: ttl_remaining.map(duration_ms).unwrap_or(u32::MAX),
+                ttl_remaining_ms: ttl_remaining.map(millis_u32).unwrap_or(u32::MAX),
                 fencing_token,
             },
         };

@@ -19,6 +19,12 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 /// Longest wait for a taken lock.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
+/// A duration as the proto's `uint32` milliseconds, saturating (limits keep real values far
+/// below `u32::MAX`).
+pub fn millis_u32(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
 /// A lock name that passed validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockName(String);
