@@ -190,10 +190,6 @@ impl Store {
         Ok(subscriber)
     }
 
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
-    }
-
     /// Changes after every reconnection to Redis: leases re-check their keys then.
     pub fn reconnects(&self) -> watch::Receiver<u64> {
         self.reconnects.clone()
@@ -450,7 +446,7 @@ impl Store {
     }
 
     /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         context: &'static str,
         call: impl Future<Output = Result<T, fred::error::Error>>,

@@ -225,8 +225,9 @@ impl RoomTask {
             } => {
                 let channel = keys.channel.clone();
                 if !self.rooms.contains_key(&channel) {
-                    let subscribed =
-                        self.store_bounded(self.subscriber.ssubscribe(channel.clone()));
+                    let subscribed = self
+                        .store
+                        .bounded("subscribe", self.subscriber.ssubscribe(channel.clone()));
                     if let Err(error) = subscribed.await {
                         let _ = reply.send(Err(error));
                         return;
@@ -261,27 +262,14 @@ impl RoomTask {
                 if room.members.is_empty() {
                     self.rooms.remove(&channel);
                     if let Err(error) = self
-                        .store_bounded(self.subscriber.sunsubscribe(channel))
+                        .store
+                        .bounded("unsubscribe", self.subscriber.sunsubscribe(channel))
                         .await
                     {
                         warn!(%error, "unsubscribe failed");
                     }
                 }
             }
-        }
-    }
-
-    async fn store_bounded(
-        &self,
-        call: impl Future<Output = Result<(), fred::error::Error>>,
-    ) -> Result<()> {
-        let timeout = self.store.command_timeout();
-        match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result.map_err(Error::redis("subscribe")),
-            Err(_) => Err(Error::RedisTimeout {
-                context: "subscribe",
-                timeout,
-            }),
         }
     }
 
