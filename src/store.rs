@@ -151,9 +151,7 @@ impl Store {
                     interval: (command_timeout / 4).max(Duration::from_millis(10)),
                 };
             })
-            // After start, a lost connection is retried forever; leases meanwhile run on their own
-            // validity clocks and report `Lost` when it runs out.
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .set_policy(reconnect_policy())
             .build()
             .map_err(Error::redis("client setup"))?;
         client.init().await.map_err(Error::redis("connect"))?;
@@ -182,7 +180,7 @@ impl Store {
     pub async fn subscriber(&self) -> Result<fred::clients::SubscriberClient> {
         let subscriber = Builder::from_config(self.config.clone())
             .with_connection_config(|c| c.connection_timeout = self.command_timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .set_policy(reconnect_policy())
             .build_subscriber_client()
             .map_err(Error::redis("subscriber setup"))?;
         self.bounded("subscriber connect", subscriber.init())
@@ -459,6 +457,12 @@ impl Store {
             }),
         }
     }
+}
+
+/// After start, lost connections are retried forever (50 ms doubling to 2 s); leases meanwhile
+/// run on their own validity clocks and report `Lost` when it runs out.
+fn reconnect_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
 }
 
 /// The keys of `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence`.
