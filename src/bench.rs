@@ -238,6 +238,20 @@ where
     Ok(Figures::from_samples(path, samples, started.elapsed()))
 }
 
+/// Waits for every client task, in order; the first failure fails the section.
+async fn join_clients<T>(
+    tasks: Vec<tokio::task::JoinHandle<Result<T, ClientError>>>,
+) -> Result<Vec<T>, BenchError> {
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(
+            task.await
+                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
+        );
+    }
+    Ok(results)
+}
+
 fn unexpected(what: impl Into<String>) -> BenchError {
     BenchError::Unexpected(what.into())
 }
@@ -340,10 +354,7 @@ async fn contention(server: &str, clients: usize, window: Duration) -> Result<Fi
         }));
     }
     let mut samples = Vec::new();
-    for task in tasks {
-        let waits = task
-            .await
-            .map_err(|e| unexpected(format!("client task failed: {e}")))??;
+    for waits in join_clients(tasks).await? {
         samples.extend(waits);
     }
     Ok(Figures::from_samples(
@@ -374,12 +385,7 @@ async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
         }));
     }
     let mut samples = Vec::with_capacity(names);
-    for task in tasks {
-        samples.push(
-            task.await
-                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
-        );
-    }
+    samples.extend(join_clients(tasks).await?);
     Ok(Figures::from_samples(
         "many locks",
         samples,
@@ -418,12 +424,7 @@ async fn held_leases(
         }));
     }
     let mut guards = Vec::with_capacity(count);
-    for task in tasks {
-        guards.push(
-            task.await
-                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
-        );
-    }
+    guards.extend(join_clients(tasks).await?);
     let rss_held = options.server_pid.and_then(rss_bytes);
     let before = script_calls(redis).await?;
     tokio::time::sleep(window).await;
