@@ -55,7 +55,7 @@ pub struct Figures {
 }
 
 impl Figures {
-    fn from_samples(path: &str, mut samples: Vec<Duration>, elapsed: Duration) -> Self {
+    pub fn from_samples(path: &str, mut samples: Vec<Duration>, elapsed: Duration) -> Self {
         samples.sort();
         let at = |q: f64| {
             samples
@@ -86,7 +86,7 @@ impl Figures {
     }
 }
 
-fn ratio(a: Duration, b: Duration) -> f64 {
+pub fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
 
@@ -214,12 +214,12 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
     }))
 }
 
-fn ms(duration: Duration) -> f64 {
+pub fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
 /// Runs `operation` `count` times, one after another, timing each.
-async fn sequential<F, Fut>(
+pub async fn sequential<F, Fut>(
     path: &str,
     count: usize,
     mut operation: F,
@@ -252,12 +252,12 @@ async fn join_clients<T>(
     Ok(results)
 }
 
-fn unexpected(what: impl Into<String>) -> BenchError {
+pub fn unexpected(what: impl Into<String>) -> BenchError {
     BenchError::Unexpected(what.into())
 }
 
 /// What a user would write by hand: `SET NX PX`, then the compare-and-delete script.
-async fn direct_redis(
+pub async fn direct_redis(
     redis: &fred::prelude::Client,
     operations: usize,
 ) -> Result<Figures, BenchError> {
@@ -290,7 +290,7 @@ async fn direct_redis(
     .await
 }
 
-async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+pub async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
     let name = format!("bench-stream-{}", Token::random().lease_id());
     let name = &name;
     sequential("Lease stream", operations, move || async move {
@@ -307,7 +307,7 @@ async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, Ben
     .await
 }
 
-async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+pub async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchError> {
     let name = format!("bench-unary-{}", Token::random().lease_id());
     let name = &name;
     sequential("unary Acquire/Release", operations, move || async move {

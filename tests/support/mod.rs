@@ -35,7 +35,7 @@ pub struct RedisServer {
     dir: PathBuf,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
