@@ -5,10 +5,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
-    tonic_prost_build::configure().compile_with_config(
-        config,
-        &["proto/leasehold/v1/lock.proto"],
-        &["proto"],
-    )?;
+    // Small per-stream buffers: see src/codec.rs.
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::SmallBufferCodec")
+        .compile_with_config(config, &["proto/leasehold/v1/lock.proto"], &["proto"])?;
     Ok(())
 }

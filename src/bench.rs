@@ -5,11 +5,13 @@
 //! 1. uncontended acquire + release, one client at a time: through the `Lease` stream, through the
 //!    unary `Acquire`/`Release`, and directly with fred (`SET NX PX` + the compare-and-delete
 //!    script);
-//! 2. contention: 2, 16 and 128 clients looping on one lock through the `Lease` stream;
-//! 3. many locks: as many clients on distinct names at once.
+//! 2. contention: 2, 16 and 128 clients looping on one lock through the `Lease` stream, against
+//!    as many polling clients on Redis directly (`SET NX PX`, 50 ms retry): waits and hand-offs;
+//! 3. many locks: as many clients on distinct names at once;
+//! 4. held leases: server RSS and CPU, and the renewal scripts Redis serves.
 //!
-//! Not yet here (issue 6): held leases at scale (RSS, renewal load), and the rslock and etcd
-//! peers, which must live in separate binaries so the server never links them.
+//! The rslock and etcd peers are in `benches/peers.rs`, a separate binary, so the server never
+//! links them.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -33,6 +35,23 @@ pub struct BenchOptions {
     pub held: Vec<usize>,
     /// The server's process id, to read its memory (RSS) from /proc; optional.
     pub server_pid: Option<u32>,
+    /// Sections to run; empty for all.
+    pub sections: Vec<Section>,
+}
+
+/// The bench's sections, to run one alone (`--only held`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    Uncontended,
+    Contention,
+    Many,
+    Held,
+}
+
+impl BenchOptions {
+    fn runs(&self, section: Section) -> bool {
+        self.sections.is_empty() || self.sections.contains(&section)
+    }
 }
 
 /// Lease streams per client connection in the held-leases section (the server allows 10,000).
@@ -101,16 +120,41 @@ pub enum BenchError {
     Unexpected(String),
 }
 
-/// Runs every section, prints tables, and returns the figures as JSON.
+/// Runs the chosen sections, prints tables, and returns the figures as JSON.
 pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError> {
     let progress = Progress::new();
-    let operations = if options.quick { 200 } else { 5_000 };
-    let client = Client::connect(options.server.clone()).await?;
     let redis = Builder::from_config(Config::from_url(&options.redis)?).build()?;
     redis.init().await?;
+    let window = if options.quick {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(10)
+    };
+    let mut figures = json!({ "quick": options.quick });
+    if options.runs(Section::Uncontended) {
+        figures["uncontended"] = uncontended_section(options, &redis, &progress).await?;
+    }
+    if options.runs(Section::Contention) {
+        figures["contention"] = contention_section(options, window, &progress).await?;
+    }
+    if options.runs(Section::Many) {
+        figures["many_locks"] = many_section(options, &progress).await?;
+    }
+    if options.runs(Section::Held) {
+        figures["held_leases"] = held_section(options, &redis, window, &progress).await?;
+    }
+    Ok(figures)
+}
 
+async fn uncontended_section(
+    options: &BenchOptions,
+    redis: &fred::prelude::Client,
+    progress: &Progress,
+) -> Result<serde_json::Value, BenchError> {
+    let operations = if options.quick { 200 } else { 5_000 };
+    let client = Client::connect(options.server.clone()).await?;
     progress.say("uncontended: direct Redis");
-    let direct = direct_redis(&redis, operations).await?;
+    let direct = direct_redis(redis, operations).await?;
     progress.say("uncontended: Lease stream");
     let stream = lease_stream(&client, operations).await?;
     progress.say("uncontended: unary Acquire/Release");
@@ -132,34 +176,69 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
             ratio(figures.p50, direct.p50)
         );
     }
+    Ok(json!([
+        direct.to_json(None),
+        stream.to_json(Some(&direct)),
+        unary.to_json(Some(&direct))
+    ]))
+}
 
+async fn contention_section(
+    options: &BenchOptions,
+    window: Duration,
+    progress: &Progress,
+) -> Result<serde_json::Value, BenchError> {
     let contenders: &[usize] = if options.quick {
         &[2, 16]
     } else {
         &[2, 16, 128]
     };
-    let window = if options.quick {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(10)
-    };
     let mut contention_rows = Vec::new();
-    println!("\n## Contention: clients looping on one lock (Lease stream, fair)\n");
-    println!("| clients | acquisitions/s | wait p50 | wait p99 |");
-    println!("| --- | --- | --- | --- |");
+    println!("\n## Contention: clients looping on one lock\n");
+    println!(
+        "Lease stream (fair line, wake-ups) against a polling client on Redis directly (`SET NX PX`, 50 ms retry).\n"
+    );
+    println!(
+        "| clients | path | acquisitions/s | wait p50 | wait p99 | hand-off p50 | hand-off p99 | hand-off p50 ratio (polling / stream) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for &clients in contenders {
-        progress.say(&format!("contention: {clients} clients"));
-        let figures = contention(&options.server, clients, window).await?;
+        progress.say(&format!("contention: {clients} clients, Lease stream"));
+        let stream = contention(&options.server, clients, window).await?;
+        progress.say(&format!("contention: {clients} clients, polling"));
+        let polling = polling_contention(&options.redis, clients, window).await?;
         progress.clear();
-        println!(
-            "| {clients} | {:.0} | {:.3} ms | {:.3} ms |",
-            figures.per_second,
-            ms(figures.p50),
-            ms(figures.p99)
-        );
-        contention_rows.push(json!({"clients": clients, "figures": figures.to_json(None)}));
+        let handoff_ratio = ratio(polling.handoffs.p50, stream.handoffs.p50);
+        for (run, shown_ratio) in [
+            (&stream, String::new()),
+            (&polling, format!("{handoff_ratio:.0}x")),
+        ] {
+            println!(
+                "| {clients} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {shown_ratio} |",
+                run.waits.path,
+                run.waits.per_second,
+                ms(run.waits.p50),
+                ms(run.waits.p99),
+                ms(run.handoffs.p50),
+                ms(run.handoffs.p99),
+            );
+        }
+        contention_rows.push(json!({
+            "clients": clients,
+            "stream_waits": stream.waits.to_json(None),
+            "stream_handoffs": stream.handoffs.to_json(None),
+            "polling_waits": polling.waits.to_json(None),
+            "polling_handoffs": polling.handoffs.to_json(None),
+            "handoff_p50_ratio_polling_to_stream": handoff_ratio,
+        }));
     }
+    Ok(json!(contention_rows))
+}
 
+async fn many_section(
+    options: &BenchOptions,
+    progress: &Progress,
+) -> Result<serde_json::Value, BenchError> {
     let names = if options.quick { 100 } else { 1_000 };
     progress.say(&format!("many locks: {names} clients on {names} names"));
     let many = many_locks(&options.server, names).await?;
@@ -176,16 +255,26 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
         ms(many.p50),
         ms(many.p99)
     );
+    Ok(many.to_json(None))
+}
 
+async fn held_section(
+    options: &BenchOptions,
+    redis: &fred::prelude::Client,
+    window: Duration,
+    progress: &Progress,
+) -> Result<serde_json::Value, BenchError> {
     println!(
         "\n## Held leases (TTL 30 s, renewed every 10 s; {LEASES_PER_CONNECTION} streams per connection)\n"
     );
-    println!("| leases | server RSS growth per lease | renewal scripts/s | per lease per TTL/3 |");
-    println!("| --- | --- | --- | --- |");
+    println!(
+        "| leases | server RSS growth per lease | server CPU while holding | renewal scripts/s | per lease per TTL/3 |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
     let mut held_rows = Vec::new();
     for &count in &options.held {
         progress.say(&format!("held leases: {count}"));
-        let held = held_leases(options, &redis, count, window).await?;
+        let held = held_leases(options, redis, count, window).await?;
         progress.clear();
         let per_lease = held
             .rss_growth
@@ -193,25 +282,23 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
                 format!("{:.0} B", bytes as f64 / count as f64)
             });
         let per_ttl_third = held.renewals_per_second * (HELD_TTL / 3).as_secs_f64() / count as f64;
+        let cpu = held.cpu_share.map_or("n/a".to_owned(), |share| {
+            format!("{:.1}% of a core", share * 100.0)
+        });
         println!(
-            "| {count} | {per_lease} | {:.1} | {per_ttl_third:.2} |",
+            "| {count} | {per_lease} | {cpu} | {:.1} | {per_ttl_third:.2} |",
             held.renewals_per_second
         );
         held_rows.push(json!({
             "leases": count,
             "rss_growth_bytes": held.rss_growth,
+            "cpu_share_of_one_core": held.cpu_share,
             "renewal_scripts_per_second": held.renewals_per_second,
             "renewals_per_lease_per_ttl_third": per_ttl_third,
         }));
     }
 
-    Ok(json!({
-        "quick": options.quick,
-        "held_leases": held_rows,
-        "uncontended": [direct.to_json(None), stream.to_json(Some(&direct)), unary.to_json(Some(&direct))],
-        "contention": contention_rows,
-        "many_locks": many.to_json(None),
-    }))
+    Ok(json!(held_rows))
 }
 
 pub fn ms(duration: Duration) -> f64 {
@@ -256,14 +343,16 @@ pub fn unexpected(what: impl Into<String>) -> BenchError {
     BenchError::Unexpected(what.into())
 }
 
+/// The compare-and-delete a user would write by hand.
+const RELEASE_SCRIPT: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
 /// What a user would write by hand: `SET NX PX`, then the compare-and-delete script.
 pub async fn direct_redis(
     redis: &fred::prelude::Client,
     operations: usize,
 ) -> Result<Figures, BenchError> {
-    let release = Script::from_lua(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-    );
+    let release = Script::from_lua(RELEASE_SCRIPT);
     release.load(redis).await?;
     let key = format!("leasehold-bench-direct:{}", Token::random().lease_id());
     let (key, release) = (&key, &release);
@@ -328,8 +417,46 @@ pub async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchE
     .await
 }
 
-/// `clients` loop on one lock for `window`; each sample is one acquisition's wait.
-async fn contention(server: &str, clients: usize, window: Duration) -> Result<Figures, BenchError> {
+/// One holding of the lock in a contention run: when it began and when its release was sent.
+type Holding = (Instant, Instant);
+
+/// What a contention run measured: each acquisition's wait, and each hand-off's latency (from
+/// one holder sending its release to the next holder having the lock).
+pub struct Contention {
+    pub waits: Figures,
+    pub handoffs: Figures,
+}
+
+impl Contention {
+    fn from_holdings(
+        path: &str,
+        clients: Vec<(Vec<Duration>, Vec<Holding>)>,
+        elapsed: Duration,
+    ) -> Self {
+        let mut waits = Vec::new();
+        let mut holdings = Vec::new();
+        for (client_waits, client_holdings) in clients {
+            waits.extend(client_waits);
+            holdings.extend(client_holdings);
+        }
+        holdings.sort();
+        let handoffs = holdings
+            .windows(2)
+            .map(|pair| pair[1].0.saturating_duration_since(pair[0].1))
+            .collect();
+        Contention {
+            waits: Figures::from_samples(path, waits, elapsed),
+            handoffs: Figures::from_samples(path, handoffs, elapsed),
+        }
+    }
+}
+
+/// `clients` loop on one lock for `window` through the fair `Lease` stream.
+async fn contention(
+    server: &str,
+    clients: usize,
+    window: Duration,
+) -> Result<Contention, BenchError> {
     let name = format!("bench-contention-{}", Token::random().lease_id());
     let deadline = Instant::now() + window;
     let started = Instant::now();
@@ -338,7 +465,7 @@ async fn contention(server: &str, clients: usize, window: Duration) -> Result<Fi
         let client = Client::connect(server.to_owned()).await?;
         let name = name.clone();
         tasks.push(tokio::spawn(async move {
-            let mut waits = Vec::new();
+            let (mut waits, mut holdings) = (Vec::new(), Vec::new());
             while Instant::now() < deadline {
                 let begun = Instant::now();
                 let guard = client
@@ -347,19 +474,82 @@ async fn contention(server: &str, clients: usize, window: Duration) -> Result<Fi
                     .wait(Duration::from_secs(60))
                     .acquire()
                     .await?;
-                waits.push(begun.elapsed());
+                let acquired = Instant::now();
+                waits.push(acquired - begun);
+                holdings.push((acquired, Instant::now()));
                 guard.release().await?;
             }
-            Ok::<_, ClientError>(waits)
+            Ok::<_, ClientError>((waits, holdings))
         }));
     }
-    let mut samples = Vec::new();
-    for waits in join_clients(tasks).await? {
-        samples.extend(waits);
+    let results = join_clients(tasks).await?;
+    Ok(Contention::from_holdings(
+        "Lease stream",
+        results,
+        started.elapsed(),
+    ))
+}
+
+/// Retry interval of the polling baseline: what a hand-rolled `SET NX` loop sleeps between tries.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The baseline for hand-off: `clients` loop directly on Redis, each trying `SET NX PX` and,
+/// whether or not it got the lock, sleeping 50 ms before its next try.
+async fn polling_contention(
+    redis_url: &str,
+    clients: usize,
+    window: Duration,
+) -> Result<Contention, BenchError> {
+    let key = format!("leasehold-bench-polling:{}", Token::random().lease_id());
+    let release = Script::from_lua(RELEASE_SCRIPT);
+    let deadline = Instant::now() + window;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let redis = Builder::from_config(Config::from_url(redis_url)?).build()?;
+        redis.init().await?;
+        release.load(&redis).await?;
+        let (key, release) = (key.clone(), release.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut waits, mut holdings) = (Vec::new(), Vec::new());
+            let mut begun = Instant::now();
+            while Instant::now() < deadline {
+                let token = Token::random();
+                let set: Option<String> = redis
+                    .set(
+                        &key,
+                        token.secret(),
+                        Some(Expiration::PX(30_000)),
+                        Some(SetOptions::NX),
+                        false,
+                    )
+                    .await?;
+                if set.is_some() {
+                    let acquired = Instant::now();
+                    waits.push(acquired - begun);
+                    holdings.push((acquired, Instant::now()));
+                    let _: i64 = release
+                        .evalsha(&redis, key.as_str(), token.secret())
+                        .await?;
+                }
+                tokio::time::sleep(POLL_INTERVAL).await;
+                if set.is_some() {
+                    begun = Instant::now();
+                }
+            }
+            Ok::<_, fred::error::Error>((waits, holdings))
+        }));
     }
-    Ok(Figures::from_samples(
-        "contention",
-        samples,
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(
+            task.await
+                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
+        );
+    }
+    Ok(Contention::from_holdings(
+        "polling",
+        results,
         started.elapsed(),
     ))
 }
@@ -395,6 +585,8 @@ async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
 
 struct Held {
     rss_growth: Option<u64>,
+    /// Server CPU while holding, as a share of one core.
+    cpu_share: Option<f64>,
     renewals_per_second: f64,
 }
 
@@ -427,7 +619,9 @@ async fn held_leases(
     guards.extend(join_clients(tasks).await?);
     let rss_held = options.server_pid.and_then(rss_bytes);
     let before = script_calls(redis).await?;
+    let cpu_before = options.server_pid.and_then(cpu_seconds);
     tokio::time::sleep(window).await;
+    let cpu_after = options.server_pid.and_then(cpu_seconds);
     let after = script_calls(redis).await?;
     if guards.iter().any(|g| g.is_lost()) {
         return Err(unexpected("a held lease was lost during the measurement"));
@@ -435,6 +629,9 @@ async fn held_leases(
     drop(guards); // Each stream half-closes; the server releases.
     Ok(Held {
         rss_growth: rss_before.zip(rss_held).map(|(b, h)| h.saturating_sub(b)),
+        cpu_share: cpu_before
+            .zip(cpu_after)
+            .map(|(b, a)| (a - b) / window.as_secs_f64()),
         renewals_per_second: after.saturating_sub(before) as f64 / window.as_secs_f64(),
     })
 }
@@ -449,6 +646,17 @@ async fn script_calls(redis: &fred::prelude::Client) -> Result<u64, BenchError> 
         .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
         .and_then(|rest| rest.split(',').next()?.parse().ok())
         .unwrap_or(0))
+}
+
+/// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the
+/// kernel's fixed `USER_HZ` on every Linux architecture Rust targets).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// A process's resident memory, from /proc (Linux).

@@ -205,13 +205,22 @@ where
         let keys = self.store.keys(&spec.name);
         let events = &self.events;
         let room = self.room.as_ref();
-        let waiting = acquire::acquire(&self.store, &keys, &token, &spec, room, |state| {
-            events.progress(Event::Waiting(pb::Waiting {
-                holder: state.holder.clone(),
-                holder_ttl_remaining_ms: state.holder_ttl.map(millis_u32).unwrap_or(0),
-                position: state.position,
-            }))
-        });
+        // Boxed, like every Redis call below: the task's future is as large as its largest
+        // state, and a held lease should not carry the waiting loop's state for its lifetime.
+        let waiting = Box::pin(acquire::acquire(
+            &self.store,
+            &keys,
+            &token,
+            &spec,
+            room,
+            |state| {
+                events.progress(Event::Waiting(pb::Waiting {
+                    holder: state.holder.clone(),
+                    holder_ttl_remaining_ms: state.holder_ttl.map(millis_u32).unwrap_or(0),
+                    position: state.position,
+                }))
+            },
+        ));
         let acquisition = tokio::select! {
             acquired = waiting => match acquired {
                 Ok(acquisition) => acquisition,
@@ -277,7 +286,7 @@ where
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => {
-                    let reason = match lock.release().await {
+                    let reason = match Box::pin(lock.release()).await {
                         Ok(_) => "server shutting down; the lock was released".to_owned(),
                         Err(error) => format!("server shutting down; release failed ({error}), the lock expires by its TTL"),
                     };
@@ -287,7 +296,7 @@ where
                 }
                 message = self.inbound.next() => match ClientMove::of(message) {
                     ClientMove::Release | ClientMove::HalfClosed => {
-                        let was_held = lock.release().await?;
+                        let was_held = Box::pin(lock.release()).await?;
                         info!(was_held, "released");
                         self.events.essential(Ok(response(Event::Released(pb::Released { was_held }))));
                         return Ok(());
@@ -306,7 +315,7 @@ where
                     return Ok(());
                 }
                 () = sleep_until(clock.next_renewal()) => {
-                    if let Some(reason) = self.renew(spec, lock, clock).await {
+                    if let Some(reason) = Box::pin(self.renew(spec, lock, clock)).await {
                         warn!(%reason, "lease lost");
                         self.lost(reason);
                         return Ok(());
@@ -315,7 +324,7 @@ where
                 // Redis came back after a dropped connection: it may have lost our key, so check
                 // now rather than at the next renewal.
                 Ok(()) = reconnects.changed() => {
-                    if let Some(reason) = self.renew(spec, lock, clock).await {
+                    if let Some(reason) = Box::pin(self.renew(spec, lock, clock)).await {
                         warn!(%reason, "lease lost after Redis reconnected");
                         self.lost(format!("{reason} (found after Redis reconnected)"));
                         return Ok(());

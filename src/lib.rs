@@ -21,6 +21,7 @@ pub mod acquire;
 pub mod admission;
 pub mod bench;
 pub mod client;
+pub mod codec;
 pub mod commands;
 pub mod error;
 pub mod fence;

@@ -117,9 +117,13 @@ struct BenchArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
-    /// Lease counts to hold at once in the held-leases section.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,50000")]
-    held: Vec<usize>,
+    /// Lease counts to hold at once in the held-leases section [default: 1000,10000,50000, or
+    /// 200 with --quick].
+    #[arg(long, value_delimiter = ',')]
+    held: Option<Vec<usize>>,
+    /// Run only these sections (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<leasehold::bench::Section>,
     /// The server's process id, to report its memory per held lease (same machine only).
     #[arg(long)]
     server_pid: Option<u32>,
@@ -248,7 +252,12 @@ async fn run_bench(args: BenchArgs) -> ExitCode {
     let options = leasehold::bench::BenchOptions {
         server: args.server.server,
         redis: args.redis,
-        held: if args.quick { vec![200] } else { args.held },
+        held: match (args.held, args.quick) {
+            (Some(held), _) => held,
+            (None, true) => vec![200],
+            (None, false) => vec![1_000, 10_000, 50_000],
+        },
+        sections: args.only,
         server_pid: args.server_pid,
         quick: args.quick,
     };

@@ -3,6 +3,7 @@
 //! Scripts are loaded once at start (`SCRIPT LOAD`) and run by `EVALSHA`; a Redis that lost its
 //! script cache (restart, `SCRIPT FLUSH`) answers `NOSCRIPT` and the script is loaded again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -116,9 +117,13 @@ impl Scripts {
     }
 }
 
-/// A connection to the Redis that holds the locks. Cheap to clone.
+/// A connection to the Redis that holds the locks. Cheap to clone: one pointer, since every
+/// lease task keeps a clone for its whole life.
 #[derive(Clone)]
-pub struct Store {
+pub struct Store(Arc<Connection>);
+
+/// What a [`Store`] shares among its clones.
+pub struct Connection {
     client: Client,
     /// Kept to open the pub/sub connection with the same settings.
     config: Config,
@@ -128,6 +133,14 @@ pub struct Store {
     /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
     /// Redis that dropped the connection may have restarted empty or failed over.
     reconnects: watch::Receiver<u64>,
+}
+
+impl std::ops::Deref for Store {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.0
+    }
 }
 
 impl Store {
@@ -156,14 +169,14 @@ impl Store {
             .map_err(Error::redis("client setup"))?;
         client.init().await.map_err(Error::redis("connect"))?;
         let (reconnected, reconnects) = watch::channel(0);
-        let store = Store {
+        let store = Store(Arc::new(Connection {
             client,
             config,
             scripts: Scripts::new(),
             prefix: prefix.to_owned(),
             command_timeout,
             reconnects,
-        };
+        }));
         let run_id = store.run_id().await?;
         info!(%run_id, "connected to Redis");
         tokio::spawn(store.clone().watch_reconnects(run_id, reconnected));

@@ -279,12 +279,15 @@ async fn bench_quick_runs_against_a_real_server() {
         assert_eq!(figure["operations"], 200);
         assert!(figure["p50_us"].as_u64().unwrap() > 0);
     }
-    assert!(
-        figures["contention"][1]["figures"]["operations"]
-            .as_u64()
-            .unwrap()
-            > 0
-    );
+    for path in ["stream_handoffs", "polling_handoffs"] {
+        assert!(
+            figures["contention"][1][path]["operations"]
+                .as_u64()
+                .unwrap()
+                > 0,
+            "no {path} measured"
+        );
+    }
     assert_eq!(figures["many_locks"]["operations"], 100);
     assert_eq!(figures["held_leases"][0]["leases"], 200);
     assert!(figures["held_leases"][0]["renewal_scripts_per_second"].is_number());
