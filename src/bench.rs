@@ -268,9 +268,9 @@ async fn held_section(
         "\n## Held leases (TTL 30 s, renewed every 10 s; {LEASES_PER_CONNECTION} streams per connection)\n"
     );
     println!(
-        "| leases | server RSS growth per lease | server CPU while holding | renewal scripts/s | per lease per TTL/3 |"
+        "| leases | server RSS growth per lease | server CPU while holding | Redis CPU while holding | renewal scripts/s | per lease per TTL/3 |"
     );
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     let mut held_rows = Vec::new();
     for &count in &options.held {
         progress.say(&format!("held leases: {count}"));
@@ -286,13 +286,15 @@ async fn held_section(
             format!("{:.1}% of a core", share * 100.0)
         });
         println!(
-            "| {count} | {per_lease} | {cpu} | {:.1} | {per_ttl_third:.2} |",
+            "| {count} | {per_lease} | {cpu} | {:.1}% of a core | {:.1} | {per_ttl_third:.2} |",
+            held.redis_cpu_share * 100.0,
             held.renewals_per_second
         );
         held_rows.push(json!({
             "leases": count,
             "rss_growth_bytes": held.rss_growth,
             "cpu_share_of_one_core": held.cpu_share,
+            "redis_cpu_share_of_one_core": held.redis_cpu_share,
             "renewal_scripts_per_second": held.renewals_per_second,
             "renewals_per_lease_per_ttl_third": per_ttl_third,
         }));
@@ -587,6 +589,8 @@ struct Held {
     rss_growth: Option<u64>,
     /// Server CPU while holding, as a share of one core.
     cpu_share: Option<f64>,
+    /// Redis CPU while holding (its main thread and helpers), as a share of one core.
+    redis_cpu_share: f64,
     renewals_per_second: f64,
 }
 
@@ -619,9 +623,11 @@ async fn held_leases(
     guards.extend(join_clients(tasks).await?);
     let rss_held = options.server_pid.and_then(rss_bytes);
     let before = script_calls(redis).await?;
+    let redis_cpu_before = redis_cpu_seconds(redis).await?;
     let cpu_before = options.server_pid.and_then(cpu_seconds);
     tokio::time::sleep(window).await;
     let cpu_after = options.server_pid.and_then(cpu_seconds);
+    let redis_cpu_after = redis_cpu_seconds(redis).await?;
     let after = script_calls(redis).await?;
     if guards.iter().any(|g| g.is_lost()) {
         return Err(unexpected("a held lease was lost during the measurement"));
@@ -632,6 +638,7 @@ async fn held_leases(
         cpu_share: cpu_before
             .zip(cpu_after)
             .map(|(b, a)| (a - b) / window.as_secs_f64()),
+        redis_cpu_share: (redis_cpu_after - redis_cpu_before) / window.as_secs_f64(),
         renewals_per_second: after.saturating_sub(before) as f64 / window.as_secs_f64(),
     })
 }
@@ -646,6 +653,18 @@ async fn script_calls(redis: &fred::prelude::Client) -> Result<u64, BenchError> 
         .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
         .and_then(|rest| rest.split(',').next()?.parse().ok())
         .unwrap_or(0))
+}
+
+/// CPU time (user + system) Redis has used, from `INFO cpu`.
+async fn redis_cpu_seconds(redis: &fred::prelude::Client) -> Result<f64, BenchError> {
+    let info: String = redis.info(Some(fred::types::InfoKind::Cpu)).await?;
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_user") + field("used_cpu_sys"))
 }
 
 /// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the

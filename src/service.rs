@@ -6,6 +6,7 @@ use std::pin::Pin;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -74,11 +75,10 @@ impl LockService for LockServer {
             Events::new(tx),
             self.shutdown.clone(),
         );
-        self.leases.spawn(async move {
-            task.run().await;
-            drop(slot);
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        self.leases.spawn(task.run(slot));
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(rx).map(|item| *item),
+        )))
     }
 
     async fn acquire(
