@@ -8,6 +8,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Small per-stream buffers: see src/codec.rs.
     tonic_prost_build::configure()
         .codec_path("crate::codec::SmallBufferCodec")
-        .compile_with_config(config, &["proto/leasehold/v1/lock.proto"], &["proto"])?;
+        .compile_with_config(
+            config,
+            &[
+                "proto/leasehold/v1/lock.proto",
+                "proto/leasehold/v1/election.proto",
+            ],
+            &["proto"],
+        )?;
     Ok(())
 }

@@ -29,7 +29,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+pub(crate) use tonic::transport::Channel;
+use tonic::transport::Endpoint;
 use tonic::{Status, Streaming};
 
 use crate::pb::lease_request::Action;
@@ -65,6 +66,8 @@ pub enum ClientError {
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: LockServiceClient<Channel>,
+    /// Shared with the election calls (`election::client`).
+    pub(crate) channel: Channel,
 }
 
 impl Client {
@@ -80,7 +83,8 @@ impl Client {
             .await
             .map_err(|source| ClientError::Connect { url, source })?;
         Ok(Client {
-            inner: LockServiceClient::new(channel),
+            inner: LockServiceClient::new(channel.clone()),
+            channel,
         })
     }
 

@@ -9,6 +9,10 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// The request is valid but not in this state (e.g. proclaiming before being elected).
+    #[error("{0}")]
+    FailedPrecondition(String),
+
     /// A request on a stream could not be read (malformed protobuf, broken framing, transport
     /// failure). Any lock the stream held is released.
     #[error("unreadable request on the lease stream: {}", .0.message())]
@@ -84,6 +88,7 @@ impl From<Error> for tonic::Status {
             Error::InvalidArgument(_) | Error::Unreadable(_) => {
                 tonic::Status::invalid_argument(message)
             }
+            Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
             Error::LockHeld { .. } | Error::WaitExpired { .. } => tonic::Status::aborted(message),
             Error::Redis { .. } | Error::RedisTimeout { .. } | Error::ShuttingDown => {
                 tonic::Status::unavailable(message)

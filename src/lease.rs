@@ -4,6 +4,8 @@
 //! transport error, protocol error, server shutdown) goes through [`HeldLock`], whose `Drop`
 //! releases the lock if nothing else did, so no branch can forget it.
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::{Stream, StreamExt};
@@ -24,6 +26,9 @@ use crate::waiting::WaitRoom;
 /// What the task sends to the client: an event, or the status that ends the stream.
 pub type EventItem = Result<LeaseResponse, Status>;
 
+/// One message of a server stream: a response, or the status that ends the stream.
+pub type StreamItem<T> = Result<T, Status>;
+
 /// Room for events not yet read by the client. Two slots are kept for `Acquired` and the final
 /// message; progress events (`Waiting`, `Extended`) are dropped when only those remain.
 pub const EVENT_BUFFER: usize = 8;
@@ -32,32 +37,34 @@ const RESERVED_SLOTS: usize = 2;
 /// What travels on a lease stream's channel. Boxed because tokio's channel allocates 32 slots
 /// at once whatever its bound: 32 pointers instead of 32 items is 1 KiB less per held lease,
 /// and the few events a lease sends can afford an allocation each.
-pub type BoxedEventItem = Box<EventItem>;
+pub type Boxed<T> = Box<StreamItem<T>>;
+pub type BoxedEventItem = Boxed<LeaseResponse>;
 
-/// The sending side of a lease stream. It never blocks: renewal must not wait on a slow reader.
-pub struct Events {
-    tx: mpsc::Sender<BoxedEventItem>,
+/// The sending side of a stream that holds a lease (`Lease`, `Campaign`). It never blocks:
+/// renewal must not wait on a slow reader.
+pub struct Events<T = LeaseResponse> {
+    tx: mpsc::Sender<Boxed<T>>,
 }
 
-impl Events {
-    pub fn new(tx: mpsc::Sender<BoxedEventItem>) -> Self {
+impl<T> Events<T> {
+    pub fn new(tx: mpsc::Sender<Boxed<T>>) -> Self {
         Events { tx }
     }
 
     /// Best effort: a reader that falls behind misses progress, never the lease itself.
-    fn progress(&self, event: Event) {
+    pub(crate) fn progress(&self, item: T) {
         if self.tx.capacity() > RESERVED_SLOTS {
-            let _ = self.tx.try_send(Box::new(Ok(response(event))));
+            let _ = self.tx.try_send(Box::new(Ok(item)));
         }
     }
 
     /// Fits in the reserved slots; `false` only if the client is gone.
-    fn essential(&self, item: EventItem) -> bool {
+    pub(crate) fn essential(&self, item: StreamItem<T>) -> bool {
         self.tx.try_send(Box::new(item)).is_ok()
     }
 
     /// Completes when the client stopped listening (cancelled call, broken connection).
-    async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.tx.closed().await
     }
 }
@@ -101,16 +108,16 @@ fn no_action() -> Error {
     Error::invalid("request has no action: set acquire or release")
 }
 
-/// A lock this task holds. Dropping it without [`HeldLock::release`] releases in the background.
-struct HeldLock {
+/// A lock a task holds. Dropping it without [`HeldLock::release`] releases in the background.
+pub(crate) struct HeldLock {
     store: Store,
-    keys: LockKeys,
-    token: Token,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: Token,
     released: bool,
 }
 
 impl HeldLock {
-    fn new(store: Store, keys: LockKeys, token: Token) -> Self {
+    pub(crate) fn new(store: Store, keys: LockKeys, token: Token) -> Self {
         HeldLock {
             store,
             keys,
@@ -119,11 +126,58 @@ impl HeldLock {
         }
     }
 
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The caller takes over releasing the lock (in its own way); `true` if that is still to do.
+    pub(crate) fn hand_over(&mut self) -> bool {
+        !std::mem::replace(&mut self.released, true)
+    }
+
     /// Releases now. `Ok(false)`: the lock was no longer ours.
-    async fn release(&mut self) -> Result<bool> {
+    pub(crate) async fn release(&mut self) -> Result<bool> {
         let was_held = self.store.release(&self.keys, &self.token).await?;
         self.released = true;
         Ok(was_held)
+    }
+
+    /// Keeps the lock alive once, if `clock` says it is time.
+    pub(crate) async fn renew(&self, ttl: Duration, clock: &mut RenewalClock) -> Renewal {
+        let sent_at = Instant::now();
+        if clock.expired(sent_at) {
+            return Renewal::Lost(
+                "Redis could not be reached to renew the lock before it ran out".into(),
+            );
+        }
+        let renewal = self.store.extend(&self.keys, &self.token, ttl);
+        match timeout_at(clock.valid_until(), renewal).await {
+            Ok(Ok(true)) => {
+                clock.confirmed(sent_at);
+                Renewal::Confirmed {
+                    valid_for: clock.valid_for(Instant::now()),
+                }
+            }
+            // Never retried into success: someone else may hold the lock now.
+            Ok(Ok(false)) => {
+                // An expiry this server saw: if the lock is free, wake the line.
+                self.store
+                    .leave_in_background(self.keys.clone(), String::new());
+                Renewal::Lost(
+                    "the lock key was deleted or taken by another holder behind the server's back"
+                        .into(),
+                )
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "renewal failed; retrying");
+                clock.failed(Instant::now());
+                Renewal::Retrying
+            }
+            Err(_) => Renewal::Lost(format!(
+                "Redis did not confirm a renewal before the lease ran out ({} ms)",
+                ttl.as_millis()
+            )),
+        }
     }
 }
 
@@ -134,6 +188,16 @@ impl Drop for HeldLock {
                 .release_in_background(self.keys.clone(), self.token.clone());
         }
     }
+}
+
+/// What one renewal attempt came to.
+pub(crate) enum Renewal {
+    /// The lease is ours for this long from now.
+    Confirmed { valid_for: Duration },
+    /// No answer from Redis; the clock says when to try again.
+    Retrying,
+    /// The lease is gone, for this reason.
+    Lost(String),
 }
 
 /// The task behind one `Lease` stream.
@@ -241,11 +305,11 @@ where
         let events = &self.events;
         let room = self.room.as_ref();
         let waiting = acquire::acquire(&self.store, keys, token, spec, room, |state| {
-            events.progress(Event::Waiting(pb::Waiting {
+            events.progress(response(Event::Waiting(pb::Waiting {
                 holder: state.holder.clone(),
                 holder_ttl_remaining_ms: state.holder_ttl.map(millis_u32).unwrap_or(0),
                 position: state.position,
-            }))
+            })))
         });
         tokio::select! {
             acquired = waiting => match acquired {
@@ -347,47 +411,24 @@ where
         }
     }
 
-    /// One renewal. Returns the reason when the lease is lost.
+    /// One renewal, telling the client how long it is now valid. Returns the reason when the
+    /// lease is lost.
     async fn renew(
         &self,
         spec: &LeaseSpec,
         lock: &HeldLock,
         clock: &mut RenewalClock,
     ) -> Option<String> {
-        let sent_at = Instant::now();
-        if clock.expired(sent_at) {
-            return Some("Redis could not be reached to renew the lock before it ran out".into());
-        }
-        let renewal = self.store.extend(&lock.keys, &lock.token, spec.ttl);
-        match timeout_at(clock.valid_until(), renewal).await {
-            Ok(Ok(true)) => {
-                clock.confirmed(sent_at);
-                let now = Instant::now();
-                self.events.progress(Event::Extended(pb::Extended {
+        match lock.renew(spec.ttl, clock).await {
+            Renewal::Confirmed { valid_for } => {
+                self.events.progress(response(Event::Extended(pb::Extended {
                     ttl_ms: millis_u32(spec.ttl),
-                    valid_for_ms: millis_u32(clock.valid_for(now)),
-                }));
+                    valid_for_ms: millis_u32(valid_for),
+                })));
                 None
             }
-            // Never retried into success: someone else may hold the lock now.
-            Ok(Ok(false)) => {
-                // An expiry this server saw: if the lock is free, wake the line.
-                self.store
-                    .leave_in_background(lock.keys.clone(), String::new());
-                Some(
-                    "the lock key was deleted or taken by another holder behind the server's back"
-                        .into(),
-                )
-            }
-            Ok(Err(error)) => {
-                debug!(%error, "renewal failed; retrying");
-                clock.failed(Instant::now());
-                None
-            }
-            Err(_) => Some(format!(
-                "Redis did not confirm a renewal before the lease ran out ({} ms)",
-                spec.ttl.as_millis()
-            )),
+            Renewal::Retrying => None,
+            Renewal::Lost(reason) => Some(reason),
         }
     }
 

@@ -16,6 +16,7 @@
 //! - [`bench`]: the `bench` command: what a lease costs against direct Redis.
 //! - [`commands`]: the `run`, `status` and `release` commands of the binary.
 //! - [`client`]: a Rust client whose guard knows when the lock is lost.
+//! - [`election`]: leader election on the same leases (`ElectionService`).
 
 pub mod acquire;
 pub mod admission;
@@ -23,6 +24,7 @@ pub mod bench;
 pub mod client;
 pub mod codec;
 pub mod commands;
+pub mod election;
 pub mod error;
 pub mod fence;
 pub mod lease;
@@ -34,7 +36,7 @@ pub mod token;
 pub mod validate;
 pub mod waiting;
 
-/// Code generated from `proto/leasehold/v1/lock.proto`.
+/// Code generated from `proto/leasehold/v1/lock.proto` and `election.proto`.
 pub mod pb {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("leasehold.v1");

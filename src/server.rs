@@ -11,14 +11,17 @@ use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use crate::election::ElectionServer;
 use crate::error::{Error, Result};
+use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
 use crate::service::LockServer;
 use crate::store::Store;
 use crate::waiting::{WaitConfig, WaitRoom};
 
-/// Largest request message: ours are a few hundred bytes, so anything bigger is refused early.
-pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest request message: a lock request is a few hundred bytes, an election's value at most
+/// 64 KiB; anything bigger is refused early.
+pub const MAX_REQUEST_BYTES: usize = crate::validate::MAX_ELECTION_VALUE_BYTES + 1024;
 /// HTTP/2 streams per connection beyond the lease limit, for unary calls and refusals.
 const STREAM_HEADROOM: u32 = 256;
 /// How long shutdown waits for leases to release before giving up (they then expire by TTL).
@@ -68,6 +71,14 @@ pub async fn serve(
     let leases = TaskTracker::new();
     let stop_leases = CancellationToken::new();
     let limits = ConnectionLimits::new(config.max_leases_per_connection);
+    let elections = ElectionServer::start(
+        store.clone(),
+        room.clone(),
+        leases.clone(),
+        stop_leases.clone(),
+        limits.clone(),
+    )
+    .await?;
     let service = LockServer::new(store, room, leases.clone(), stop_leases.clone(), limits);
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
@@ -89,6 +100,9 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(config.keepalive_timeout))
         .max_concurrent_streams(max_streams)
         .add_service(LockServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(
+            ElectionServiceServer::new(elections).max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, signal)
         .await
         .map_err(Error::Serve)?;

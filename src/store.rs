@@ -84,13 +84,16 @@ pub enum LockState {
 }
 
 #[derive(Clone)]
-struct Scripts {
+pub(crate) struct Scripts {
     acquire: Script,
     extend: Script,
     release: Script,
     describe: Script,
     leave: Script,
     refresh: Script,
+    /// Elections (see `election::store`).
+    pub(crate) announce: Script,
+    pub(crate) leader: Script,
 }
 
 impl Scripts {
@@ -102,10 +105,12 @@ impl Scripts {
             describe: Script::from_lua(include_str!("scripts/describe.lua")),
             leave: Script::from_lua(include_str!("scripts/leave.lua")),
             refresh: Script::from_lua(include_str!("scripts/refresh.lua")),
+            announce: Script::from_lua(include_str!("scripts/announce.lua")),
+            leader: Script::from_lua(include_str!("scripts/leader.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.acquire,
             &self.extend,
@@ -113,6 +118,8 @@ impl Scripts {
             &self.describe,
             &self.leave,
             &self.refresh,
+            &self.announce,
+            &self.leader,
         ]
     }
 }
@@ -127,8 +134,8 @@ pub struct Connection {
     client: Client,
     /// Kept to open the pub/sub connection with the same settings.
     config: Config,
-    scripts: Scripts,
-    prefix: String,
+    pub(crate) scripts: Scripts,
+    pub(crate) prefix: String,
     command_timeout: Duration,
     /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
     /// Redis that dropped the connection may have restarted empty or failed over.
@@ -377,7 +384,7 @@ impl Store {
 
     /// Runs `call` in the background, for exits that cannot wait for Redis: a failure is only
     /// logged, with what it costs (`fallback`), since nobody is left to hear of it.
-    fn in_background<F, Fut>(&self, span: tracing::Span, fallback: &'static str, call: F)
+    pub(crate) fn in_background<F, Fut>(&self, span: tracing::Span, fallback: &'static str, call: F)
     where
         F: FnOnce(Store) -> Fut + Send + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
@@ -442,7 +449,7 @@ impl Store {
     }
 
     /// Runs a script by SHA, loading it again if Redis forgot it, within the command timeout.
-    async fn eval<R: FromValue>(
+    pub(crate) async fn eval<R: FromValue>(
         &self,
         script: &Script,
         context: &'static str,

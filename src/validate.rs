@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_BYTES: usize = 256;
 /// Longest holder description, in bytes of UTF-8.
 pub const MAX_HOLDER_BYTES: usize = 256;
+/// Largest value an election candidate may publish.
+pub const MAX_ELECTION_VALUE_BYTES: usize = 64 * 1024;
 /// Longest token we bother comparing; real tokens are 32 hex digits.
 pub const MAX_TOKEN_BYTES: usize = 64;
 /// Shortest lock TTL: shorter leases cannot be renewed reliably over a network.
@@ -31,19 +33,28 @@ pub struct LockName(String);
 
 impl LockName {
     pub fn parse(name: String) -> Result<Self> {
+        Self::parse_as(name, "lock name")
+    }
+
+    /// An election's name: the same rules, named as such in errors.
+    pub fn parse_election(name: String) -> Result<Self> {
+        Self::parse_as(name, "election name")
+    }
+
+    fn parse_as(name: String, what: &str) -> Result<Self> {
         if name.is_empty() {
-            return Err(Error::invalid("lock name is empty"));
+            return Err(Error::invalid(format!("{what} is empty")));
         }
         if name.len() > MAX_NAME_BYTES {
             return Err(Error::invalid(format!(
-                "lock name is {} bytes, over the limit of {MAX_NAME_BYTES}",
+                "{what} is {} bytes, over the limit of {MAX_NAME_BYTES}",
                 name.len()
             )));
         }
         if name.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "lock name contains a control character (newline, tab, NUL, ...)",
-            ));
+            return Err(Error::invalid(format!(
+                "{what} contains a control character (newline, tab, NUL, ...)"
+            )));
         }
         Ok(LockName(name))
     }
@@ -110,6 +121,17 @@ pub fn token(token: String) -> Result<String> {
         )));
     }
     Ok(token)
+}
+
+/// A value an election candidate publishes: at most `MAX_ELECTION_VALUE_BYTES`.
+pub fn election_value(value: Vec<u8>) -> Result<Vec<u8>> {
+    if value.len() > MAX_ELECTION_VALUE_BYTES {
+        return Err(Error::invalid(format!(
+            "value is {} bytes, over the limit of {MAX_ELECTION_VALUE_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(value)
 }
 
 /// Everything needed to take one lock.

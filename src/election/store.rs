@@ -1,0 +1,192 @@
+//! The Redis side of an election: its keys, and the scripts that publish its leader.
+//!
+//! An election is a lock (same scripts, same fair line, same fencing counter) in a key space of
+//! its own, plus a `state` hash naming the leader (token, term, value) and a revision that grows
+//! with every change. Every change is published, from the script that makes it, on the
+//! election's sharded channel, so observers on every server see the same changes in the same
+//! order.
+
+use std::time::Duration;
+
+use fred::bytes::Bytes;
+use fred::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::store::{LockKeys, Store, lock_keys};
+use crate::token::Token;
+use crate::validate::LockName;
+
+/// Elections live under `<prefix>election:`; lock keys start with `<prefix>{`, so the two key
+/// spaces never meet.
+const ELECTION_SPACE: &str = "election:";
+
+/// The keys of one election, all in one hash slot.
+#[derive(Clone, Debug)]
+pub struct ElectionKeys {
+    /// The leadership lease: an ordinary lock.
+    pub lease: LockKeys,
+    /// Hash: `rev` (never reset), and while there is a leader `token`, `term`, `value`.
+    pub state: String,
+    /// Sharded pub/sub channel carrying every change of `state`.
+    pub events: String,
+}
+
+/// An election's leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    pub term: u64,
+    pub value: Bytes,
+}
+
+/// One state of an election, as of `revision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub revision: u64,
+    pub leader: Option<Leader>,
+    /// How long the leader's lease has left (read) or was granted (announced).
+    pub lease_ttl: Option<Duration>,
+}
+
+impl Store {
+    pub fn election_keys(&self, name: &LockName) -> ElectionKeys {
+        let lease = lock_keys(&format!("{}{ELECTION_SPACE}", self.prefix), name);
+        let base = lease
+            .lock
+            .strip_suffix(":lock")
+            .unwrap_or(&lease.lock)
+            .to_owned();
+        ElectionKeys {
+            state: format!("{base}:state"),
+            events: format!("{base}:events"),
+            lease,
+        }
+    }
+
+    /// Publishes `token`'s leadership with `value`, if `token` still holds the lease.
+    /// `Ok(false)`: it does not.
+    pub async fn announce(
+        &self,
+        keys: &ElectionKeys,
+        token: &Token,
+        term: u64,
+        lease_ttl: Duration,
+        value: &[u8],
+    ) -> Result<bool> {
+        let revision: i64 = self
+            .eval(
+                &self.scripts.announce,
+                "announce leader",
+                vec![keys.lease.lock.clone(), keys.state.clone()],
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(term.to_string()),
+                    Value::Bytes(Bytes::copy_from_slice(value)),
+                    Value::from(keys.events.as_str()),
+                    Value::from(lease_ttl.as_millis().to_string()),
+                ],
+            )
+            .await?;
+        Ok(revision > 0)
+    }
+
+    /// The election's leader now. A leader whose lease is gone is retired first (and that is
+    /// announced), so the answer never names a leader that no longer holds the lease.
+    pub async fn election_state(&self, keys: &ElectionKeys) -> Result<Snapshot> {
+        const CONTEXT: &str = "read leader";
+        let reply: Vec<Value> = self
+            .eval(
+                &self.scripts.leader,
+                CONTEXT,
+                vec![keys.lease.lock.clone(), keys.state.clone()],
+                vec![Value::from(keys.events.as_str())],
+            )
+            .await?;
+        let bad = |detail: &str| Error::BadReply {
+            context: CONTEXT,
+            detail: detail.to_owned(),
+        };
+        let [revision, has_leader, term, value, ttl] = reply.as_slice() else {
+            return Err(bad("expected 5 fields"));
+        };
+        let revision = revision
+            .as_u64()
+            .ok_or_else(|| bad("revision is not a number"))?;
+        let leader = if has_leader.as_i64() == Some(1) {
+            Some(Leader {
+                term: term.as_u64().ok_or_else(|| bad("term is not a number"))?,
+                value: Bytes::copy_from_slice(value.as_bytes().unwrap_or_default()),
+            })
+        } else {
+            None
+        };
+        let lease_ttl = ttl
+            .as_i64()
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis);
+        Ok(Snapshot {
+            revision,
+            leader,
+            lease_ttl,
+        })
+    }
+}
+
+impl Store {
+    /// Releases `token`'s lease on the election, then retires its announcement, without waiting:
+    /// for candidates that went away.
+    pub fn resign_in_background(&self, keys: ElectionKeys, token: Token) {
+        let span = tracing::info_span!("resign", lease = token.lease_id());
+        self.in_background(
+            span,
+            "resign failed; the leadership expires by its TTL",
+            |store| async move {
+                store.release(&keys.lease, &token).await?;
+                store.election_state(&keys).await.map(|_| ())
+            },
+        );
+    }
+}
+
+/// Reads a change as the scripts publish it: `rev \n has_leader \n term \n ttl_ms \n value`.
+pub fn parse_event(payload: &[u8]) -> Option<Snapshot> {
+    let mut fields = payload.splitn(5, |&b| b == b'\n');
+    let mut number = || -> Option<u64> { std::str::from_utf8(fields.next()?).ok()?.parse().ok() };
+    let revision = number()?;
+    let has_leader = number()? == 1;
+    let term = number()?;
+    let ttl_ms = number()?;
+    let value = fields.next()?;
+    Some(Snapshot {
+        revision,
+        leader: has_leader.then(|| Leader {
+            term,
+            value: Bytes::copy_from_slice(value),
+        }),
+        lease_ttl: has_leader.then(|| Duration::from_millis(ttl_ms)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_binary_values() {
+        let event = parse_event(b"7\n1\n42\n3000\nva\nlue\x00").unwrap();
+        assert_eq!(event.revision, 7);
+        assert_eq!(
+            event.leader,
+            Some(Leader {
+                term: 42,
+                value: Bytes::from_static(b"va\nlue\x00")
+            })
+        );
+        assert_eq!(event.lease_ttl, Some(Duration::from_millis(3000)));
+        let none = parse_event(b"8\n0\n0\n0\n").unwrap();
+        assert_eq!(
+            (none.revision, none.leader, none.lease_ttl),
+            (8, None, None)
+        );
+        assert!(parse_event(b"garbage").is_none());
+    }
+}

@@ -1,0 +1,16 @@
+-- Publish the leader of an election (on election, and on each proclaim), only if our token
+-- still holds the election's lock.
+-- KEYS[1] lock  KEYS[2] state
+-- ARGV[1] token  ARGV[2] term  ARGV[3] value  ARGV[4] channel  ARGV[5] lease TTL (ms)
+-- Returns the state's new revision, or 0 when the lock is not ours.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+-- The revision never resets, so every change to an election gets a larger one: observers
+-- order and de-duplicate by it.
+local rev = redis.call('HINCRBY', KEYS[2], 'rev', 1)
+redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[2], 'value', ARGV[3])
+-- Published from the script itself, so every change reaches observers in the order made.
+-- Message: revision, has leader, term, lease TTL, value; one per line, the value last.
+redis.call('SPUBLISH', ARGV[4], rev .. '\n1\n' .. ARGV[2] .. '\n' .. ARGV[5] .. '\n' .. ARGV[3])
+return rev

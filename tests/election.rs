@@ -1,0 +1,485 @@
+//! Leader election against real Redis: candidates and observers on two server processes.
+
+mod support;
+
+use std::time::Duration;
+
+use fred::prelude::KeysInterface;
+use leasehold::client::{Client, ClientError};
+use leasehold::election::client::{Candidate, Leader, Observation};
+use leasehold::pb::campaign_request::Action;
+use leasehold::pb::campaign_response::Event;
+use leasehold::pb::election_service_client::ElectionServiceClient;
+use leasehold::pb::{self, CampaignRequest, CampaignResponse};
+use support::*;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Streaming};
+
+/// How long a hand-over may take: the bound.
+const HANDOVER: Duration = Duration::from_secs(1);
+
+async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
+}
+
+/// Whether `candidate` has been told it leads, without waiting: one poll of its stream.
+async fn told_elected_yet(candidate: &mut Candidate) -> bool {
+    matches!(
+        timeout(Duration::ZERO, candidate.elected()).await,
+        Ok(Ok(_))
+    )
+}
+
+fn value_of(leader: &Option<Leader>) -> Option<&str> {
+    leader
+        .as_ref()
+        .map(|l| std::str::from_utf8(&l.value).expect("utf-8 value"))
+}
+
+/// Reads `observation` until it reports `expected` (a value, or `None` for no leader),
+/// returning everything it saw on the way.
+async fn observe_until(
+    observation: &mut Observation,
+    expected: Option<&str>,
+) -> Vec<Option<Leader>> {
+    let mut seen = Vec::new();
+    within(EVENT_TIMEOUT, "the observed change", async {
+        loop {
+            let state = observation.next().await.expect("observation");
+            let done = value_of(&state) == expected;
+            seen.push(state);
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both_servers() {
+    let redis = RedisServer::start();
+    let (server_a, server_b) = (
+        ServerProcess::start(&redis, &[]),
+        ServerProcess::start(&redis, &[]),
+    );
+    let a = Client::connect(server_a.url()).await.unwrap();
+    let b = Client::connect(server_b.url()).await.unwrap();
+    let mut observer_a = a.observe("leader").await.unwrap();
+    let mut observer_b = b.observe("leader").await.unwrap();
+    let mut seen_a = vec![observer_a.next().await.unwrap()];
+    let mut seen_b = vec![observer_b.next().await.unwrap()];
+    assert_eq!(seen_a, [None]);
+    assert_eq!(seen_b, [None]);
+
+    let ttl = Duration::from_secs(5);
+    let mut first = a.campaign("leader", "first", ttl).await.unwrap();
+    let first_term = within(EVENT_TIMEOUT, "first elected", first.elected())
+        .await
+        .unwrap();
+    seen_a.extend(observe_until(&mut observer_a, Some("first")).await);
+    seen_b.extend(observe_until(&mut observer_b, Some("first")).await);
+    let mut second = b.campaign("leader", "second", ttl).await.unwrap();
+    let mut third = a.campaign("leader", "third", ttl).await.unwrap();
+    // Make sure both are in line before the hand-over, in this order.
+    let direct = redis.client().await;
+    within(EVENT_TIMEOUT, "two candidates in line", async {
+        loop {
+            let line: i64 = fred::prelude::SortedSetsInterface::zcard(
+                &direct,
+                "leasehold:election:{leader}:line",
+            )
+            .await
+            .unwrap();
+            if line == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    for client in [&a, &b] {
+        let leader = client.leader("leader").await.unwrap();
+        assert_eq!(
+            leader,
+            Some(Leader {
+                term: first_term,
+                value: b"first".to_vec()
+            })
+        );
+    }
+    assert!(!told_elected_yet(&mut second).await);
+    assert!(!told_elected_yet(&mut third).await);
+
+    // Cancelling the leader's stream (dropping it) elects the next in line within a second.
+    let dropped = Instant::now();
+    drop(first);
+    let second_term = within(HANDOVER, "hand-over after cancel", second.elected())
+        .await
+        .unwrap();
+    assert!(dropped.elapsed() < HANDOVER);
+    assert!(second_term > first_term);
+    assert!(!told_elected_yet(&mut third).await, "two leaders at once");
+    seen_a.extend(observe_until(&mut observer_a, Some("second")).await);
+    seen_b.extend(observe_until(&mut observer_b, Some("second")).await);
+
+    // Resigning hands over at once.
+    assert!(second.resign().await.unwrap());
+    let third_term = within(HANDOVER, "hand-over after resign", third.elected())
+        .await
+        .unwrap();
+    assert!(third_term > second_term);
+    seen_a.extend(observe_until(&mut observer_a, Some("third")).await);
+    seen_b.extend(observe_until(&mut observer_b, Some("third")).await);
+    assert!(third.resign().await.unwrap());
+    seen_a.extend(observe_until(&mut observer_a, None).await);
+    seen_b.extend(observe_until(&mut observer_b, None).await);
+
+    // Both servers' observers saw the same sequence, every leader in turn, terms growing.
+    assert_eq!(seen_a, seen_b);
+    let leaders: Vec<(u64, &str)> = seen_a
+        .iter()
+        .flatten()
+        .map(|l| (l.term, std::str::from_utf8(&l.value).unwrap()))
+        .collect();
+    assert_eq!(
+        leaders,
+        [
+            (first_term, "first"),
+            (second_term, "second"),
+            (third_term, "third")
+        ]
+    );
+    assert_eq!(seen_a.last(), Some(&None));
+    assert_eq!(a.leader("leader").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaimed_value_reaches_observers_and_the_leader_query() {
+    let redis = RedisServer::start();
+    let (server_a, server_b) = (
+        ServerProcess::start(&redis, &[]),
+        ServerProcess::start(&redis, &[]),
+    );
+    let a = Client::connect(server_a.url()).await.unwrap();
+    let b = Client::connect(server_b.url()).await.unwrap();
+    let mut candidate = a
+        .campaign("svc", "10.0.0.1:80", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let term = candidate.elected().await.unwrap();
+    let mut observer = b.observe("svc").await.unwrap();
+    // The first state is the current one.
+    assert_eq!(
+        observer.next().await.unwrap(),
+        Some(Leader {
+            term,
+            value: b"10.0.0.1:80".to_vec()
+        })
+    );
+    candidate.proclaim("10.0.0.2:80").await.unwrap();
+    assert_eq!(
+        within(EVENT_TIMEOUT, "proclaimed value", observer.next())
+            .await
+            .unwrap(),
+        Some(Leader {
+            term,
+            value: b"10.0.0.2:80".to_vec()
+        }),
+        "a proclaim keeps the term and changes the value"
+    );
+    assert_eq!(
+        b.leader("svc").await.unwrap().map(|l| l.value),
+        Some(b"10.0.0.2:80".to_vec())
+    );
+    // A binary value of the largest size makes it through unchanged.
+    let largest: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    candidate.proclaim(largest.clone()).await.unwrap();
+    let seen = within(EVENT_TIMEOUT, "largest value", observer.next())
+        .await
+        .unwrap();
+    assert_eq!(seen.map(|l| l.value), Some(largest));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leaders_server_elects_another_after_the_ttl() {
+    let redis = RedisServer::start();
+    let mut server_a = ServerProcess::start(&redis, &[]);
+    let server_b = ServerProcess::start(&redis, &[]);
+    let a = Client::connect(server_a.url()).await.unwrap();
+    let b = Client::connect(server_b.url()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let mut doomed = a.campaign("cron", "a", ttl).await.unwrap();
+    let doomed_term = doomed.elected().await.unwrap();
+    let mut heir = b.campaign("cron", "b", ttl).await.unwrap();
+    let mut observer = b.observe("cron").await.unwrap();
+    assert_eq!(value_of(&observer.next().await.unwrap()), Some("a"));
+
+    let killed = Instant::now();
+    server_a.kill();
+    let heir_term = within(
+        ttl + Duration::from_secs(3),
+        "election after the kill",
+        heir.elected(),
+    )
+    .await
+    .unwrap();
+    let waited = killed.elapsed();
+    assert!(heir_term > doomed_term);
+    // Nobody released the lease: the heir had to wait for its TTL (less what had passed since
+    // the last renewal, at most a third of it).
+    assert!(waited >= ttl / 2, "elected after only {waited:?}");
+    let seen = observe_until(&mut observer, Some("b")).await;
+    assert_eq!(
+        seen.last().and_then(|l| l.as_ref()).map(|l| l.term),
+        Some(heir_term)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_learn_there_is_no_leader_when_a_dead_servers_lease_runs_out() {
+    let redis = RedisServer::start();
+    let mut server_a = ServerProcess::start(&redis, &[]);
+    let server_b = ServerProcess::start(&redis, &[]);
+    let a = Client::connect(server_a.url()).await.unwrap();
+    let b = Client::connect(server_b.url()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let mut alone = a.campaign("solo", "a", ttl).await.unwrap();
+    alone.elected().await.unwrap();
+    let mut observer = b.observe("solo").await.unwrap();
+    assert_eq!(value_of(&observer.next().await.unwrap()), Some("a"));
+    server_a.kill();
+    let next = within(
+        ttl + Duration::from_secs(2),
+        "no leader after the TTL",
+        observer.next(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next, None);
+    assert_eq!(b.leader("solo").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_is_deleted_is_told_it_lost_and_observers_see_no_leader() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let mut candidate = client.campaign("fragile", "x", ttl).await.unwrap();
+    candidate.elected().await.unwrap();
+    let mut observer = client.observe("fragile").await.unwrap();
+    assert_eq!(value_of(&observer.next().await.unwrap()), Some("x"));
+    let direct = redis.client().await;
+    let _: i64 = direct
+        .del("leasehold:election:{fragile}:lock")
+        .await
+        .unwrap();
+    let reason = within(EVENT_TIMEOUT, "lost", candidate.lost()).await;
+    assert!(reason.contains("deleted or taken"), "{reason}");
+    assert_eq!(
+        within(EVENT_TIMEOUT, "no leader", observer.next())
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_never_blocks_a_lock_of_the_same_name() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let mut candidate = client
+        .campaign("shared-name", "leader", Duration::from_secs(5))
+        .await
+        .unwrap();
+    candidate.elected().await.unwrap();
+    // The lock of the same name is free, and taking it leaves the leader alone.
+    let guard = client.lease("shared-name").acquire().await.unwrap();
+    assert!(
+        !client
+            .describe("shared-name")
+            .await
+            .unwrap()
+            .holder
+            .contains("candidate")
+    );
+    assert_eq!(
+        value_of(&client.leader("shared-name").await.unwrap()),
+        Some("leader")
+    );
+    guard.release().await.unwrap();
+    assert!(candidate.resign().await.unwrap());
+}
+
+/// A raw Campaign stream, to send what the client library never would.
+async fn raw_campaign(
+    url: &str,
+    first: CampaignRequest,
+) -> (
+    mpsc::Sender<CampaignRequest>,
+    Result<Streaming<CampaignResponse>, tonic::Status>,
+) {
+    let channel = Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(first).await.unwrap();
+    let stream = ElectionServiceClient::new(channel)
+        .campaign(ReceiverStream::new(rx))
+        .await
+        .map(|r| r.into_inner());
+    (tx, stream)
+}
+
+fn start(election: &str, value: Vec<u8>, ttl_ms: u32) -> CampaignRequest {
+    CampaignRequest {
+        action: Some(Action::Start(pb::CampaignStart {
+            election: election.to_owned(),
+            value,
+            ttl_ms,
+        })),
+    }
+}
+
+fn proclaim(value: &str) -> CampaignRequest {
+    CampaignRequest {
+        action: Some(Action::Proclaim(pb::Proclaim {
+            value: value.as_bytes().to_vec(),
+        })),
+    }
+}
+
+/// The status that ends a raw campaign stream.
+async fn ending_status(
+    stream: Result<Streaming<CampaignResponse>, tonic::Status>,
+) -> tonic::Status {
+    let mut stream = match stream {
+        Ok(stream) => stream,
+        Err(status) => return status,
+    };
+    within(EVENT_TIMEOUT, "the stream's end", async {
+        loop {
+            match stream.message().await {
+                Ok(Some(CampaignResponse {
+                    event: Some(Event::Elected(_)),
+                })) => continue,
+                Ok(other) => panic!("expected an error status, got {other:?}"),
+                Err(status) => return status,
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_status_and_leaves_the_leader_alone() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let url = server.url();
+    let client = Client::connect(url.clone()).await.unwrap();
+    let mut leader = client
+        .campaign("steady", "leader", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let term = leader.elected().await.unwrap();
+
+    let cases: Vec<(&str, CampaignRequest, Code, &str)> = vec![
+        (
+            "empty name",
+            start("", vec![], 1000),
+            Code::InvalidArgument,
+            "election name is empty",
+        ),
+        (
+            "long name",
+            start(&"n".repeat(257), vec![], 1000),
+            Code::InvalidArgument,
+            "over the limit",
+        ),
+        (
+            "large value",
+            start("steady", vec![0; 64 * 1024 + 1], 1000),
+            Code::InvalidArgument,
+            "value is 65537 bytes",
+        ),
+        (
+            "zero ttl",
+            start("steady", vec![], 0),
+            Code::InvalidArgument,
+            "ttl_ms",
+        ),
+        (
+            "proclaim first",
+            proclaim("x"),
+            Code::InvalidArgument,
+            "must be start",
+        ),
+        (
+            "no action",
+            CampaignRequest { action: None },
+            Code::InvalidArgument,
+            "no action",
+        ),
+    ];
+    for (what, first, code, message) in cases {
+        let (_tx, stream) = raw_campaign(&url, first).await;
+        let status = ending_status(stream).await;
+        assert_eq!(status.code(), code, "{what}: {status:?}");
+        assert!(status.message().contains(message), "{what}: {status:?}");
+    }
+
+    // Proclaiming while waiting in line: FAILED_PRECONDITION, and the waiter leaves the line.
+    let (tx, stream) = raw_campaign(&url, start("steady", b"usurper".to_vec(), 1000)).await;
+    tx.send(proclaim("usurper")).await.unwrap();
+    let status = ending_status(stream).await;
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status.message().contains("before being elected"),
+        "{status:?}"
+    );
+
+    // A second start, once elected: INVALID_ARGUMENT, and that leadership ends.
+    let (tx, stream) = raw_campaign(&url, start("other", vec![], 1000)).await;
+    let mut stream = stream.unwrap();
+    assert!(matches!(
+        stream.message().await.unwrap(),
+        Some(CampaignResponse {
+            event: Some(Event::Elected(_))
+        })
+    ));
+    tx.send(start("other", vec![], 1000)).await.unwrap();
+    let status = ending_status(Ok(stream)).await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("start sent twice"), "{status:?}");
+
+    // Unary calls refuse bad names too.
+    match client.leader("").await {
+        Err(ClientError::Status(status)) => assert_eq!(status.code(), Code::InvalidArgument),
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    }
+    match client.observe("a\nb").await {
+        Err(ClientError::Status(status)) => assert_eq!(status.code(), Code::InvalidArgument),
+        Err(other) => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        Ok(_) => panic!("observing a bad name was accepted"),
+    }
+
+    // None of it disturbed the leader.
+    assert_eq!(
+        client.leader("steady").await.unwrap(),
+        Some(Leader {
+            term,
+            value: b"leader".to_vec()
+        })
+    );
+    leader.proclaim("still here").await.unwrap();
+}
