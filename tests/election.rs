@@ -62,6 +62,22 @@ async fn observe_until(
     seen
 }
 
+/// Polls the line's length (a Redis sorted set; no event tells when a remote waiter joins).
+async fn wait_for_line(direct: &fred::prelude::Client, line: &str, length: i64) {
+    within(EVENT_TIMEOUT, "candidates in line", async {
+        loop {
+            let waiting: i64 = fred::prelude::SortedSetsInterface::zcard(direct, line)
+                .await
+                .unwrap();
+            if waiting == length {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both_servers() {
     let redis = RedisServer::start();
@@ -85,25 +101,12 @@ async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both
         .unwrap();
     seen_a.extend(observe_until(&mut observer_a, Some("first")).await);
     seen_b.extend(observe_until(&mut observer_b, Some("first")).await);
-    let mut second = b.campaign("leader", "second", ttl).await.unwrap();
-    let mut third = a.campaign("leader", "third", ttl).await.unwrap();
-    // Make sure both are in line before the hand-over, in this order.
+    // Second in line, then third: each waits until the line has grown, so the order is known.
     let direct = redis.client().await;
-    within(EVENT_TIMEOUT, "two candidates in line", async {
-        loop {
-            let line: i64 = fred::prelude::SortedSetsInterface::zcard(
-                &direct,
-                "leasehold:election:{leader}:line",
-            )
-            .await
-            .unwrap();
-            if line == 2 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    let mut second = b.campaign("leader", "second", ttl).await.unwrap();
+    wait_for_line(&direct, "leasehold:election:{leader}:line", 1).await;
+    let mut third = a.campaign("leader", "third", ttl).await.unwrap();
+    wait_for_line(&direct, "leasehold:election:{leader}:line", 2).await;
     for client in [&a, &b] {
         let leader = client.leader("leader").await.unwrap();
         assert_eq!(
@@ -482,4 +485,132 @@ async fn bad_input_gets_a_clear_status_and_leaves_the_leader_alone() {
         })
     );
     leader.proclaim("still here").await.unwrap();
+}
+
+/// The README's example program, built by `cargo test` next to this test's own binary.
+fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    dir.join("examples").join(name)
+}
+
+/// Starts one instance per name, numbered from `first`; each printed line goes to `lines` as
+/// (instance, line).
+fn spawn_instances(
+    server: &str,
+    names: &[&str],
+    first: usize,
+    lines: &mpsc::UnboundedSender<(usize, String)>,
+) -> Instances {
+    use std::io::BufRead;
+    let mut children = Vec::new();
+    for (i, name) in (first..).zip(names) {
+        let mut child = std::process::Command::new(example_binary("who_leads"))
+            .args([server, "example", name])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run examples/who_leads (built by cargo test)");
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = lines.send((i, line));
+            }
+        });
+        children.push(child);
+    }
+    Instances(children)
+}
+
+/// Example instances, killed when the test ends however it ends.
+struct Instances(Vec<std::process::Child>);
+
+impl Drop for Instances {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What the example instances have printed so far.
+#[derive(Default)]
+struct Printed {
+    /// The leader each instance printed last (`leader: <name> ...`).
+    leader: std::collections::HashMap<usize, String>,
+    /// Instances that printed `I lead`, in order.
+    leads: Vec<usize>,
+}
+
+impl Printed {
+    /// Reads lines until `done` holds.
+    async fn until(
+        &mut self,
+        lines: &mut mpsc::UnboundedReceiver<(usize, String)>,
+        what: &str,
+        done: impl Fn(&Printed) -> bool,
+    ) {
+        within(EVENT_TIMEOUT, what, async {
+            while !done(self) {
+                let (i, line) = lines.recv().await.expect("instances exited");
+                if line.contains(": I lead") {
+                    self.leads.push(i);
+                }
+                if let Some(rest) = line.strip_prefix("leader: ") {
+                    let name = rest.split(' ').next().unwrap_or_default();
+                    self.leader.insert(i, name.to_owned());
+                }
+            }
+        })
+        .await;
+    }
+
+    fn all_see(&self, instances: &[usize], leader: &str) -> bool {
+        instances
+            .iter()
+            .all(|i| self.leader.get(i).map(String::as_str) == Some(leader))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_of_the_readme_example_agree_on_one_leader() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let names = ["alice", "bob", "carol"];
+    let (sender, mut lines) = mpsc::unbounded_channel();
+    let mut printed = Printed::default();
+    // Alice first, so the test knows who must lead.
+    let alice = spawn_instances(&server.url(), &names[..1], 0, &sender);
+    printed
+        .until(&mut lines, "alice leading", |p| p.all_see(&[0], "alice"))
+        .await;
+    let _others = spawn_instances(&server.url(), &names[1..], 1, &sender);
+    printed
+        .until(&mut lines, "everyone seeing alice", |p| {
+            p.all_see(&[0, 1, 2], "alice")
+        })
+        .await;
+    assert_eq!(printed.leads, [0], "exactly alice leads");
+
+    // Kill the leader: one of the others takes over and all survivors agree.
+    drop(alice);
+    printed
+        .until(&mut lines, "a new leader everyone sees", |p| {
+            p.leads.len() > 1 && p.all_see(&[1, 2], names[p.leads[1]])
+        })
+        .await;
+    assert!(printed.leads[1] == 1 || printed.leads[1] == 2);
+    assert_eq!(
+        printed.leads.len(),
+        2,
+        "one new leader only: {:?}",
+        printed.leads
+    );
 }
