@@ -1,0 +1,57 @@
+"""The README's Python election example: three instances, one leader, all agree."""
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "who_leads.py")
+
+
+def start(server, name, lines, index):
+    proc = subprocess.Popen([sys.executable, EXAMPLE, server, "example", name],
+                            stdout=subprocess.PIPE, text=True)
+
+    def read():
+        for line in proc.stdout:
+            lines.put((index, line.strip()))
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc
+
+
+def until(lines, printed, done, timeout=15):
+    """Reads lines into ``printed`` (last leader per instance, and who said "I lead") until
+    ``done(printed)``."""
+    deadline = time.monotonic() + timeout
+    while not done(printed):
+        index, line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        if ": I lead" in line:
+            printed["leads"].append(index)
+        if line.startswith("leader: "):
+            printed["leader"][index] = line.split()[1]
+
+
+def test_three_instances_agree_on_one_leader_and_hand_over(server):
+    lines = queue.Queue()
+    printed = {"leader": {}, "leads": []}
+    names = ["alice", "bob", "carol"]
+    procs = [start(server, "alice", lines, 0)]
+    try:
+        until(lines, printed, lambda p: p["leader"].get(0) == "alice")
+        procs += [start(server, name, lines, i) for i, name in enumerate(names[1:], 1)]
+        until(lines, printed, lambda p: all(p["leader"].get(i) == "alice" for i in range(3)))
+        assert printed["leads"] == [0]
+
+        procs[0].kill()
+        procs[0].wait()
+        until(lines, printed, lambda p: len(p["leads"]) > 1 and all(
+            p["leader"].get(i) == names[p["leads"][1]] for i in (1, 2)))
+        assert printed["leads"][1] in (1, 2)
+        assert len(printed["leads"]) == 2
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
