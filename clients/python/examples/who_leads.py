@@ -20,13 +20,22 @@ from leasehold.v1 import election_pb2 as pb  # noqa: E402
 from leasehold.v1 import election_pb2_grpc as rpc  # noqa: E402
 
 
+_print_lock = threading.Lock()
+
+
+def say(line):
+    """One whole line at a time: two threads print."""
+    with _print_lock:
+        print(line, flush=True)
+
+
 def follow(stub, election):
     """Prints the current leader, then every change."""
     for state in stub.Observe(pb.ObserveRequest(election=election)):
         if state.has_leader:
-            print(f"leader: {state.value.decode()} (term {state.term})", flush=True)
+            say(f"leader: {state.value.decode()} (term {state.term})")
         else:
-            print("leader: none", flush=True)
+            say("leader: none")
 
 
 def main():
@@ -41,9 +50,9 @@ def main():
     try:
         for event in stub.Campaign(iter(requests.get, None)):
             if event.HasField("elected"):
-                print(f"{me}: I lead (term {event.elected.term})", flush=True)
+                say(f"{me}: I lead (term {event.elected.term})")
             elif event.HasField("lost"):
-                print(f"{me}: lost the leadership: {event.lost.reason}", flush=True)
+                say(f"{me}: lost the leadership: {event.lost.reason}")
                 return
     except KeyboardInterrupt:
         requests.put(pb.CampaignRequest(resign=pb.Resign()))

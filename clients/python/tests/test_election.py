@@ -27,7 +27,11 @@ def until(lines, printed, done, timeout=15):
     ``done(printed)``."""
     deadline = time.monotonic() + timeout
     while not done(printed):
-        index, line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            index, line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"gave up waiting; printed so far: {printed}") from None
+        printed["lines"].append((index, line))
         if ": I lead" in line:
             printed["leads"].append(index)
         if line.startswith("leader: "):
@@ -36,7 +40,7 @@ def until(lines, printed, done, timeout=15):
 
 def test_three_instances_agree_on_one_leader_and_hand_over(server):
     lines = queue.Queue()
-    printed = {"leader": {}, "leads": []}
+    printed = {"leader": {}, "leads": [], "lines": []}
     names = ["alice", "bob", "carol"]
     procs = [start(server, "alice", lines, 0)]
     try:
