@@ -614,3 +614,43 @@ async fn three_instances_of_the_readme_example_agree_on_one_leader() {
         printed.leads
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_follow_an_election_across_a_redis_restart() {
+    let mut redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let mut before = client.campaign("phoenix", "before", ttl).await.unwrap();
+    before.elected().await.unwrap();
+    // Some history, so the state's revision is well past where a fresh one starts.
+    for value in ["v1", "v2", "v3"] {
+        before.proclaim(value).await.unwrap();
+    }
+    let mut observer = client.observe("phoenix").await.unwrap();
+    assert_eq!(value_of(&observer.next().await.unwrap()), Some("v3"));
+
+    // Redis comes back empty: the leader loses its lease, and observers must follow the new
+    // history, whose revisions start again.
+    redis.restart_empty();
+    let reason = within(EVENT_TIMEOUT, "the leader told it lost", before.lost()).await;
+    assert!(!reason.is_empty());
+    assert_eq!(
+        within(EVENT_TIMEOUT, "no leader", observer.next())
+            .await
+            .unwrap(),
+        None
+    );
+    let mut after = client.campaign("phoenix", "after", ttl).await.unwrap();
+    within(EVENT_TIMEOUT, "a new leader", after.elected())
+        .await
+        .unwrap();
+    assert_eq!(
+        value_of(
+            &within(EVENT_TIMEOUT, "the new leader observed", observer.next())
+                .await
+                .unwrap()
+        ),
+        Some("after")
+    );
+}

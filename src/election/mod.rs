@@ -159,8 +159,9 @@ async fn follow(
     tx: mpsc::Sender<Result<pb::ObserveResponse, Status>>,
     shutdown: CancellationToken,
 ) {
-    let mut revision = first.revision;
-    if tx.send(Ok(observed(&first))).await.is_err() {
+    let mut version = (first.epoch, first.revision);
+    let mut shown = observed(&first);
+    if tx.send(Ok(shown.clone())).await.is_err() {
         return;
     }
     loop {
@@ -189,12 +190,19 @@ async fn follow(
                 return;
             }
         };
-        // Changes published before our first read, or seen twice (after a resync), are skipped.
-        if change.revision <= revision {
+        // Within an epoch, changes published before our first read, or seen twice (after a
+        // resync), are skipped. A new epoch means Redis lost the state: its revisions start again.
+        if change.epoch == version.0 && change.revision <= version.1 {
             continue;
         }
-        revision = change.revision;
-        if tx.send(Ok(observed(&change))).await.is_err() {
+        version = (change.epoch, change.revision);
+        // A new epoch's first message may repeat what the observer already has.
+        let state = observed(&change);
+        if state == shown {
+            continue;
+        }
+        shown = state;
+        if tx.send(Ok(shown.clone())).await.is_err() {
             return;
         }
     }

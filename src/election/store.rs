@@ -38,9 +38,12 @@ pub struct Leader {
     pub value: Bytes,
 }
 
-/// One state of an election, as of `revision`.
+/// One state of an election, as of `revision` within `epoch`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
+    /// Names the copy of the state in Redis; a new one means the revisions began again (Redis
+    /// restarted empty or failed over).
+    pub epoch: u64,
     pub revision: u64,
     pub leader: Option<Leader>,
     /// How long the leader's lease has left (read) or was granted (announced).
@@ -105,9 +108,10 @@ impl Store {
             context: CONTEXT,
             detail: detail.to_owned(),
         };
-        let [revision, has_leader, term, value, ttl] = reply.as_slice() else {
-            return Err(bad("expected 5 fields"));
+        let [epoch, revision, has_leader, term, value, ttl] = reply.as_slice() else {
+            return Err(bad("expected 6 fields"));
         };
+        let epoch = epoch.as_u64().ok_or_else(|| bad("epoch is not a number"))?;
         let revision = revision
             .as_u64()
             .ok_or_else(|| bad("revision is not a number"))?;
@@ -124,6 +128,7 @@ impl Store {
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
         Ok(Snapshot {
+            epoch,
             revision,
             leader,
             lease_ttl,
@@ -147,16 +152,19 @@ impl Store {
     }
 }
 
-/// Reads a change as the scripts publish it: `rev \n has_leader \n term \n ttl_ms \n value`.
+/// Reads a change as the scripts publish it:
+/// `epoch \n rev \n has_leader \n term \n ttl_ms \n value`.
 pub fn parse_event(payload: &[u8]) -> Option<Snapshot> {
-    let mut fields = payload.splitn(5, |&b| b == b'\n');
+    let mut fields = payload.splitn(6, |&b| b == b'\n');
     let mut number = || -> Option<u64> { std::str::from_utf8(fields.next()?).ok()?.parse().ok() };
+    let epoch = number()?;
     let revision = number()?;
     let has_leader = number()? == 1;
     let term = number()?;
     let ttl_ms = number()?;
     let value = fields.next()?;
     Some(Snapshot {
+        epoch,
         revision,
         leader: has_leader.then(|| Leader {
             term,
@@ -172,8 +180,8 @@ mod tests {
 
     #[test]
     fn events_round_trip_binary_values() {
-        let event = parse_event(b"7\n1\n42\n3000\nva\nlue\x00").unwrap();
-        assert_eq!(event.revision, 7);
+        let event = parse_event(b"5\n7\n1\n42\n3000\nva\nlue\x00").unwrap();
+        assert_eq!((event.epoch, event.revision), (5, 7));
         assert_eq!(
             event.leader,
             Some(Leader {

@@ -6,11 +6,21 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
--- The revision never resets, so every change to an election gets a larger one: observers
--- order and de-duplicate by it.
+-- The state's epoch names this copy of it: a Redis that restarted empty starts a new one, so
+-- observers know the revisions began again. Within an epoch the revision only grows, so every
+-- change gets a larger one: observers order and de-duplicate by it.
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+if not epoch then
+  local now = redis.call('TIME')
+  epoch = now[1] .. string.format('%06d', now[2])
+  redis.call('HSET', KEYS[2], 'epoch', epoch)
+end
 local rev = redis.call('HINCRBY', KEYS[2], 'rev', 1)
 redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[2], 'value', ARGV[3])
+-- Kept while there is a leader (leader.lua gives a leaderless state an expiry).
+redis.call('PERSIST', KEYS[2])
 -- Published from the script itself, so every change reaches observers in the order made.
--- Message: revision, has leader, term, lease TTL, value; one per line, the value last.
-redis.call('SPUBLISH', ARGV[4], rev .. '\n1\n' .. ARGV[2] .. '\n' .. ARGV[5] .. '\n' .. ARGV[3])
+-- Message: epoch, revision, has leader, term, lease TTL, value; one per line, the value last.
+redis.call('SPUBLISH', ARGV[4],
+  epoch .. '\n' .. rev .. '\n1\n' .. ARGV[2] .. '\n' .. ARGV[5] .. '\n' .. ARGV[3])
 return rev

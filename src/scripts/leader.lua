@@ -1,15 +1,28 @@
 -- Read an election's leader, first retiring a leader whose lease is gone (resigned, lost, or
 -- expired after its server died), announcing that there is none.
 -- KEYS[1] lock  KEYS[2] state  ARGV[1] channel
--- Returns {revision, has_leader (0/1), term, value, the lease's remaining ms (-2 if none)}.
-local state = redis.call('HMGET', KEYS[2], 'rev', 'token', 'term', 'value')
-local rev = tonumber(state[1]) or 0
-if state[2] then
-  if redis.call('GET', KEYS[1]) == state[2] then
-    return {rev, 1, state[3], state[4], redis.call('PTTL', KEYS[1])}
+-- Returns {epoch, revision, has_leader (0/1), term, value, the lease's remaining ms (-2 if none)}.
+
+-- A state without a leader is kept a day after its last change, so reading elections that
+-- never had one leaves no key behind for long.
+local idle_ms = 86400000
+local state = redis.call('HMGET', KEYS[2], 'epoch', 'rev', 'token', 'term', 'value')
+local epoch, rev = state[1], tonumber(state[2]) or 0
+if not epoch then
+  -- No state: a new election, or a Redis that lost it (restart, failover). Start an epoch and
+  -- say there is no leader, so observers holding an older epoch's leader hear of it.
+  local now = redis.call('TIME')
+  epoch = now[1] .. string.format('%06d', now[2])
+  redis.call('HSET', KEYS[2], 'epoch', epoch, 'rev', 0)
+  redis.call('PEXPIRE', KEYS[2], idle_ms)
+  redis.call('SPUBLISH', ARGV[1], epoch .. '\n0\n0\n0\n0\n')
+elseif state[3] then
+  if redis.call('GET', KEYS[1]) == state[3] then
+    return {epoch, rev, 1, state[4], state[5], redis.call('PTTL', KEYS[1])}
   end
   rev = redis.call('HINCRBY', KEYS[2], 'rev', 1)
   redis.call('HDEL', KEYS[2], 'token', 'term', 'value')
-  redis.call('SPUBLISH', ARGV[1], rev .. '\n0\n0\n0\n')
+  redis.call('PEXPIRE', KEYS[2], idle_ms)
+  redis.call('SPUBLISH', ARGV[1], epoch .. '\n' .. rev .. '\n0\n0\n0\n')
 end
-return {rev, 0, '0', '', -2}
+return {epoch, rev, 0, '0', '', -2}
