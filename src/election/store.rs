@@ -190,10 +190,10 @@ mod tests {
             })
         );
         assert_eq!(event.lease_ttl, Some(Duration::from_millis(3000)));
-        let none = parse_event(b"8\n0\n0\n0\n").unwrap();
+        let none = parse_event(b"5\n8\n0\n0\n0\n").unwrap();
         assert_eq!(
-            (none.revision, none.leader, none.lease_ttl),
-            (8, None, None)
+            (none.epoch, none.revision, none.leader, none.lease_ttl),
+            (5, 8, None, None)
         );
         assert!(parse_event(b"garbage").is_none());
     }
