@@ -10,7 +10,7 @@ use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::ProstCodec;
 
 /// Initial size of a stream's encode and decode buffers.
-const BUFFER_SIZE: usize = 64;
+const BUFFER_SIZE: usize = 256;
 /// tonic's default: how much encoded data a stream may batch before yielding.
 const YIELD_THRESHOLD: usize = 32 * 1024;
 
