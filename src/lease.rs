@@ -231,7 +231,8 @@ where
 
     /// Runs the stream to its end; an error becomes the stream's final status. `slot` counts
     /// this stream against its connection's limit until the task ends.
-    pub async fn run(mut self, slot: Option<LeaseSlot>) {
+    /// Boxed, so the task's future holds one pointer to its state rather than copies of it.
+    pub async fn run(mut self: Box<Self>, slot: Option<LeaseSlot>) {
         if let Err(error) = self.drive().await {
             debug!(%error, "lease stream ends with an error");
             self.events.essential(Err(error.into()));
@@ -245,7 +246,7 @@ where
         };
         let token = Token::random();
         let span = info_span!("lease", name = %spec.name, lease = token.lease_id());
-        self.lease(spec, token).instrument(span).await
+        self.lease(&spec, &token).instrument(span).await
     }
 
     /// Waits for the first message, which must be a valid `acquire`.
@@ -273,14 +274,19 @@ where
         }
     }
 
-    async fn lease(&mut self, spec: LeaseSpec, token: Token) -> Result<()> {
-        let keys = self.store.keys(&spec.name);
-        // Boxed, like every Redis call below: the task's future is as large as its largest
-        // state, and a held lease should not carry the waiting phase's state for its lifetime.
-        let Some(acquisition) = Box::pin(self.wait_for_lock(&spec, &keys, &token)).await? else {
-            return Ok(());
+    /// Arguments by reference and locals scoped: an async fn's future keeps a slot for every
+    /// by-value argument and every local that lives across an await, for the whole lease.
+    async fn lease(&mut self, spec: &LeaseSpec, token: &Token) -> Result<()> {
+        let (acquisition, mut lock) = {
+            let keys = self.store.keys(&spec.name);
+            // Boxed, like every Redis call below: a held lease should not carry the waiting
+            // phase's state for its lifetime.
+            let Some(acquisition) = Box::pin(self.wait_for_lock(spec, &keys, token)).await? else {
+                return Ok(());
+            };
+            let lock = HeldLock::new(self.store.clone(), keys, token.clone());
+            (acquisition, lock)
         };
-        let mut lock = HeldLock::new(self.store.clone(), keys, token);
         let mut clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
         info!(fencing_token = acquisition.fencing_token, "acquired");
         let acquired = Event::Acquired(pb::Acquired {
@@ -292,7 +298,7 @@ where
         if !self.events.essential(Ok(response(acquired))) {
             return Ok(()); // The client left; `lock` releases on drop.
         }
-        self.hold(&spec, &mut lock, &mut clock).await
+        self.hold(spec, &mut lock, &mut clock).await
     }
 
     /// Takes the lock, waiting as the request allows. `Ok(None)`: the client gave up first.

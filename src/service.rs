@@ -75,7 +75,7 @@ impl LockService for LockServer {
             Events::new(tx),
             self.shutdown.clone(),
         );
-        self.leases.spawn(task.run(slot));
+        self.leases.spawn(Box::new(task).run(slot));
         Ok(Response::new(Box::pin(
             ReceiverStream::new(rx).map(|item| *item),
         )))
