@@ -21,7 +21,8 @@ use std::time::Duration;
 use fred::prelude::{Builder, ClientLike, Config};
 use http::uri::PathAndQuery;
 use leasehold::bench::{
-    BenchError, Figures, direct_redis, lease_stream, ms, ratio, sequential, unary, unexpected,
+    BenchError, Figures, direct_redis, lease_stream, print_uncontended, sequential, unary,
+    unexpected,
 };
 use leasehold::client::Client;
 use support::{RedisServer, TestServer, free_port};
@@ -61,22 +62,10 @@ async fn main() -> Result<(), BenchError> {
         rows.push(etcd_path(lock, operations).await?);
     }
 
-    let direct = rows[0].clone();
-    println!("## Uncontended acquire + release, one client, one lock\n");
-    println!("| path | ops | ops/s | p50 | p99 | p999 | p50 vs direct Redis |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for figures in &rows {
-        println!(
-            "| {} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x |",
-            figures.path,
-            figures.operations,
-            figures.per_second,
-            ms(figures.p50),
-            ms(figures.p99),
-            ms(figures.p999),
-            ratio(figures.p50, direct.p50)
-        );
-    }
+    print_uncontended(
+        "Uncontended acquire + release, one client, one lock",
+        &rows.iter().collect::<Vec<_>>(),
+    );
     if etcd.is_none() {
         println!("\n(etcd not measured: no `etcd` binary; apt-get install -y etcd-server)");
     }

@@ -161,21 +161,10 @@ async fn uncontended_section(
     let unary = unary(&client, operations).await?;
     progress.clear();
 
-    println!("## Uncontended acquire + release, one client\n");
-    println!("| path | ops | ops/s | p50 | p99 | p999 | p50 vs direct |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for figures in [&direct, &stream, &unary] {
-        println!(
-            "| {} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x |",
-            figures.path,
-            figures.operations,
-            figures.per_second,
-            ms(figures.p50),
-            ms(figures.p99),
-            ms(figures.p999),
-            ratio(figures.p50, direct.p50)
-        );
-    }
+    print_uncontended(
+        "Uncontended acquire + release, one client",
+        &[&direct, &stream, &unary],
+    );
     Ok(json!([
         direct.to_json(None),
         stream.to_json(Some(&direct)),
@@ -301,6 +290,31 @@ async fn held_section(
     }
 
     Ok(json!(held_rows))
+}
+
+/// Prints uncontended figures as a table, each row's p50 as a ratio to the first row's.
+pub fn print_uncontended(title: &str, rows: &[&Figures]) {
+    let Some(baseline) = rows.first() else {
+        return;
+    };
+    println!("## {title}\n");
+    println!(
+        "| path | ops | ops/s | p50 | p99 | p999 | p50 vs {} |",
+        baseline.path
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for figures in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x |",
+            figures.path,
+            figures.operations,
+            figures.per_second,
+            ms(figures.p50),
+            ms(figures.p99),
+            ms(figures.p999),
+            ratio(figures.p50, baseline.p50)
+        );
+    }
 }
 
 pub fn ms(duration: Duration) -> f64 {
