@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio::time::{Instant, timeout_at};
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -17,7 +17,7 @@ use crate::acquire;
 use crate::admission::LeaseSlot;
 use crate::error::{Error, Result};
 use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
-use crate::renew::RenewalClock;
+use crate::renew::{RenewalClock, RenewalTrigger};
 use crate::store::{LockKeys, Store};
 use crate::token::Token;
 use crate::validate::{LeaseSpec, millis_u32};
@@ -363,8 +363,7 @@ where
         lock: &mut HeldLock,
         clock: &mut RenewalClock,
     ) -> Result<()> {
-        let mut reconnects = self.store.reconnects();
-        reconnects.borrow_and_update();
+        let mut renewals = RenewalTrigger::new(&self.store);
         loop {
             tokio::select! {
                 biased;
@@ -397,19 +396,10 @@ where
                     info!("client went away; releasing");
                     return Ok(());
                 }
-                () = sleep_until(clock.next_renewal()) => {
+                due = renewals.due(clock) => {
                     if let Some(reason) = Box::pin(self.renew(spec, lock, clock)).await {
-                        warn!(%reason, "lease lost");
-                        self.lost(reason);
-                        return Ok(());
-                    }
-                }
-                // Redis came back after a dropped connection: it may have lost our key, so check
-                // now rather than at the next renewal.
-                Ok(()) = reconnects.changed() => {
-                    if let Some(reason) = Box::pin(self.renew(spec, lock, clock)).await {
-                        warn!(%reason, "lease lost after Redis reconnected");
-                        self.lost(format!("{reason} (found after Redis reconnected)"));
+                        warn!(%reason, ?due, "lease lost");
+                        self.lost(due.explain(reason));
                         return Ok(());
                     }
                 }

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+
+use crate::store::Store;
 
 /// Clock-drift allowance: Redis and this process may measure a TTL slightly differently.
 pub fn drift(ttl: Duration) -> Duration {
@@ -62,6 +65,49 @@ impl RenewalClock {
 
     pub fn expired(&self, now: Instant) -> bool {
         now >= self.valid_until
+    }
+}
+
+/// Why a renewal is due now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalDue {
+    /// The clock's schedule.
+    Scheduled,
+    /// Redis came back after a dropped connection: it may have lost the key, so check now
+    /// rather than at the next scheduled renewal.
+    Reconnected,
+}
+
+impl RenewalDue {
+    /// A lost lease's reason, saying how the loss was found.
+    pub fn explain(self, reason: String) -> String {
+        match self {
+            RenewalDue::Scheduled => reason,
+            RenewalDue::Reconnected => format!("{reason} (found after Redis reconnected)"),
+        }
+    }
+}
+
+/// When a held lease must be renewed: on its clock's schedule, and at once after every Redis
+/// reconnection (only those after the lease was taken).
+pub struct RenewalTrigger {
+    reconnects: watch::Receiver<u64>,
+}
+
+impl RenewalTrigger {
+    pub fn new(store: &Store) -> Self {
+        let mut reconnects = store.reconnects();
+        reconnects.borrow_and_update();
+        RenewalTrigger { reconnects }
+    }
+
+    /// Completes when a renewal is due. Cancel-safe: a reconnection is not forgotten if another
+    /// branch of a `select!` wins first.
+    pub async fn due(&mut self, clock: &RenewalClock) -> RenewalDue {
+        tokio::select! {
+            () = sleep_until(clock.next_renewal()) => RenewalDue::Scheduled,
+            Ok(()) = self.reconnects.changed() => RenewalDue::Reconnected,
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! Every way out goes through [`Leadership`], which releases the lease and retires the
 //! announcement (in that order), so no branch can leave a stale leader behind.
 
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -19,7 +19,7 @@ use crate::lease::{Events, HeldLock, Renewal};
 use crate::pb::{
     self, CampaignRequest, CampaignResponse, campaign_request::Action, campaign_response::Event,
 };
-use crate::renew::RenewalClock;
+use crate::renew::{RenewalClock, RenewalTrigger};
 use crate::store::Store;
 use crate::token::Token;
 use crate::validate::{self, LeaseSpec, LockName, MAX_WAIT, millis_u32};
@@ -250,8 +250,7 @@ where
         if !self.events.essential(Ok(response(elected))) {
             return Ok(()); // The client left; `leadership` steps down on drop.
         }
-        let mut reconnects = self.store.reconnects();
-        reconnects.borrow_and_update();
+        let mut renewals = RenewalTrigger::new(&self.store);
         loop {
             tokio::select! {
                 biased;
@@ -292,18 +291,10 @@ where
                     info!("candidate went away; stepping down");
                     return Ok(());
                 }
-                () = sleep_until(clock.next_renewal()) => {
+                due = renewals.due(&clock) => {
                     if let Renewal::Lost(reason) = Box::pin(leadership.lock.renew(spec.ttl, &mut clock)).await {
-                        warn!(%reason, "leadership lost");
-                        self.lost(reason);
-                        return Ok(());
-                    }
-                }
-                // Redis came back after a dropped connection: it may have lost our lease.
-                Ok(()) = reconnects.changed() => {
-                    if let Renewal::Lost(reason) = Box::pin(leadership.lock.renew(spec.ttl, &mut clock)).await {
-                        warn!(%reason, "leadership lost after Redis reconnected");
-                        self.lost(format!("{reason} (found after Redis reconnected)"));
+                        warn!(%reason, ?due, "leadership lost");
+                        self.lost(due.explain(reason));
                         return Ok(());
                     }
                 }
