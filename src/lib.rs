@@ -10,6 +10,7 @@
 //! - [`waiting`]: wake-ups by pub/sub and the fair line of waiters.
 //! - [`renew`]: when to renew, and how long a lease is valid.
 //! - [`store`]: Redis keys and Lua scripts.
+//! - [`subscriptions`]: the sharded pub/sub channels a server listens to.
 //! - [`server`]: running and shutting down the server.
 //! - [`admission`]: how many leases one client connection may hold open.
 //! - [`fence`]: the protected resource's side: a Redis value that refuses stale fencing tokens.
@@ -32,6 +33,7 @@ pub mod renew;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod subscriptions;
 pub mod token;
 pub mod validate;
 pub mod waiting;

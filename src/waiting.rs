@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::store::{LockKeys, Store};
+use crate::subscriptions::Subscriptions;
 
 /// Settings of the waiting room.
 #[derive(Clone, Debug)]
@@ -75,13 +75,11 @@ pub struct WaitRoom {
 impl WaitRoom {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(store: &Store, config: WaitConfig) -> Result<Self> {
-        let subscriber = store.subscriber().await?;
-        let _resubscriber = subscriber.manage_subscriptions();
+        let rooms = Subscriptions::open(store).await?;
         let (commands, inbox) = mpsc::unbounded_channel();
         let task = RoomTask {
             store: store.clone(),
-            subscriber,
-            rooms: HashMap::new(),
+            rooms,
             waiter_ttl: config.waiter_ttl,
         };
         tokio::spawn(task.run(inbox));
@@ -180,16 +178,15 @@ struct Room {
 
 struct RoomTask {
     store: Store,
-    subscriber: SubscriberClient,
     /// By channel.
-    rooms: HashMap<String, Room>,
+    rooms: Subscriptions<Room>,
     waiter_ttl: Duration,
 }
 
 impl RoomTask {
     async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
-        let mut messages = self.subscriber.message_rx();
-        let mut reconnects = self.subscriber.reconnect_rx();
+        let mut messages = self.rooms.subscriber().message_rx();
+        let mut reconnects = self.rooms.subscriber().reconnect_rx();
         let mut refresh = tokio::time::interval(self.waiter_ttl / 3);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -224,51 +221,36 @@ impl RoomTask {
                 reply,
             } => {
                 let channel = keys.channel.clone();
-                if !self.rooms.contains_key(&channel) {
-                    let subscribed = self
-                        .store
-                        .bounded("subscribe", self.subscriber.ssubscribe(channel.clone()));
-                    if let Err(error) = subscribed.await {
-                        let _ = reply.send(Err(error));
-                        return;
+                let new_room = || Room {
+                    keys,
+                    members: HashMap::new(),
+                    followers_woken: None,
+                };
+                match self.rooms.entry(&channel, new_room).await {
+                    Ok(room) => {
+                        let (wake, wakes) = watch::channel(());
+                        room.members.insert(
+                            waiter_id,
+                            Member {
+                                fair,
+                                wake: Arc::new(wake),
+                            },
+                        );
+                        let _ = reply.send(Ok(wakes));
                     }
-                    self.rooms.insert(
-                        channel.clone(),
-                        Room {
-                            keys,
-                            members: HashMap::new(),
-                            followers_woken: None,
-                        },
-                    );
-                }
-                if let Some(room) = self.rooms.get_mut(&channel) {
-                    let (wake, wakes) = watch::channel(());
-                    room.members.insert(
-                        waiter_id,
-                        Member {
-                            fair,
-                            wake: Arc::new(wake),
-                        },
-                    );
-                    let _ = reply.send(Ok(wakes));
+                    Err(error) => {
+                        let _ = reply.send(Err(error));
+                    }
                 }
             }
             Command::Leave { channel, waiter_id } => {
-                let Some(room) = self.rooms.get_mut(&channel) else {
-                    return;
-                };
                 // (The waiter's own `LinePlace` takes it out of the Redis line.)
-                room.members.remove(&waiter_id);
-                if room.members.is_empty() {
-                    self.rooms.remove(&channel);
-                    if let Err(error) = self
-                        .store
-                        .bounded("unsubscribe", self.subscriber.sunsubscribe(channel))
-                        .await
-                    {
-                        warn!(%error, "unsubscribe failed");
-                    }
-                }
+                self.rooms
+                    .leave(channel, |room| {
+                        room.members.remove(&waiter_id);
+                        room.members.is_empty()
+                    })
+                    .await;
             }
         }
     }

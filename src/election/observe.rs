@@ -7,9 +7,6 @@
 //! ran out with nobody to say so (its server died): when the lease's TTL has passed, it reads
 //! the election, which retires such a leader and publishes that there is none.
 
-use std::collections::HashMap;
-
-use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::{Duration, Instant, sleep_until};
@@ -18,6 +15,7 @@ use tracing::{info, warn};
 use super::store::{ElectionKeys, Snapshot, parse_event};
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::subscriptions::Subscriptions;
 
 /// Changes an observer may fall behind by before it is resynchronised with the newest state.
 const BACKLOG: usize = 64;
@@ -58,13 +56,11 @@ impl Drop for Watch {
 impl Observers {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(store: &Store) -> Result<Self> {
-        let subscriber = store.subscriber().await?;
-        let _resubscriber = subscriber.manage_subscriptions();
+        let elections = Subscriptions::open(store).await?;
         let (commands, inbox) = mpsc::unbounded_channel();
         let hub = Hub {
             store: store.clone(),
-            subscriber,
-            elections: HashMap::new(),
+            elections,
         };
         tokio::spawn(hub.run(inbox));
         Ok(Observers { commands })
@@ -100,15 +96,14 @@ struct Watched {
 
 struct Hub {
     store: Store,
-    subscriber: SubscriberClient,
     /// By channel.
-    elections: HashMap<String, Watched>,
+    elections: Subscriptions<Watched>,
 }
 
 impl Hub {
     async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
-        let mut messages = self.subscriber.message_rx();
-        let mut reconnects = self.subscriber.reconnect_rx();
+        let mut messages = self.elections.subscriber().message_rx();
+        let mut reconnects = self.elections.subscriber().reconnect_rx();
         loop {
             let next_check = self.elections.values().filter_map(|e| e.check_at).min();
             tokio::select! {
@@ -139,46 +134,26 @@ impl Hub {
         match command {
             Command::Watch { keys, reply } => {
                 let channel = keys.events.clone();
-                if !self.elections.contains_key(&channel) {
-                    let subscribed = self
-                        .store
-                        .bounded("subscribe", self.subscriber.ssubscribe(channel.clone()));
-                    if let Err(error) = subscribed.await {
-                        let _ = reply.send(Err(error));
-                        return;
-                    }
-                    let (changes, _) = broadcast::channel(BACKLOG);
-                    self.elections.insert(
-                        channel.clone(),
-                        Watched {
-                            keys,
-                            changes,
-                            observers: 0,
-                            // Learn the current leader's lease TTL at once.
-                            check_at: Some(Instant::now()),
-                        },
-                    );
-                }
-                if let Some(election) = self.elections.get_mut(&channel) {
+                let new_election = || Watched {
+                    keys,
+                    changes: broadcast::channel(BACKLOG).0,
+                    observers: 0,
+                    // Learn the current leader's lease TTL at once.
+                    check_at: Some(Instant::now()),
+                };
+                let watched = self.elections.entry(&channel, new_election).await;
+                let _ = reply.send(watched.map(|election| {
                     election.observers += 1;
-                    let _ = reply.send(Ok(election.changes.subscribe()));
-                }
+                    election.changes.subscribe()
+                }));
             }
             Command::Unwatch { channel } => {
-                let Some(election) = self.elections.get_mut(&channel) else {
-                    return;
-                };
-                election.observers = election.observers.saturating_sub(1);
-                if election.observers == 0 {
-                    self.elections.remove(&channel);
-                    if let Err(error) = self
-                        .store
-                        .bounded("unsubscribe", self.subscriber.sunsubscribe(channel))
-                        .await
-                    {
-                        warn!(%error, "unsubscribe failed");
-                    }
-                }
+                self.elections
+                    .leave(channel, |election| {
+                        election.observers = election.observers.saturating_sub(1);
+                        election.observers == 0
+                    })
+                    .await;
             }
         }
     }
