@@ -27,6 +27,17 @@ async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>)
         .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
 }
 
+/// Two server processes on one Redis, and a client of each.
+async fn two_servers(redis: &RedisServer) -> (ServerProcess, Client, ServerProcess, Client) {
+    let (server_a, server_b) = (
+        ServerProcess::start(redis, &[]),
+        ServerProcess::start(redis, &[]),
+    );
+    let a = Client::connect(server_a.url()).await.unwrap();
+    let b = Client::connect(server_b.url()).await.unwrap();
+    (server_a, a, server_b, b)
+}
+
 /// Whether `candidate` has been told it leads, without waiting: one poll of its stream.
 async fn told_elected_yet(candidate: &mut Candidate) -> bool {
     matches!(
@@ -81,12 +92,7 @@ async fn wait_for_line(direct: &fred::prelude::Client, line: &str, length: i64) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both_servers() {
     let redis = RedisServer::start();
-    let (server_a, server_b) = (
-        ServerProcess::start(&redis, &[]),
-        ServerProcess::start(&redis, &[]),
-    );
-    let a = Client::connect(server_a.url()).await.unwrap();
-    let b = Client::connect(server_b.url()).await.unwrap();
+    let (_server_a, a, _server_b, b) = two_servers(&redis).await;
     let mut observer_a = a.observe("leader").await.unwrap();
     let mut observer_b = b.observe("leader").await.unwrap();
     let mut seen_a = vec![observer_a.next().await.unwrap()];
@@ -166,12 +172,7 @@ async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proclaimed_value_reaches_observers_and_the_leader_query() {
     let redis = RedisServer::start();
-    let (server_a, server_b) = (
-        ServerProcess::start(&redis, &[]),
-        ServerProcess::start(&redis, &[]),
-    );
-    let a = Client::connect(server_a.url()).await.unwrap();
-    let b = Client::connect(server_b.url()).await.unwrap();
+    let (_server_a, a, _server_b, b) = two_servers(&redis).await;
     let mut candidate = a
         .campaign("svc", "10.0.0.1:80", Duration::from_secs(5))
         .await
@@ -213,10 +214,7 @@ async fn a_proclaimed_value_reaches_observers_and_the_leader_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leaders_server_elects_another_after_the_ttl() {
     let redis = RedisServer::start();
-    let mut server_a = ServerProcess::start(&redis, &[]);
-    let server_b = ServerProcess::start(&redis, &[]);
-    let a = Client::connect(server_a.url()).await.unwrap();
-    let b = Client::connect(server_b.url()).await.unwrap();
+    let (mut server_a, a, _server_b, b) = two_servers(&redis).await;
     let ttl = Duration::from_secs(1);
     let mut doomed = a.campaign("cron", "a", ttl).await.unwrap();
     let doomed_term = doomed.elected().await.unwrap();
@@ -248,10 +246,7 @@ async fn killing_the_leaders_server_elects_another_after_the_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_learn_there_is_no_leader_when_a_dead_servers_lease_runs_out() {
     let redis = RedisServer::start();
-    let mut server_a = ServerProcess::start(&redis, &[]);
-    let server_b = ServerProcess::start(&redis, &[]);
-    let a = Client::connect(server_a.url()).await.unwrap();
-    let b = Client::connect(server_b.url()).await.unwrap();
+    let (mut server_a, a, _server_b, b) = two_servers(&redis).await;
     let ttl = Duration::from_secs(1);
     let mut alone = a.campaign("solo", "a", ttl).await.unwrap();
     alone.elected().await.unwrap();
