@@ -23,11 +23,11 @@ use crate::token::Token;
 use crate::validate::{LeaseSpec, millis_u32};
 use crate::waiting::WaitRoom;
 
-/// What the task sends to the client: an event, or the status that ends the stream.
-pub type EventItem = Result<LeaseResponse, Status>;
-
 /// One message of a server stream: a response, or the status that ends the stream.
 pub type StreamItem<T> = Result<T, Status>;
+
+/// The response stream a streaming RPC hands to tonic.
+pub type ResponseStream<T> = std::pin::Pin<Box<dyn Stream<Item = StreamItem<T>> + Send>>;
 
 /// Room for events not yet read by the client. Two slots are kept for `Acquired` and the final
 /// message; progress events (`Waiting`, `Extended`) are dropped when only those remain.
@@ -38,7 +38,6 @@ const RESERVED_SLOTS: usize = 2;
 /// at once whatever its bound: 32 pointers instead of 32 items is 1 KiB less per held lease,
 /// and the few events a lease sends can afford an allocation each.
 pub type Boxed<T> = Box<StreamItem<T>>;
-pub type BoxedEventItem = Boxed<LeaseResponse>;
 
 /// The sending side of a stream that holds a lease (`Lease`, `Campaign`). It never blocks:
 /// renewal must not wait on a slow reader.

@@ -2,8 +2,6 @@
 //!
 //! Errors become statuses in one place (`From<Error> for Status`).
 
-use std::pin::Pin;
-
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -16,7 +14,7 @@ use tracing::{Instrument, info_span};
 use crate::acquire;
 use crate::admission::ConnectionLimits;
 use crate::error::Error;
-use crate::lease::{EVENT_BUFFER, EventItem, Events, LeaseTask};
+use crate::lease::{EVENT_BUFFER, Events, LeaseTask, ResponseStream};
 use crate::pb::{self, lock_service_server::LockService};
 use crate::renew::RenewalClock;
 use crate::store::{LockState, Store};
@@ -57,7 +55,7 @@ impl LockServer {
 
 #[tonic::async_trait]
 impl LockService for LockServer {
-    type LeaseStream = Pin<Box<dyn tokio_stream::Stream<Item = EventItem> + Send>>;
+    type LeaseStream = ResponseStream<pb::LeaseResponse>;
 
     async fn lease(
         &self,

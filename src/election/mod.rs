@@ -10,8 +10,6 @@ pub mod client;
 pub mod observe;
 pub mod store;
 
-use std::pin::Pin;
-
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -21,7 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::admission::ConnectionLimits;
 use crate::error::{Error, Result};
-use crate::lease::{EVENT_BUFFER, Events};
+use crate::lease::{EVENT_BUFFER, Events, ResponseStream};
 use crate::pb::{self, election_service_server::ElectionService};
 use crate::store::Store;
 use crate::validate::LockName;
@@ -32,8 +30,6 @@ use store::{ElectionKeys, Snapshot};
 
 /// Observe responses not yet read by the client; past it the task waits for the reader.
 const OBSERVE_BUFFER: usize = 16;
-
-type ResponseStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
 
 /// Shared by every election request of one server.
 #[derive(Clone)]
