@@ -342,9 +342,12 @@ where
 }
 
 /// Waits for every client task, in order; the first failure fails the section.
-async fn join_clients<T>(
-    tasks: Vec<tokio::task::JoinHandle<Result<T, ClientError>>>,
-) -> Result<Vec<T>, BenchError> {
+async fn join_clients<T, E>(
+    tasks: Vec<tokio::task::JoinHandle<Result<T, E>>>,
+) -> Result<Vec<T>, BenchError>
+where
+    BenchError: From<E>,
+{
     let mut results = Vec::with_capacity(tasks.len());
     for task in tasks {
         results.push(
@@ -556,13 +559,7 @@ async fn polling_contention(
             Ok::<_, fred::error::Error>((waits, holdings))
         }));
     }
-    let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        results.push(
-            task.await
-                .map_err(|e| unexpected(format!("client task failed: {e}")))??,
-        );
-    }
+    let results = join_clients(tasks).await?;
     Ok(Contention::from_holdings(
         "polling",
         results,

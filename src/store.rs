@@ -487,7 +487,16 @@ fn reconnect_policy() -> ReconnectPolicy {
 
 /// The keys of `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence`.
 pub fn lock_keys(prefix: &str, name: &LockName) -> LockKeys {
-    let base = format!("{prefix}{{{}}}", hash_tag(name.as_str()));
+    keys_at(&key_base(prefix, name))
+}
+
+/// What every key of `name` under `prefix` starts with: `<prefix>{<encoded name>}`.
+pub(crate) fn key_base(prefix: &str, name: &LockName) -> String {
+    format!("{prefix}{{{}}}", hash_tag(name.as_str()))
+}
+
+/// A lock's keys below `base` (from [`key_base`]).
+pub(crate) fn keys_at(base: &str) -> LockKeys {
     LockKeys {
         lock: format!("{base}:lock"),
         owner: format!("{base}:owner"),

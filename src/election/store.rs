@@ -12,7 +12,7 @@ use fred::bytes::Bytes;
 use fred::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::store::{LockKeys, Store, lock_keys};
+use crate::store::{LockKeys, Store, key_base, keys_at};
 use crate::token::Token;
 use crate::validate::LockName;
 
@@ -52,16 +52,11 @@ pub struct Snapshot {
 
 impl Store {
     pub fn election_keys(&self, name: &LockName) -> ElectionKeys {
-        let lease = lock_keys(&format!("{}{ELECTION_SPACE}", self.prefix), name);
-        let base = lease
-            .lock
-            .strip_suffix(":lock")
-            .unwrap_or(&lease.lock)
-            .to_owned();
+        let base = key_base(&format!("{}{ELECTION_SPACE}", self.prefix), name);
         ElectionKeys {
+            lease: keys_at(&base),
             state: format!("{base}:state"),
             events: format!("{base}:events"),
-            lease,
         }
     }
 
