@@ -5,9 +5,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
-    // Small per-stream buffers: see src/codec.rs.
+    // Small per-stream buffers: see src/pb/codec.rs.
     tonic_prost_build::configure()
-        .codec_path("crate::codec::SmallBufferCodec")
+        .codec_path("crate::pb::codec::SmallBufferCodec")
         .compile_with_config(
             config,
             &[

@@ -20,11 +20,17 @@ use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config};
 use http::uri::PathAndQuery;
-use leasehold::bench::{
-    BenchError, Figures, direct_redis, lease_stream, print_uncontended, sequential, unary,
-    unexpected,
-};
+// The same measured paths and tables as `leasehold bench`, which keeps them out of the library.
+#[allow(dead_code)]
+#[path = "../src/cli/bench/figures.rs"]
+mod figures;
+#[allow(dead_code)]
+#[path = "../src/cli/bench/paths.rs"]
+mod paths;
+
+use figures::{Figures, print_uncontended};
 use leasehold::client::Client;
+use paths::{BenchError, direct_redis, lease_stream, sequential, unary, unexpected};
 use support::{RedisServer, TestServer, free_port};
 use tonic::transport::Channel;
 

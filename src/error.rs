@@ -13,9 +13,9 @@ pub enum Error {
     #[error("{0}")]
     FailedPrecondition(String),
 
-    /// A request on a stream could not be read (malformed protobuf, broken framing, transport
-    /// failure). Any lock the stream held is released.
-    #[error("unreadable request on the lease stream: {}", .0.message())]
+    /// A request on a stream (`Lease`, `Campaign`) could not be read: malformed protobuf, broken
+    /// framing, transport failure. Whatever the stream held is released.
+    #[error("unreadable request on the stream: {}", .0.message())]
     Unreadable(tonic::Status),
 
     /// The lock is taken and the caller asked not to wait.

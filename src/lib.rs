@@ -1,45 +1,23 @@
 //! Leasehold: a distributed lock held for the life of one gRPC stream.
 //!
 //! The server takes a lock in Redis (`SET NX PX` plus a fencing token, atomically), renews it
-//! while the client's stream lives, and releases it the moment the stream ends.
+//! while the client's stream lives, and lets it go the moment the stream ends.
 //!
-//! Modules, one job each:
-//! - [`service`]: the gRPC layer (decode, validate, answer).
-//! - [`lease`]: one task per lease stream, Waiting -> Held -> Released | Lost.
-//! - [`acquire`]: waiting for a taken lock until a deadline.
-//! - [`waiting`]: wake-ups by pub/sub and the fair line of waiters.
-//! - [`renew`]: when to renew, and how long a lease is valid.
-//! - [`store`]: Redis keys and Lua scripts.
-//! - [`subscriptions`]: the sharded pub/sub channels a server listens to.
-//! - [`server`]: running and shutting down the server.
-//! - [`admission`]: how many leases one client connection may hold open.
-//! - [`fence`]: the protected resource's side: a Redis value that refuses stale fencing tokens.
-//! - [`bench`]: the `bench` command: what a lease costs against direct Redis.
-//! - [`commands`]: the `run`, `status` and `release` commands of the binary.
-//! - [`client`]: a Rust client whose guard knows when the lock is lost.
-//! - [`election`]: leader election on the same leases (`ElectionService`).
+//! The folders are the layers of the data path; each imports only the ones below it:
+//! - [`server`]: the thin gRPC layer: serve, admission, one driver for every held-lease stream,
+//!   the lock and election services.
+//! - [`lease`]: the semantic layer: a held lease, renewal, acquiring and waiting, observers.
+//! - [`store`]: Redis: the connection, one module per key space with its own Lua scripts.
+//!
+//! Beside them, for every layer: [`error`] (one error type, one mapping to gRPC statuses),
+//! [`tasks`] (every background task and the shutdown signal) and [`pb`] (the contract).
+//! [`client`] is the Rust SDK; it uses only [`pb`]. The `leasehold` binary's commands live in
+//! `src/cli/`, outside the library.
 
-pub mod acquire;
-pub mod admission;
-pub mod bench;
 pub mod client;
-pub mod codec;
-pub mod commands;
-pub mod election;
 pub mod error;
-pub mod fence;
 pub mod lease;
-pub mod renew;
+pub mod pb;
 pub mod server;
-pub mod service;
 pub mod store;
-pub mod subscriptions;
-pub mod token;
-pub mod validate;
-pub mod waiting;
-
-/// Code generated from `proto/leasehold/v1/lock.proto` and `election.proto`.
-pub mod pb {
-    #![allow(clippy::all, missing_docs)]
-    tonic::include_proto!("leasehold.v1");
-}
+pub mod tasks;

@@ -6,7 +6,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
-use leasehold::commands::{EXIT_LOST, EXIT_NOT_ACQUIRED};
+/// Exit statuses `leasehold run` documents (see `leasehold run --help`).
+const EXIT_NOT_ACQUIRED: u8 = 75;
+const EXIT_LOST: u8 = 76;
 use support::*;
 use tokio::process::Command;
 use tokio::time::Instant;

@@ -5,8 +5,8 @@ mod support;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
+use leasehold::client::{Candidate, Leader, Observation};
 use leasehold::client::{Client, ClientError};
-use leasehold::election::client::{Candidate, Leader, Observation};
 use leasehold::pb::campaign_request::Action;
 use leasehold::pb::campaign_response::Event;
 use leasehold::pb::election_service_client::ElectionServiceClient;

@@ -2,7 +2,7 @@
 
 mod support;
 
-use leasehold::fence::{Fenced, FencedKey};
+use leasehold::client::fence::{Fenced, FencedKey};
 use support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

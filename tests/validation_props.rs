@@ -1,8 +1,9 @@
 //! Property tests (fuzzing by proptest) for request validation and the key layout: no input may
 //! panic, pass a limit it breaks, or reach another name's keys.
 
-use leasehold::store::lock_keys;
-use leasehold::validate::{self, LeaseSpec, LockName, MAX_NAME_BYTES};
+use leasehold::lease::spec::{self, LeaseSpec, LockName, MAX_NAME_BYTES};
+use leasehold::pb::LeaseAcquire;
+use leasehold::store::keys::lock_keys;
 use proptest::prelude::*;
 
 /// Names rich in the characters that break naive key layouts.
@@ -36,12 +37,13 @@ proptest! {
         wait_ms in any::<u32>(),
         holder in tricky_name(),
     ) {
-        match LeaseSpec::parse(name.clone(), ttl_ms, wait_ms, holder.clone(), None) {
+        let request = LeaseAcquire { name: name.clone(), ttl_ms, wait_ms, holder: holder.clone(), fair: None };
+        match LeaseSpec::try_from(request) {
             Ok(spec) => {
                 prop_assert!(!name.is_empty() && name.len() <= MAX_NAME_BYTES);
                 prop_assert!(!name.chars().any(char::is_control));
-                prop_assert!(spec.ttl >= validate::MIN_TTL && spec.ttl <= validate::MAX_TTL);
-                prop_assert!(spec.wait <= validate::MAX_WAIT);
+                prop_assert!(spec.ttl >= spec::MIN_TTL && spec.ttl <= spec::MAX_TTL);
+                prop_assert!(spec.wait <= spec::MAX_WAIT);
                 prop_assert!(!holder.chars().any(char::is_control));
             }
             Err(error) => prop_assert!(!error.to_string().is_empty()),
@@ -53,7 +55,7 @@ proptest! {
         let (Ok(a), Ok(b)) = (LockName::parse(a), LockName::parse(b)) else {
             return Ok(());
         };
-        let (ka, kb) = (lock_keys("leasehold:", &a), lock_keys("leasehold:", &b));
+        let (ka, kb) = (lock_keys("leasehold:", a.as_str()), lock_keys("leasehold:", b.as_str()));
         for key in [&ka.lock, &ka.owner, &ka.fence] {
             prop_assert!(key.starts_with("leasehold:{"), "{} is outside the prefix", key);
             prop_assert_eq!(key.matches('{').count(), 1);

@@ -6,10 +6,10 @@ mod support;
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, SortedSetsInterface};
+use leasehold::lease::waiting::WaitConfig;
 use leasehold::pb::lease_response::Event;
 use leasehold::pb::{LeaseAcquire, LeaseRequest, lease_request::Action};
 use leasehold::server::ServerConfig;
-use leasehold::waiting::WaitConfig;
 use support::*;
 use tokio::time::Instant;
 use tonic::Code;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::client::Client;
-use leasehold::fence::{Fenced, FencedKey};
+use leasehold::client::fence::{Fenced, FencedKey};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;

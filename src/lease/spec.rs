@@ -1,6 +1,8 @@
-//! Request limits, checked before anything touches Redis.
+//! What a lease is asked for: a name, a TTL, a wait, a holder; each within a stated limit.
 //!
-//! Every limit is a named constant so the proto, the README and the code agree.
+//! These types can only be built through their checks, so everything below the gRPC layer
+//! works on values that are known to be within limits before anything touches Redis. Every
+//! limit is a named constant so the proto, the README and the code agree.
 
 use std::time::Duration;
 
@@ -21,13 +23,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 /// Longest wait for a taken lock.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
-/// A duration as the proto's `uint32` milliseconds, saturating (limits keep real values far
-/// below `u32::MAX`).
-pub fn millis_u32(duration: Duration) -> u32 {
-    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
-}
-
-/// A lock name that passed validation.
+/// The name of a lock or an election, checked: non-empty, bounded, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockName(String);
 
@@ -143,24 +139,6 @@ pub struct LeaseSpec {
     pub holder: String,
     /// Wait in line (the default) or race for the lock.
     pub fair: bool,
-}
-
-impl LeaseSpec {
-    pub fn parse(
-        name: String,
-        ttl_ms: u32,
-        wait_ms: u32,
-        holder: String,
-        fair: Option<bool>,
-    ) -> Result<Self> {
-        Ok(LeaseSpec {
-            name: LockName::parse(name)?,
-            ttl: ttl(ttl_ms)?,
-            wait: wait(wait_ms)?,
-            holder: self::holder(holder)?,
-            fair: fair.unwrap_or(true),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -1,27 +1,4 @@
-//! A Rust client: hold a lock as a guard value that knows when the lock is gone.
-//!
-//! ```no_run
-//! # async fn do_work(_fencing_token: u64) {}
-//! # async fn example() -> Result<(), leasehold::client::ClientError> {
-//! use std::time::Duration;
-//! use leasehold::client::Client;
-//!
-//! let client = Client::connect("http://127.0.0.1:50051").await?;
-//! let guard = client
-//!     .lease("nightly-report")
-//!     .ttl(Duration::from_secs(10))
-//!     .wait(Duration::from_secs(30))
-//!     .holder("report@host-a")
-//!     .acquire()
-//!     .await?;
-//! tokio::select! {
-//!     reason = guard.lost() => eprintln!("lock lost, stopping: {reason}"),
-//!     () = do_work(guard.fencing_token()) => {}
-//! }
-//! guard.release().await?; // Dropping the guard releases too.
-//! # Ok(())
-//! # }
-//! ```
+//! Holding a lock through the `Lease` stream, as a guard that knows when the lock is gone.
 
 use std::time::Duration;
 
@@ -29,120 +6,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-pub(crate) use tonic::transport::Channel;
-use tonic::transport::Endpoint;
-use tonic::{Status, Streaming};
+use tonic::Streaming;
+use tonic::transport::Channel;
 
+use super::ClientError;
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
-use crate::pb::{self, LeaseRequest, LeaseResponse};
-use crate::validate::millis_u32;
-
-/// What can go wrong on the client side.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
-    #[error("invalid server url {url:?}: {source}")]
-    Url {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
-    /// The server answered with an error status (e.g. `ABORTED`: the lock is taken).
-    #[error("server refused: {0}")]
-    Status(#[from] Status),
-    /// The server broke the protocol (e.g. ended the stream without an answer).
-    #[error("unexpected answer from the server: {0}")]
-    Protocol(String),
-}
-
-/// A connection to a Leasehold server. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Client {
-    inner: LockServiceClient<Channel>,
-    /// Shared with the election calls (`election::client`).
-    pub(crate) channel: Channel,
-}
-
-impl Client {
-    /// Connects to `url`, e.g. `http://127.0.0.1:50051`.
-    pub async fn connect(url: impl Into<String>) -> Result<Self, ClientError> {
-        let url = url.into();
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|source| ClientError::Url {
-            url: url.clone(),
-            source,
-        })?;
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|source| ClientError::Connect { url, source })?;
-        Ok(Client {
-            inner: LockServiceClient::new(channel.clone()),
-            channel,
-        })
-    }
-
-    /// Starts building a lease on `name`.
-    pub fn lease(&self, name: impl Into<String>) -> LeaseBuilder {
-        LeaseBuilder {
-            client: self.inner.clone(),
-            name: name.into(),
-            ttl: Duration::from_secs(30),
-            wait: Duration::ZERO,
-            holder: String::new(),
-            fair: None,
-        }
-    }
-
-    /// Takes `name` once with the unary call, without renewal and without waiting: the caller
-    /// must release it (or let `ttl` run out). A taken lock answers `acquired == false`.
-    pub async fn acquire_once(
-        &self,
-        name: impl Into<String>,
-        ttl: Duration,
-    ) -> Result<pb::AcquireResponse, ClientError> {
-        let request = pb::AcquireRequest {
-            name: name.into(),
-            ttl_ms: millis_u32(ttl),
-            ..Default::default()
-        };
-        Ok(self.inner.clone().acquire(request).await?.into_inner())
-    }
-
-    /// Releases a lock taken elsewhere, by its token. `false`: the token no longer held it.
-    pub async fn release(
-        &self,
-        name: impl Into<String>,
-        token: impl Into<String>,
-    ) -> Result<bool, ClientError> {
-        let request = pb::ReleaseRequest {
-            name: name.into(),
-            token: token.into(),
-        };
-        Ok(self
-            .inner
-            .clone()
-            .release(request)
-            .await?
-            .into_inner()
-            .released)
-    }
-
-    /// Who holds `name`, without changing anything.
-    pub async fn describe(
-        &self,
-        name: impl Into<String>,
-    ) -> Result<pb::DescribeResponse, ClientError> {
-        let request = pb::DescribeRequest { name: name.into() };
-        Ok(self.inner.clone().describe(request).await?.into_inner())
-    }
-}
+use crate::pb::{self, LeaseRequest, LeaseResponse, millis};
 
 /// Options of one lease; finish with [`LeaseBuilder::acquire`].
 #[derive(Debug)]
@@ -156,6 +27,17 @@ pub struct LeaseBuilder {
 }
 
 impl LeaseBuilder {
+    pub(super) fn new(client: LockServiceClient<Channel>, name: String) -> Self {
+        LeaseBuilder {
+            client,
+            name,
+            ttl: Duration::from_secs(30),
+            wait: Duration::ZERO,
+            holder: String::new(),
+            fair: None,
+        }
+    }
+
     /// The lock's time to live in Redis (default 30 s): how long others wait if this process dies
     /// with its server.
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -196,8 +78,8 @@ impl LeaseBuilder {
         let acquire = LeaseRequest {
             action: Some(Action::Acquire(pb::LeaseAcquire {
                 name: self.name,
-                ttl_ms: millis_u32(self.ttl),
-                wait_ms: millis_u32(self.wait),
+                ttl_ms: millis(self.ttl),
+                wait_ms: millis(self.wait),
                 holder: self.holder,
                 fair: self.fair,
             })),

@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::error::{Error, Result};
-use crate::store::{LockKeys, Store};
-use crate::subscriptions::Subscriptions;
+use crate::store::subscriptions::Subscriptions;
+use crate::store::{LockKeys, Locks};
+use crate::tasks::Tasks;
 
 /// Settings of the waiting room.
 #[derive(Clone, Debug)]
@@ -74,15 +75,16 @@ pub struct WaitRoom {
 
 impl WaitRoom {
     /// Opens the subscriber connection and starts the task that owns it.
-    pub async fn start(store: &Store, config: WaitConfig) -> Result<Self> {
-        let rooms = Subscriptions::open(store).await?;
+    pub async fn start(locks: &Locks, config: WaitConfig) -> Result<Self> {
+        let by_lock = Subscriptions::open(locks.connection()).await?;
         let (commands, inbox) = mpsc::unbounded_channel();
-        let task = RoomTask {
-            store: store.clone(),
-            rooms,
+        let task = WaitRoomTask {
+            locks: locks.clone(),
+            by_lock,
             waiter_ttl: config.waiter_ttl,
         };
-        tokio::spawn(task.run(inbox));
+        let tasks = locks.connection().tasks();
+        tasks.spawn(task.run(inbox, tasks.clone()));
         Ok(WaitRoom {
             commands,
             waiters: Arc::default(),
@@ -167,8 +169,8 @@ struct Member {
     wake: Arc<watch::Sender<()>>,
 }
 
-/// Local waiters of one lock.
-struct Room {
+/// This server's waiters of one lock.
+struct LockWaiters {
     keys: LockKeys,
     /// By waiter id.
     members: HashMap<String, Member>,
@@ -176,29 +178,31 @@ struct Room {
     followers_woken: Option<tokio::time::Instant>,
 }
 
-struct RoomTask {
-    store: Store,
-    /// By channel.
-    rooms: Subscriptions<Room>,
+/// The task that owns the waiting room's subscriptions.
+struct WaitRoomTask {
+    locks: Locks,
+    /// By the lock's wake-up channel.
+    by_lock: Subscriptions<LockWaiters>,
     waiter_ttl: Duration,
 }
 
-impl RoomTask {
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
-        let mut messages = self.rooms.subscriber().message_rx();
-        let mut reconnects = self.rooms.subscriber().reconnect_rx();
+impl WaitRoomTask {
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>, tasks: Tasks) {
+        let mut messages = self.by_lock.subscriber().message_rx();
+        let mut reconnects = self.by_lock.subscriber().reconnect_rx();
         let mut refresh = tokio::time::interval(self.waiter_ttl / 3);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                () = tasks.stopping() => break,
                 command = inbox.recv() => match command {
                     Some(command) => self.handle(command).await,
-                    None => return, // Every handle is gone: the server stopped.
+                    None => break, // Every handle is gone.
                 },
                 message = messages.recv() => match message {
-                    Ok(message) => self.wake(&message.channel, message.value.as_string().filter(|h| !h.is_empty())),
+                    Ok(message) => self.wake(&message.channel, message.value.as_string().filter(|h| !h.is_empty()), &tasks),
                     Err(broadcast::error::RecvError::Lagged(_)) => self.wake_all(),
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Closed) => break,
                 },
                 reconnect = reconnects.recv() => {
                     if reconnect.is_ok() {
@@ -210,6 +214,7 @@ impl RoomTask {
                 _ = refresh.tick() => self.refresh_lines(),
             }
         }
+        self.by_lock.close().await;
     }
 
     async fn handle(&mut self, command: Command) {
@@ -221,15 +226,15 @@ impl RoomTask {
                 reply,
             } => {
                 let channel = keys.channel.clone();
-                let new_room = || Room {
+                let new_lock = || LockWaiters {
                     keys,
                     members: HashMap::new(),
                     followers_woken: None,
                 };
-                match self.rooms.entry(&channel, new_room).await {
-                    Ok(room) => {
+                match self.by_lock.entry(&channel, new_lock).await {
+                    Ok(lock) => {
                         let (wake, wakes) = watch::channel(());
-                        room.members.insert(
+                        lock.members.insert(
                             waiter_id,
                             Member {
                                 fair,
@@ -245,10 +250,10 @@ impl RoomTask {
             }
             Command::Leave { channel, waiter_id } => {
                 // (The waiter's own `LinePlace` takes it out of the Redis line.)
-                self.rooms
-                    .leave(channel, |room| {
-                        room.members.remove(&waiter_id);
-                        room.members.is_empty()
+                self.by_lock
+                    .leave(channel, |lock| {
+                        lock.members.remove(&waiter_id);
+                        lock.members.is_empty()
                     })
                     .await;
             }
@@ -259,16 +264,16 @@ impl RoomTask {
     /// other fair waiters cannot take the lock, so they are woken a moment later and at most every
     /// `FOLLOWER_REFRESH`, only to learn their new place. Without a named head (a lost message,
     /// an empty line) everyone tries at once.
-    fn wake(&mut self, channel: &str, head: Option<String>) {
-        let Some(room) = self.rooms.get_mut(channel) else {
+    fn wake(&mut self, channel: &str, head: Option<String>, tasks: &Tasks) {
+        let Some(lock) = self.by_lock.get_mut(channel) else {
             return;
         };
         let now = tokio::time::Instant::now();
-        let refresh_followers = room
+        let refresh_followers = lock
             .followers_woken
             .is_none_or(|at| now.duration_since(at) >= FOLLOWER_REFRESH);
         let mut later = Vec::new();
-        for (id, member) in &room.members {
+        for (id, member) in &lock.members {
             if head.is_none() || !member.fair || head.as_ref() == Some(id) {
                 member.wake.send_replace(());
             } else if refresh_followers {
@@ -276,8 +281,8 @@ impl RoomTask {
             }
         }
         if !later.is_empty() {
-            room.followers_woken = Some(now);
-            tokio::spawn(async move {
+            lock.followers_woken = Some(now);
+            tasks.spawn(async move {
                 tokio::time::sleep(BEHIND_HEAD_DELAY).await;
                 for wake in later {
                     wake.send_replace(());
@@ -287,15 +292,15 @@ impl RoomTask {
     }
 
     fn wake_all(&self) {
-        for member in self.rooms.values().flat_map(|room| room.members.values()) {
+        for member in self.by_lock.values().flat_map(|lock| lock.members.values()) {
             member.wake.send_replace(());
         }
     }
 
     /// Vouches for this server's fair waiters, one script call per lock, in the background.
     fn refresh_lines(&self) {
-        for room in self.rooms.values() {
-            let waiters: Vec<String> = room
+        for lock in self.by_lock.values() {
+            let waiters: Vec<String> = lock
                 .members
                 .iter()
                 .filter(|(_, member)| member.fair)
@@ -304,12 +309,12 @@ impl RoomTask {
             if waiters.is_empty() {
                 continue;
             }
-            let (store, keys, ttl) = (self.store.clone(), room.keys.clone(), self.waiter_ttl);
-            tokio::spawn(async move {
-                if let Err(error) = store.refresh_line(&keys, &waiters, ttl).await {
-                    warn!(%error, "could not vouch for waiters; they retry on their own");
-                }
-            });
+            let (locks, keys, ttl) = (self.locks.clone(), lock.keys.clone(), self.waiter_ttl);
+            self.locks.connection().in_background(
+                tracing::info_span!("vouch for waiters"),
+                "could not vouch for waiters; they retry on their own",
+                async move { locks.refresh_line(&keys, &waiters, ttl).await },
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
-use crate::store::Store;
+use crate::store::Connection;
 
 /// Clock-drift allowance: Redis and this process may measure a TTL slightly differently.
 pub fn drift(ttl: Duration) -> Duration {
@@ -95,8 +95,8 @@ pub struct RenewalTrigger {
 }
 
 impl RenewalTrigger {
-    pub fn new(store: &Store) -> Self {
-        let mut reconnects = store.reconnects();
+    pub fn new(connection: &Connection) -> Self {
+        let mut reconnects = connection.reconnects();
         reconnects.borrow_and_update();
         RenewalTrigger { reconnects }
     }

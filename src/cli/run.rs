@@ -1,6 +1,6 @@
-//! The client commands of the `leasehold` binary: `run`, `status` and `release`.
+//! `leasehold run`: hold a lock while a command runs.
 //!
-//! Exit statuses of `run`, for scripts and cron jobs:
+//! Exit statuses, for scripts and cron jobs:
 //! - the command's own status when it ran to the end (128 + N when killed by signal N);
 //! - [`EXIT_NOT_ACQUIRED`] (75) when the lock stayed taken for the whole `--wait`;
 //! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (it was sent SIGTERM,
@@ -8,7 +8,6 @@
 //! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or refused the request;
 //! - 130 / 143 when interrupted by SIGINT / SIGTERM (the command is stopped, the lock released).
 
-use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,17 +15,12 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
-use crate::client::{Client, ClientError, LeaseGuard};
-use crate::pb;
+use leasehold::client::{Client, ClientError, LeaseGuard};
+use leasehold::pb;
 
-/// The lock stayed taken for the whole wait (EX_TEMPFAIL).
-pub const EXIT_NOT_ACQUIRED: u8 = 75;
-/// The lease was lost while the command ran; the command was stopped.
-pub const EXIT_LOST: u8 = 76;
-/// The server could not be reached, or refused the request (EX_UNAVAILABLE).
-pub const EXIT_UNAVAILABLE: u8 = 69;
+use super::progress::StatusLine;
+use super::{EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, unavailable};
 
 /// What `leasehold run` needs.
 #[derive(Debug)]
@@ -40,11 +34,6 @@ pub struct RunOptions {
     pub command: Vec<String>,
 }
 
-fn connect_error(error: ClientError) -> ExitCode {
-    eprintln!("leasehold: {error}");
-    ExitCode::from(EXIT_UNAVAILABLE)
-}
-
 /// Holds a lease on `name` while `command` runs.
 pub async fn run(options: RunOptions) -> ExitCode {
     let Some((program, args)) = options.command.split_first() else {
@@ -53,7 +42,7 @@ pub async fn run(options: RunOptions) -> ExitCode {
     };
     let client = match Client::connect(options.server.clone()).await {
         Ok(client) => client,
-        Err(error) => return connect_error(error),
+        Err(error) => return unavailable(error),
     };
     let holder = options.holder.clone().unwrap_or_else(default_holder);
     let guard = match acquire_showing_progress(&client, &options, holder).await {
@@ -66,7 +55,7 @@ pub async fn run(options: RunOptions) -> ExitCode {
             );
             return ExitCode::from(EXIT_NOT_ACQUIRED);
         }
-        Err(error) => return connect_error(error),
+        Err(error) => return unavailable(error),
     };
     let child = Command::new(program)
         .args(args)
@@ -187,118 +176,4 @@ async fn acquire_showing_progress(
     };
     line.clear();
     result
-}
-
-/// A spinner line on stderr while waiting; nothing when stderr is not a terminal.
-struct StatusLine {
-    name: String,
-    started: Instant,
-    frame: usize,
-    shown: bool,
-    enabled: bool,
-}
-
-impl StatusLine {
-    fn new(name: &str) -> Self {
-        StatusLine {
-            name: name.to_owned(),
-            started: Instant::now(),
-            frame: 0,
-            shown: false,
-            enabled: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn show(&mut self, waiting: &pb::Waiting) {
-        if !self.enabled {
-            return;
-        }
-        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-        self.frame = (self.frame + 1) % FRAMES.len();
-        let place = match waiting.position {
-            0 => String::new(),
-            1 => ", next in line".to_owned(),
-            n => format!(", {n} in line"),
-        };
-        let holder = if waiting.holder.is_empty() {
-            "someone".to_owned()
-        } else {
-            waiting.holder.clone()
-        };
-        let mut err = std::io::stderr();
-        let _ = write!(
-            err,
-            "\r\x1b[2K{} waiting for lock {:?} held by {holder}{place} ({}s)",
-            FRAMES[self.frame],
-            self.name,
-            self.started.elapsed().as_secs()
-        );
-        let _ = err.flush();
-        self.shown = true;
-    }
-
-    fn clear(&mut self) {
-        if self.shown {
-            let _ = write!(std::io::stderr(), "\r\x1b[2K");
-            self.shown = false;
-        }
-    }
-}
-
-/// `leasehold status NAME...`: who holds each lock.
-pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode {
-    let client = match Client::connect(server).await {
-        Ok(client) => client,
-        Err(error) => return connect_error(error),
-    };
-    let mut rows = Vec::new();
-    for name in names {
-        match client.describe(name.clone()).await {
-            Ok(described) => rows.push((name, described)),
-            Err(error) => return connect_error(error),
-        }
-    }
-    if json {
-        let items: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(name, d)| {
-                serde_json::json!({
-                    "name": name,
-                    "held": d.held,
-                    "holder": d.holder,
-                    "ttl_remaining_ms": d.ttl_remaining_ms,
-                    "fencing_token": d.fencing_token,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(items));
-    } else {
-        for (name, d) in rows {
-            if d.held {
-                println!(
-                    "{name}\theld by {}\tttl {} ms\tfencing token {}",
-                    d.holder, d.ttl_remaining_ms, d.fencing_token
-                );
-            } else {
-                println!("{name}\tfree");
-            }
-        }
-    }
-    ExitCode::SUCCESS
-}
-
-/// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.
-pub async fn release(server: String, name: String, token: String) -> ExitCode {
-    let client = match Client::connect(server).await {
-        Ok(client) => client,
-        Err(error) => return connect_error(error),
-    };
-    match client.release(name.clone(), token).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
-            ExitCode::FAILURE
-        }
-        Err(error) => connect_error(error),
-    }
 }

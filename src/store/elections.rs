@@ -1,4 +1,4 @@
-//! The Redis side of an election: its keys, and the scripts that publish its leader.
+//! The election key space: an election's keys, and the scripts that publish its leader.
 //!
 //! An election is a lock (same scripts, same fair line, same fencing counter) in a key space of
 //! its own, plus a `state` hash naming the leader (token, term, value) and a revision that grows
@@ -6,15 +6,17 @@
 //! election's sharded channel, so observers on every server see the same changes in the same
 //! order.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::bytes::Bytes;
 use fred::prelude::*;
+use fred::types::scripts::Script;
 
+use super::keys::{LockKeys, key_base, lock_keys_at};
+use super::locks::Locks;
+use super::token::Token;
 use crate::error::{Error, Result};
-use crate::store::{LockKeys, Store, key_base, keys_at};
-use crate::token::Token;
-use crate::validate::LockName;
 
 /// Elections live under `<prefix>election:`; lock keys start with `<prefix>{`, so the two key
 /// spaces never meet.
@@ -50,11 +52,45 @@ pub struct Snapshot {
     pub lease_ttl: Option<Duration>,
 }
 
-impl Store {
-    pub fn election_keys(&self, name: &LockName) -> ElectionKeys {
-        let base = key_base(&format!("{}{ELECTION_SPACE}", self.prefix), name);
+/// The elections under one key prefix. Cheap to clone: one pointer.
+#[derive(Clone)]
+pub struct Elections(Arc<Shared>);
+
+struct Shared {
+    /// The lock scripts, for the leadership lease.
+    locks: Locks,
+    announce: Script,
+    retire_stale: Script,
+    /// `<prefix>election:`
+    space: String,
+}
+
+impl Elections {
+    /// Opens the key space beside `locks` (same prefix), loading its scripts.
+    pub async fn open(locks: &Locks, prefix: &str) -> Result<Self> {
+        let announce = Script::from_lua(include_str!("elections/announce.lua"));
+        let retire_stale = Script::from_lua(include_str!("elections/retire_stale.lua"));
+        for script in [&announce, &retire_stale] {
+            locks.connection().load(script).await?;
+        }
+        Ok(Elections(Arc::new(Shared {
+            locks: locks.clone(),
+            announce,
+            retire_stale,
+            space: format!("{prefix}{ELECTION_SPACE}"),
+        })))
+    }
+
+    /// The lock operations, for the leadership lease.
+    pub fn locks(&self) -> &Locks {
+        &self.0.locks
+    }
+
+    /// The keys of election `name`.
+    pub fn keys(&self, name: &str) -> ElectionKeys {
+        let base = key_base(&self.0.space, name);
         ElectionKeys {
-            lease: keys_at(&base),
+            lease: lock_keys_at(&base),
             state: format!("{base}:state"),
             events: format!("{base}:events"),
         }
@@ -71,8 +107,11 @@ impl Store {
         value: &[u8],
     ) -> Result<bool> {
         let revision: i64 = self
+            .0
+            .locks
+            .connection()
             .eval(
-                &self.scripts.announce,
+                &self.0.announce,
                 "announce leader",
                 vec![keys.lease.lock.clone(), keys.state.clone()],
                 vec![
@@ -87,13 +126,18 @@ impl Store {
         Ok(revision > 0)
     }
 
-    /// The election's leader now. A leader whose lease is gone is retired first (and that is
-    /// announced), so the answer never names a leader that no longer holds the lease.
-    pub async fn election_state(&self, keys: &ElectionKeys) -> Result<Snapshot> {
+    /// Retires a leader whose lease is gone (resigned, lost, or run out with its server), which
+    /// bumps the revision and publishes "no leader"; then returns the election's state. So the
+    /// answer never names a leader that no longer holds the lease. A never-seen election gets a
+    /// state (a new epoch) here.
+    pub async fn retire_stale_leader(&self, keys: &ElectionKeys) -> Result<Snapshot> {
         const CONTEXT: &str = "read leader";
         let reply: Vec<Value> = self
+            .0
+            .locks
+            .connection()
             .eval(
-                &self.scripts.leader,
+                &self.0.retire_stale,
                 CONTEXT,
                 vec![keys.lease.lock.clone(), keys.state.clone()],
                 vec![Value::from(keys.events.as_str())],
@@ -129,21 +173,14 @@ impl Store {
             lease_ttl,
         })
     }
-}
 
-impl Store {
-    /// Releases `token`'s lease on the election, then retires its announcement, without waiting:
-    /// for candidates that went away.
-    pub fn resign_in_background(&self, keys: ElectionKeys, token: Token) {
-        let span = tracing::info_span!("resign", lease = token.lease_id());
-        self.in_background(
-            span,
-            "resign failed; the leadership expires by its TTL",
-            |store| async move {
-                store.release(&keys.lease, &token).await?;
-                store.election_state(&keys).await.map(|_| ())
-            },
-        );
+    /// Lets go of `token`'s leadership: releases the lease (waking the next candidate), then
+    /// retires the announcement unless a successor already replaced it. `Ok(false)`: the lease
+    /// was no longer ours.
+    pub async fn resign(&self, keys: &ElectionKeys, token: &Token) -> Result<bool> {
+        let was_held = self.0.locks.release(&keys.lease, token).await?;
+        self.retire_stale_leader(keys).await?;
+        Ok(was_held)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The sharded pub/sub channels one server listens to: each subscribed while it has an entry.
 //!
 //! Shared by the waiting room (lock wake-ups) and the election observers. The owner is a single
-//! task, so a subscribe and an unsubscribe for one channel can never overtake each other.
+//! task, so a subscribe and an unsubscribe for one channel can never overtake each other. The
+//! connection closes when the owner drops this.
 
 use std::collections::HashMap;
 
@@ -9,26 +10,40 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tracing::warn;
 
+use tokio::task::JoinHandle;
+
+use super::connection::Connection;
 use crate::error::Result;
-use crate::store::Store;
 
 /// Per-channel entries of type `T`, each backed by a subscription on one connection.
 pub struct Subscriptions<T> {
-    store: Store,
+    connection: Connection,
     subscriber: SubscriberClient,
+    /// fred's task that re-subscribes every channel after a reconnect.
+    resubscriber: JoinHandle<()>,
     entries: HashMap<String, T>,
 }
 
 impl<T> Subscriptions<T> {
     /// Opens a subscriber connection that re-subscribes its channels after a reconnect.
-    pub async fn open(store: &Store) -> Result<Self> {
-        let subscriber = store.subscriber().await?;
-        let _resubscriber = subscriber.manage_subscriptions();
+    pub async fn open(connection: &Connection) -> Result<Self> {
+        let subscriber = connection.subscriber().await?;
+        let resubscriber = subscriber.manage_subscriptions();
         Ok(Subscriptions {
-            store: store.clone(),
+            connection: connection.clone(),
             subscriber,
+            resubscriber,
             entries: HashMap::new(),
         })
+    }
+
+    /// Closes the subscriber connection: for the owner's exit at shutdown.
+    pub async fn close(self) {
+        self.resubscriber.abort();
+        let _ = self
+            .connection
+            .bounded("quit subscriber", self.subscriber.quit())
+            .await;
     }
 
     /// The connection, for its message and reconnect streams.
@@ -40,7 +55,7 @@ impl<T> Subscriptions<T> {
     /// none. Subscribed before this returns, so no later message on the channel is missed.
     pub async fn entry(&mut self, channel: &str, new: impl FnOnce() -> T) -> Result<&mut T> {
         if !self.entries.contains_key(channel) {
-            self.store
+            self.connection
                 .bounded("subscribe", self.subscriber.ssubscribe(channel.to_owned()))
                 .await?;
         }
@@ -58,7 +73,7 @@ impl<T> Subscriptions<T> {
         }
         self.entries.remove(&channel);
         if let Err(error) = self
-            .store
+            .connection
             .bounded("unsubscribe", self.subscriber.sunsubscribe(channel))
             .await
         {

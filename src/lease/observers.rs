@@ -12,10 +12,11 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::{Duration, Instant, sleep_until};
 use tracing::{info, warn};
 
-use super::store::{ElectionKeys, Snapshot, parse_event};
 use crate::error::{Error, Result};
-use crate::store::Store;
-use crate::subscriptions::Subscriptions;
+use crate::store::elections::{Snapshot, parse_event};
+use crate::store::subscriptions::Subscriptions;
+use crate::store::{ElectionKeys, Elections};
+use crate::tasks::Tasks;
 
 /// Changes an observer may fall behind by before it is resynchronised with the newest state.
 const BACKLOG: usize = 64;
@@ -55,14 +56,17 @@ impl Drop for Watch {
 
 impl Observers {
     /// Opens the subscriber connection and starts the task that owns it.
-    pub async fn start(store: &Store) -> Result<Self> {
-        let elections = Subscriptions::open(store).await?;
+    pub async fn start(elections: &Elections) -> Result<Self> {
+        let connection = elections.locks().connection();
+        let watched = Subscriptions::open(connection).await?;
         let (commands, inbox) = mpsc::unbounded_channel();
         let hub = Hub {
-            store: store.clone(),
-            elections,
+            elections: elections.clone(),
+            watched,
         };
-        tokio::spawn(hub.run(inbox));
+        connection
+            .tasks()
+            .spawn(hub.run(inbox, connection.tasks().clone()));
         Ok(Observers { commands })
     }
 
@@ -95,26 +99,27 @@ struct Watched {
 }
 
 struct Hub {
-    store: Store,
-    /// By channel.
-    elections: Subscriptions<Watched>,
+    elections: Elections,
+    /// By the election's events channel.
+    watched: Subscriptions<Watched>,
 }
 
 impl Hub {
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
-        let mut messages = self.elections.subscriber().message_rx();
-        let mut reconnects = self.elections.subscriber().reconnect_rx();
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>, tasks: Tasks) {
+        let mut messages = self.watched.subscriber().message_rx();
+        let mut reconnects = self.watched.subscriber().reconnect_rx();
         loop {
-            let next_check = self.elections.values().filter_map(|e| e.check_at).min();
+            let next_check = self.watched.values().filter_map(|e| e.check_at).min();
             tokio::select! {
+                () = tasks.stopping() => break,
                 command = inbox.recv() => match command {
                     Some(command) => self.handle(command).await,
-                    None => return, // Every handle is gone: the server stopped.
+                    None => break, // Every handle is gone.
                 },
                 message = messages.recv() => match message {
                     Ok(message) => self.publish(&message.channel, message.value.as_bytes().and_then(parse_event)),
                     Err(broadcast::error::RecvError::Lagged(_)) => self.resync_all().await,
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    Err(broadcast::error::RecvError::Closed) => break,
                 },
                 reconnect = reconnects.recv() => {
                     if reconnect.is_ok() {
@@ -128,6 +133,7 @@ impl Hub {
                 }
             }
         }
+        self.watched.close().await;
     }
 
     async fn handle(&mut self, command: Command) {
@@ -141,14 +147,14 @@ impl Hub {
                     // Learn the current leader's lease TTL at once.
                     check_at: Some(Instant::now()),
                 };
-                let watched = self.elections.entry(&channel, new_election).await;
+                let watched = self.watched.entry(&channel, new_election).await;
                 let _ = reply.send(watched.map(|election| {
                     election.observers += 1;
                     election.changes.subscribe()
                 }));
             }
             Command::Unwatch { channel } => {
-                self.elections
+                self.watched
                     .leave(channel, |election| {
                         election.observers = election.observers.saturating_sub(1);
                         election.observers == 0
@@ -160,7 +166,7 @@ impl Hub {
 
     /// A change published on `channel`: to every observer, and schedule the expiry check.
     fn publish(&mut self, channel: &str, change: Option<Snapshot>) {
-        let Some(election) = self.elections.get_mut(channel) else {
+        let Some(election) = self.watched.get_mut(channel) else {
             return;
         };
         let Some(change) = change else {
@@ -177,11 +183,11 @@ impl Hub {
     /// leader and publishes the change, which arrives on the channel like any other.
     async fn check_due(&mut self) {
         let now = Instant::now();
-        for election in self.elections.values_mut() {
+        for election in self.watched.values_mut() {
             if election.check_at.is_none_or(|at| at > now) {
                 continue;
             }
-            election.check_at = match self.store.election_state(&election.keys).await {
+            election.check_at = match self.elections.retire_stale_leader(&election.keys).await {
                 Ok(state) => state
                     .lease_ttl
                     .map(|ttl| Instant::now() + ttl + EXPIRY_MARGIN),
@@ -196,8 +202,8 @@ impl Hub {
     /// After missed messages: send every observer the newest state (observers skip what they
     /// already have by revision).
     async fn resync_all(&mut self) {
-        for election in self.elections.values_mut() {
-            match self.store.election_state(&election.keys).await {
+        for election in self.watched.values_mut() {
+            match self.elections.retire_stale_leader(&election.keys).await {
                 Ok(state) => {
                     election.check_at = state
                         .lease_ttl

@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! # async fn example(redis: fred::prelude::Client, fencing_token: u64) -> leasehold::error::Result<()> {
-//! use leasehold::fence::{Fenced, FencedKey};
+//! use leasehold::client::fence::{Fenced, FencedKey};
 //!
 //! let balance = FencedKey::new(redis, "accounts:42:balance").await?;
 //! if let Fenced::Accepted(current) = balance.get(fencing_token).await? {
@@ -56,7 +56,7 @@ impl FencedKey {
         let key = FencedKey {
             fence: format!("{data}:fence"),
             data,
-            script: Script::from_lua(include_str!("scripts/fenced.lua")),
+            script: Script::from_lua(include_str!("fenced.lua")),
             client,
         };
         key.script

@@ -21,8 +21,15 @@ use fred::types::scripts::Script;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::client::{Client, ClientError};
-use crate::token::Token;
+use leasehold::client::Client;
+use leasehold::store::Token;
+
+mod figures;
+mod paths;
+
+use figures::{Figures, ms, print_uncontended, ratio};
+use leasehold::client::ClientError;
+use paths::{BenchError, RELEASE_SCRIPT, direct_redis, lease_stream, unary, unexpected};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -61,64 +68,6 @@ const HELD_TTL: Duration = Duration::from_secs(30);
 /// Acquisitions in flight at once while opening held leases: a burst of 50,000 at once would
 /// measure the Redis queue (and hit the server's Redis timeout), not holding.
 const OPENING_IN_FLIGHT: usize = 500;
-
-/// Latency figures of one measured path.
-#[derive(Debug, Clone)]
-pub struct Figures {
-    pub path: String,
-    pub operations: usize,
-    pub per_second: f64,
-    pub p50: Duration,
-    pub p99: Duration,
-    pub p999: Duration,
-}
-
-impl Figures {
-    pub fn from_samples(path: &str, mut samples: Vec<Duration>, elapsed: Duration) -> Self {
-        samples.sort();
-        let at = |q: f64| {
-            samples
-                .get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or_default()
-        };
-        Figures {
-            path: path.to_owned(),
-            operations: samples.len(),
-            per_second: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
-            p50: at(0.50),
-            p99: at(0.99),
-            p999: at(0.999),
-        }
-    }
-
-    fn to_json(&self, baseline: Option<&Figures>) -> serde_json::Value {
-        json!({
-            "path": self.path,
-            "operations": self.operations,
-            "per_second": self.per_second,
-            "p50_us": self.p50.as_micros() as u64,
-            "p99_us": self.p99.as_micros() as u64,
-            "p999_us": self.p999.as_micros() as u64,
-            "p50_ratio_to_direct": baseline.map(|b| ratio(self.p50, b.p50)),
-        })
-    }
-}
-
-pub fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-}
-
-/// Errors that stop a benchmark.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    #[error("redis: {0}")]
-    Redis(#[from] fred::error::Error),
-    #[error("unexpected answer: {0}")]
-    Unexpected(String),
-}
 
 /// Runs the chosen sections, prints tables, and returns the figures as JSON.
 pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError> {
@@ -292,55 +241,6 @@ async fn held_section(
     Ok(json!(held_rows))
 }
 
-/// Prints uncontended figures as a table, each row's p50 as a ratio to the first row's.
-pub fn print_uncontended(title: &str, rows: &[&Figures]) {
-    let Some(baseline) = rows.first() else {
-        return;
-    };
-    println!("## {title}\n");
-    println!(
-        "| path | ops | ops/s | p50 | p99 | p999 | p50 vs {} |",
-        baseline.path
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for figures in rows {
-        println!(
-            "| {} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}x |",
-            figures.path,
-            figures.operations,
-            figures.per_second,
-            ms(figures.p50),
-            ms(figures.p99),
-            ms(figures.p999),
-            ratio(figures.p50, baseline.p50)
-        );
-    }
-}
-
-pub fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
-}
-
-/// Runs `operation` `count` times, one after another, timing each.
-pub async fn sequential<F, Fut>(
-    path: &str,
-    count: usize,
-    mut operation: F,
-) -> Result<Figures, BenchError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), BenchError>>,
-{
-    let mut samples = Vec::with_capacity(count);
-    let started = Instant::now();
-    for _ in 0..count {
-        let begun = Instant::now();
-        operation().await?;
-        samples.push(begun.elapsed());
-    }
-    Ok(Figures::from_samples(path, samples, started.elapsed()))
-}
-
 /// Waits for every client task, in order; the first failure fails the section.
 async fn join_clients<T, E>(
     tasks: Vec<tokio::task::JoinHandle<Result<T, E>>>,
@@ -356,84 +256,6 @@ where
         );
     }
     Ok(results)
-}
-
-pub fn unexpected(what: impl Into<String>) -> BenchError {
-    BenchError::Unexpected(what.into())
-}
-
-/// The compare-and-delete a user would write by hand.
-const RELEASE_SCRIPT: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-
-/// What a user would write by hand: `SET NX PX`, then the compare-and-delete script.
-pub async fn direct_redis(
-    redis: &fred::prelude::Client,
-    operations: usize,
-) -> Result<Figures, BenchError> {
-    let release = Script::from_lua(RELEASE_SCRIPT);
-    release.load(redis).await?;
-    let key = format!("leasehold-bench-direct:{}", Token::random().lease_id());
-    let (key, release) = (&key, &release);
-    sequential("direct Redis (fred)", operations, move || async move {
-        let token = Token::random();
-        let set: Option<String> = redis
-            .set(
-                key,
-                token.secret(),
-                Some(Expiration::PX(30_000)),
-                Some(SetOptions::NX),
-                false,
-            )
-            .await?;
-        if set.is_none() {
-            return Err(unexpected("direct SET NX found the key taken"));
-        }
-        let released: i64 = release.evalsha(redis, key.as_str(), token.secret()).await?;
-        if released != 1 {
-            return Err(unexpected("direct release did not delete"));
-        }
-        Ok(())
-    })
-    .await
-}
-
-pub async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
-    let name = format!("bench-stream-{}", Token::random().lease_id());
-    let name = &name;
-    sequential("Lease stream", operations, move || async move {
-        let guard = client
-            .lease(name.clone())
-            .ttl(Duration::from_secs(30))
-            .acquire()
-            .await?;
-        if !guard.release().await? {
-            return Err(unexpected("Lease stream release found the lock gone"));
-        }
-        Ok(())
-    })
-    .await
-}
-
-pub async fn unary(client: &Client, operations: usize) -> Result<Figures, BenchError> {
-    let name = format!("bench-unary-{}", Token::random().lease_id());
-    let name = &name;
-    sequential("unary Acquire/Release", operations, move || async move {
-        let acquired = client
-            .acquire_once(name.clone(), Duration::from_secs(30))
-            .await?;
-        if !acquired.acquired {
-            return Err(unexpected(format!(
-                "unary acquire refused: {}",
-                acquired.holder
-            )));
-        }
-        if !client.release(name.clone(), acquired.token).await? {
-            return Err(unexpected("unary release found the lock gone"));
-        }
-        Ok(())
-    })
-    .await
 }
 
 /// One holding of the lock in a contention run: when it began and when its release was sent.

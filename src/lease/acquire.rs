@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
+use super::held::{HeldLease, Holding};
+use super::spec::LeaseSpec;
+use super::waiting::{WaitRoom, WaitTicket};
 use crate::error::{Error, Result};
-use crate::store::{AcquireOutcome, LockKeys, Store, Waiter};
-use crate::token::Token;
-use crate::validate::LeaseSpec;
-use crate::waiting::{WaitRoom, WaitTicket};
+use crate::store::locks::{AcquireOutcome, Waiter};
+use crate::store::{LockKeys, Locks};
 
 /// First retry delay when polling.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -71,17 +72,20 @@ impl Backoff {
     }
 }
 
-/// Tries to take the lock until `spec.wait` has passed. `on_waiting` hears the waiter's state the
+/// Tries to take `lease` until `spec.wait` has passed. `on_waiting` hears the waiter's state the
 /// first time and whenever the holder or the place in line changes. With `room`, wake-ups come by
 /// pub/sub; without, the waiter polls.
 pub async fn acquire(
-    store: &Store,
-    keys: &LockKeys,
-    token: &Token,
+    lease: &HeldLease<impl Holding>,
     spec: &LeaseSpec,
     room: Option<&WaitRoom>,
     mut on_waiting: impl FnMut(&WaitingState),
 ) -> Result<Acquisition> {
+    let (store, keys, token) = (
+        lease.holding().locks(),
+        lease.holding().keys(),
+        lease.token(),
+    );
     let started = Instant::now();
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();
@@ -177,7 +181,7 @@ pub async fn acquire(
 /// A waiter's place in the Redis line. Dropping it (the waiter gave up, failed, or its stream
 /// went away) takes it out of line at once, so those behind need not wait for its timeout.
 struct LinePlace {
-    store: Store,
+    store: Locks,
     keys: LockKeys,
     waiter_id: String,
 }

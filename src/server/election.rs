@@ -1,32 +1,19 @@
-//! Leader election on leases: the `ElectionService` of `proto/leasehold/v1/election.proto`.
-//!
-//! - [`campaign`]: one task per `Campaign` stream: wait in line, lead, step down.
-//! - [`client`]: the Rust client's election calls.
-//! - [`observe`]: one subscription per watched election per server, fanned out to observers.
-//! - [`store`]: the election's keys and the scripts that publish its leader.
-
-pub mod campaign;
-pub mod client;
-pub mod observe;
-pub mod store;
+//! The `ElectionService`: `Campaign` (through the driver), `Leader`, and `Observe`.
 
 use tokio::sync::{broadcast, mpsc};
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::admission::ConnectionLimits;
+use super::campaign::Campaign;
+use super::driver::{self, Streams};
+use super::events::ResponseStream;
 use crate::error::{Error, Result};
-use crate::lease::{EVENT_BUFFER, Events, ResponseStream};
+use crate::lease::observers::{Observers, Watch};
+use crate::lease::spec::LockName;
 use crate::pb::{self, election_service_server::ElectionService};
-use crate::store::Store;
-use crate::validate::LockName;
-use crate::waiting::WaitRoom;
-use campaign::CampaignTask;
-use observe::{Observers, Watch};
-use store::{ElectionKeys, Snapshot};
+use crate::store::elections::Snapshot;
+use crate::store::{ElectionKeys, Elections};
+use crate::tasks::Tasks;
 
 /// Observe responses not yet read by the client; past it the task waits for the reader.
 const OBSERVE_BUFFER: usize = 16;
@@ -34,32 +21,22 @@ const OBSERVE_BUFFER: usize = 16;
 /// Shared by every election request of one server.
 #[derive(Clone)]
 pub struct ElectionServer {
-    store: Store,
-    room: Option<WaitRoom>,
-    /// Campaign and observer tasks, so shutdown can wait for candidates to step down.
-    tasks: TaskTracker,
-    shutdown: CancellationToken,
-    limits: ConnectionLimits,
+    streams: Streams,
     observers: Observers,
 }
 
 impl ElectionServer {
-    pub async fn start(
-        store: Store,
-        room: Option<WaitRoom>,
-        tasks: TaskTracker,
-        shutdown: CancellationToken,
-        limits: ConnectionLimits,
-    ) -> Result<Self> {
-        let observers = Observers::start(&store).await?;
-        Ok(ElectionServer {
-            store,
-            room,
-            tasks,
-            shutdown,
-            limits,
-            observers,
-        })
+    pub async fn start(streams: Streams) -> Result<Self> {
+        let observers = Observers::start(&streams.store.elections).await?;
+        Ok(ElectionServer { streams, observers })
+    }
+
+    fn elections(&self) -> &Elections {
+        &self.streams.store.elections
+    }
+
+    fn tasks(&self) -> &Tasks {
+        self.streams.store.connection().tasks()
     }
 }
 
@@ -82,23 +59,7 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
-        if self.shutdown.is_cancelled() {
-            return Err(Error::ShuttingDown.into());
-        }
-        // A candidacy holds a lease: it counts against the same per-connection limit.
-        let slot = self.limits.admit(request.remote_addr())?;
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let task = CampaignTask::new(
-            self.store.clone(),
-            self.room.clone(),
-            request.into_inner(),
-            Events::new(tx),
-            self.shutdown.clone(),
-        );
-        self.tasks.spawn(task.run(slot));
-        Ok(Response::new(Box::pin(
-            ReceiverStream::new(rx).map(|item| *item),
-        )))
+        driver::open::<Campaign>(&self.streams, request)
     }
 
     async fn leader(
@@ -106,9 +67,9 @@ impl ElectionService for ElectionServer {
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
         let name = LockName::parse_election(request.into_inner().election)?;
-        let snapshot = self
-            .store
-            .election_state(&self.store.election_keys(&name))
+        let elections = self.elections();
+        let snapshot = elections
+            .retire_stale_leader(&elections.keys(name.as_str()))
             .await?;
         let observed = observed(&snapshot);
         Ok(Response::new(pb::LeaderResponse {
@@ -124,36 +85,36 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
-        if self.shutdown.is_cancelled() {
+        if self.tasks().is_stopping() {
             return Err(Error::ShuttingDown.into());
         }
         let name = LockName::parse_election(request.into_inner().election)?;
-        let keys = self.store.election_keys(&name);
+        let keys = self.elections().keys(name.as_str());
         // Subscribed before reading, so no change after the read is missed.
         let watch = self.observers.watch(&keys).await?;
-        let first = self.store.election_state(&keys).await?;
+        let first = self.elections().retire_stale_leader(&keys).await?;
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
         let follower = follow(
-            self.store.clone(),
+            self.elections().clone(),
             keys,
             watch,
             first,
             tx,
-            self.shutdown.clone(),
+            self.tasks().clone(),
         );
-        self.tasks.spawn(follower);
+        self.tasks().spawn(follower);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 
 /// Sends `first`, then every later change in revision order, until the observer leaves.
 async fn follow(
-    store: Store,
+    elections: Elections,
     keys: ElectionKeys,
     mut watch: Watch,
     first: Snapshot,
     tx: mpsc::Sender<Result<pb::ObserveResponse, Status>>,
-    shutdown: CancellationToken,
+    tasks: Tasks,
 ) {
     let mut version = (first.epoch, first.revision);
     let mut shown = observed(&first);
@@ -164,7 +125,7 @@ async fn follow(
         let change = tokio::select! {
             change = watch.changes.recv() => change,
             () = tx.closed() => return,
-            () = shutdown.cancelled() => {
+            () = tasks.stopping() => {
                 let _ = tx.send(Err(Error::ShuttingDown.into())).await;
                 return;
             }
@@ -173,7 +134,7 @@ async fn follow(
             Ok(change) => change,
             // This observer read too slowly and missed changes: catch up with the newest.
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                match store.election_state(&keys).await {
+                match elections.retire_stale_leader(&keys).await {
                     Ok(state) => state,
                     Err(error) => {
                         let _ = tx.send(Err(error.into())).await;

@@ -26,12 +26,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::client::{Client, ClientError};
+use tonic::transport::Channel;
+
+use super::{Client, ClientError};
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
 use crate::pb::election_service_client::ElectionServiceClient;
-use crate::pb::{self, CampaignRequest, CampaignResponse};
-use crate::validate::millis_u32;
+use crate::pb::{self, CampaignRequest, CampaignResponse, millis};
 
 /// An election's leader.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +48,7 @@ fn leader(has_leader: bool, term: u64, value: Vec<u8>) -> Option<Leader> {
 }
 
 impl Client {
-    fn elections(&self) -> ElectionServiceClient<crate::client::Channel> {
+    fn elections(&self) -> ElectionServiceClient<Channel> {
         ElectionServiceClient::new(self.channel.clone())
     }
 
@@ -65,7 +66,7 @@ impl Client {
             action: Some(Action::Start(pb::CampaignStart {
                 election: election.into(),
                 value: value.into(),
-                ttl_ms: millis_u32(ttl),
+                ttl_ms: millis(ttl),
             })),
         };
         requests

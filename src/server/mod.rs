@@ -1,30 +1,47 @@
-//! Runs the gRPC server until a shutdown signal, then lets every lease release before exiting.
+//! The gRPC layer: a thin face over the lease layer.
+//!
+//! - [`serve`] (here): run the server until a shutdown signal, then let every lease go.
+//! - [`admission`]: how many leases one client connection may hold open.
+//! - [`events`]: the non-blocking sending side of a response stream.
+//! - [`driver`]: the one driver of every stream that holds a lease.
+//! - [`lock_stream`], [`campaign`]: the two kinds of held-lease stream, declared for the driver.
+//! - [`lock`], [`election`]: the `LockService` and `ElectionService`.
+//!
+//! Errors become gRPC statuses in one place: `From<Error> for Status` in [`crate::error`].
+
+pub mod admission;
+pub mod campaign;
+pub mod driver;
+pub mod election;
+pub mod events;
+pub mod lock;
+pub mod lock_stream;
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
-use crate::admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
-use crate::election::ElectionServer;
 use crate::error::{Error, Result};
+use crate::lease::spec::MAX_ELECTION_VALUE_BYTES;
+use crate::lease::waiting::{WaitConfig, WaitRoom};
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
-use crate::service::LockServer;
 use crate::store::Store;
-use crate::waiting::{WaitConfig, WaitRoom};
+use admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use driver::Streams;
+use election::ElectionServer;
+use lock::LockServer;
 
 /// Largest request message: a lock request is a few hundred bytes, an election's value at most
 /// 64 KiB; anything bigger is refused early.
-pub const MAX_REQUEST_BYTES: usize = crate::validate::MAX_ELECTION_VALUE_BYTES + 1024;
+pub const MAX_REQUEST_BYTES: usize = MAX_ELECTION_VALUE_BYTES + 1024;
 /// HTTP/2 streams per connection beyond the lease limit, for unary calls and refusals.
 const STREAM_HEADROOM: u32 = 256;
-/// How long shutdown waits for leases to release before giving up (they then expire by TTL).
+/// How long shutdown waits for leases to let go before giving up (they then expire by TTL).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Settings of the gRPC side of the server.
@@ -55,31 +72,28 @@ impl Default for ServerConfig {
     }
 }
 
-/// Serves on `listener` until `shutdown` completes. On shutdown every lease releases its lock
-/// and tells its client `Lost`, then the server waits (bounded) for those releases.
+/// Serves on `listener` until `shutdown` completes. On shutdown every lease lets go and tells
+/// its client `Lost`; the server waits (bounded) for every task it started, then closes its
+/// Redis connections, so nothing of it is left running when this returns.
 pub async fn serve(
     listener: TcpListener,
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
+    let tasks = store.connection().tasks().clone();
     let room = if config.wakeups {
-        Some(WaitRoom::start(&store, config.wait.clone()).await?)
+        Some(WaitRoom::start(&store.locks, config.wait.clone()).await?)
     } else {
         None
     };
-    let leases = TaskTracker::new();
-    let stop_leases = CancellationToken::new();
-    let limits = ConnectionLimits::new(config.max_leases_per_connection);
-    let elections = ElectionServer::start(
-        store.clone(),
-        room.clone(),
-        leases.clone(),
-        stop_leases.clone(),
-        limits.clone(),
-    )
-    .await?;
-    let service = LockServer::new(store, room, leases.clone(), stop_leases.clone(), limits);
+    let streams = Streams {
+        store: store.clone(),
+        room,
+        limits: ConnectionLimits::new(config.max_leases_per_connection),
+    };
+    let elections = ElectionServer::start(streams.clone()).await?;
+    let locks = LockServer::new(streams);
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
     // headroom carries unary calls and the refusals themselves.
@@ -87,35 +101,35 @@ pub async fn serve(
         .unwrap_or(u32::MAX)
         .saturating_add(STREAM_HEADROOM);
     let signal = {
-        let stop_leases = stop_leases.clone();
+        let tasks = tasks.clone();
         async move {
-            shutdown.await;
-            info!("shutting down: releasing every lease");
-            stop_leases.cancel();
+            tokio::select! {
+                () = shutdown => info!("shutting down: releasing every lease"),
+                () = tasks.stopping() => {}
+            }
+            tasks.stop();
         }
     };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let served = Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_timeout))
         .max_concurrent_streams(max_streams)
-        .add_service(LockServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(LockServiceServer::new(locks).max_decoding_message_size(MAX_REQUEST_BYTES))
         .add_service(
             ElectionServiceServer::new(elections).max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .serve_with_incoming_shutdown(incoming, signal)
         .await
-        .map_err(Error::Serve)?;
-    stop_leases.cancel();
-    leases.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, leases.wait())
-        .await
-        .is_err()
-    {
+        .map_err(Error::Serve);
+    tasks.stop();
+    let remaining = tasks.finish(SHUTDOWN_GRACE).await;
+    if remaining > 0 {
         warn!(
-            remaining = leases.len(),
-            "leases still running after the shutdown grace; their locks expire by TTL"
+            remaining,
+            "tasks still running after the shutdown grace; their leases expire by TTL"
         );
     }
-    Ok(())
+    store.connection().close().await;
+    served
 }

@@ -1,0 +1,65 @@
+//! `leasehold status` and `leasehold release`: look at locks, and let go of one by its token.
+
+use std::process::ExitCode;
+
+use leasehold::client::Client;
+
+use super::unavailable;
+
+/// `leasehold status NAME...`: who holds each lock.
+pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode {
+    let client = match Client::connect(server).await {
+        Ok(client) => client,
+        Err(error) => return unavailable(error),
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        match client.describe(name.clone()).await {
+            Ok(described) => rows.push((name, described)),
+            Err(error) => return unavailable(error),
+        }
+    }
+    if json {
+        let items: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, d)| {
+                serde_json::json!({
+                    "name": name,
+                    "held": d.held,
+                    "holder": d.holder,
+                    "ttl_remaining_ms": d.ttl_remaining_ms,
+                    "fencing_token": d.fencing_token,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+    } else {
+        for (name, d) in rows {
+            if d.held {
+                println!(
+                    "{name}\theld by {}\tttl {} ms\tfencing token {}",
+                    d.holder, d.ttl_remaining_ms, d.fencing_token
+                );
+            } else {
+                println!("{name}\tfree");
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.
+pub async fn release(server: String, name: String, token: String) -> ExitCode {
+    let client = match Client::connect(server).await {
+        Ok(client) => client,
+        Err(error) => return unavailable(error),
+    };
+    match client.release(name.clone(), token).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
+            ExitCode::FAILURE
+        }
+        Err(error) => unavailable(error),
+    }
+}

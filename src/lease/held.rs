@@ -1,0 +1,175 @@
+//! A lease held in Redis: renewed on its clock, and let go exactly once on every way out.
+//!
+//! [`HeldLease`] is claimed *before* the first acquire command leaves: an attempt whose reply
+//! never came (a timeout, a client that left mid-wait) may still have landed in Redis, so from
+//! that moment every exit must let go. Its `Drop` lets go in the background unless an explicit
+//! [`HeldLease::release`] did, or the lease is known not to be held ([`HeldLease::disarm`]), so
+//! no branch of any stream can forget it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::{Instant, timeout_at};
+use tracing::debug;
+
+use super::renewal::RenewalClock;
+use crate::error::Result;
+use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Token};
+
+/// What one lease holds in Redis and how it lets go: one implementation per key space (a lock,
+/// an election's leadership; a semaphore's permit next), so acquiring, renewing and the exit
+/// guard are written once.
+pub trait Holding: Clone + Send + Sync + 'static {
+    /// The lock operations (acquire, extend) and the lock behind the lease.
+    fn locks(&self) -> &Locks;
+    fn keys(&self) -> &LockKeys;
+    /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
+    fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// A plain lock.
+#[derive(Clone)]
+pub struct Lock {
+    pub locks: Locks,
+    pub keys: LockKeys,
+}
+
+impl Holding for Lock {
+    fn locks(&self) -> &Locks {
+        &self.locks
+    }
+
+    fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    async fn release(&self, token: &Token) -> Result<bool> {
+        self.locks.release(&self.keys, token).await
+    }
+}
+
+/// An election's leadership: its lease, and the announcement retired after it.
+#[derive(Clone)]
+pub struct Leadership {
+    pub elections: Elections,
+    pub keys: ElectionKeys,
+}
+
+impl Holding for Leadership {
+    fn locks(&self) -> &Locks {
+        self.elections.locks()
+    }
+
+    fn keys(&self) -> &LockKeys {
+        &self.keys.lease
+    }
+
+    /// Releases the lease (the next candidate is woken), then retires the announcement unless a
+    /// successor already replaced it, so no exit leaves a stale leader behind.
+    async fn release(&self, token: &Token) -> Result<bool> {
+        self.elections.resign(&self.keys, token).await
+    }
+}
+
+/// A lease that is, or may be, held.
+pub struct HeldLease<H: Holding> {
+    holding: H,
+    token: Token,
+    /// Whether dropping this must still let go.
+    armed: bool,
+}
+
+impl<H: Holding> HeldLease<H> {
+    /// Claims the lease for `token` before the first attempt to take it.
+    pub fn claim(holding: H, token: Token) -> Self {
+        HeldLease {
+            holding,
+            token,
+            armed: true,
+        }
+    }
+
+    pub fn holding(&self) -> &H {
+        &self.holding
+    }
+
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// Nothing to let go on drop: Redis said the lease is someone else's, or the caller took
+    /// over letting go (a unary `Acquire` hands the token to its client).
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Lets go now. `Ok(false)`: the lease was no longer ours. On an error the drop still tries.
+    pub async fn release(&mut self) -> Result<bool> {
+        let was_held = self.holding.release(&self.token).await?;
+        self.armed = false;
+        Ok(was_held)
+    }
+
+    /// Keeps the lease alive once, if `clock` says it is time.
+    pub async fn renew(&self, ttl: Duration, clock: &mut RenewalClock) -> Renewal {
+        let sent_at = Instant::now();
+        if clock.expired(sent_at) {
+            return Renewal::Lost(
+                "Redis could not be reached to renew the lock before it ran out".into(),
+            );
+        }
+        let (locks, keys) = (self.holding.locks(), self.holding.keys());
+        let renewal = locks.extend(keys, &self.token, ttl);
+        match timeout_at(clock.valid_until(), renewal).await {
+            Ok(Ok(true)) => {
+                clock.confirmed(sent_at);
+                Renewal::Confirmed {
+                    valid_for: clock.valid_for(Instant::now()),
+                }
+            }
+            // Never retried into success: someone else may hold the lock now.
+            Ok(Ok(false)) => {
+                // An expiry this server saw: if the lock is free, wake the line.
+                locks.leave_in_background(keys.clone(), String::new());
+                Renewal::Lost(
+                    "the lock key was deleted or taken by another holder behind the server's back"
+                        .into(),
+                )
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "renewal failed; retrying");
+                clock.failed(Instant::now());
+                Renewal::Retrying
+            }
+            Err(_) => Renewal::Lost(format!(
+                "Redis did not confirm a renewal before the lease ran out ({} ms)",
+                ttl.as_millis()
+            )),
+        }
+    }
+}
+
+impl<H: Holding> Drop for HeldLease<H> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (holding, token) = (self.holding.clone(), self.token.clone());
+        let span = tracing::info_span!("release", lease = token.lease_id());
+        self.holding.locks().connection().in_background(
+            span,
+            "release failed; the lease expires by its TTL",
+            async move { holding.release(&token).await.map(|_| ()) },
+        );
+    }
+}
+
+/// What one renewal attempt came to.
+pub enum Renewal {
+    /// The lease is ours for this long from now.
+    Confirmed { valid_for: Duration },
+    /// No answer from Redis; the clock says when to try again.
+    Retrying,
+    /// The lease is gone, for this reason.
+    Lost(String),
+}

@@ -1,0 +1,18 @@
+//! The lease layer: what it means to hold a lease, independent of gRPC (etcd's `concurrency`).
+//!
+//! - [`spec`]: what a lease is asked for (name, TTL, wait, holder), checked against the limits.
+//! - [`held`]: a lease that is, or may be, held: renewal, and letting go on every way out; what
+//!   it holds per key space ([`held::Lock`], [`held::Leadership`]).
+//! - [`renewal`]: when to renew, and until when a lease is valid (measured from the send).
+//! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
+//! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
+//! - [`observers`]: every change of an election, in order, to every observer.
+//!
+//! It uses the store layer below it and nothing above it.
+
+pub mod acquire;
+pub mod held;
+pub mod observers;
+pub mod renewal;
+pub mod spec;
+pub mod waiting;

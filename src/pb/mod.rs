@@ -1,0 +1,18 @@
+//! The contract: code generated from `proto/leasehold/v1/*.proto`, the codec it uses, and the
+//! one conversion between durations and the proto's millisecond fields.
+
+pub mod codec;
+
+#[allow(clippy::all, missing_docs)]
+mod generated {
+    tonic::include_proto!("leasehold.v1");
+}
+pub use generated::*;
+
+use std::time::Duration;
+
+/// A duration as the proto's `uint32` milliseconds, saturating (the request limits keep real
+/// values far below `u32::MAX`).
+pub fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,408 @@
+//! The one driver of every stream that holds a lease (`Lease`, `Campaign`; semaphores next).
+//!
+//! A stream is one lease: Waiting -> Held -> Released | Lost. The driver owns everything such
+//! streams share: admission, the first message, waiting (and giving up), the hold loop (shutdown,
+//! client message, client gone, renewal), and letting go on every way out through
+//! [`HeldLease`]. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it
+//! holds, and what it answers; it never repeats the lifecycle.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::admission::{ConnectionLimits, LeaseSlot};
+use super::events::{Events, ResponseStream};
+use crate::error::{Error, Result};
+use crate::lease::acquire::{Acquisition, WaitingState, acquire};
+use crate::lease::held::{HeldLease, Holding, Renewal};
+use crate::lease::renewal::{RenewalClock, RenewalTrigger};
+use crate::lease::spec::LeaseSpec;
+use crate::lease::waiting::WaitRoom;
+use crate::store::{Store, Token};
+use crate::tasks::Tasks;
+
+/// What every held-lease stream of one server shares.
+#[derive(Clone)]
+pub struct Streams {
+    pub store: Store,
+    /// Wake-ups and the fair line; `None` when wake-ups are disabled (waiters poll).
+    pub room: Option<WaitRoom>,
+    pub limits: ConnectionLimits,
+}
+
+/// A client message, as the driver sees it.
+pub enum Move<S, M> {
+    /// The message that opens the lease (`acquire`, `start`).
+    Start(S),
+    /// Let go (`release`, `resign`).
+    Release,
+    /// A message of this kind of stream alone (`proclaim`).
+    Other(M),
+    NoAction,
+    HalfClosed,
+    /// The request could not be read, or the transport failed.
+    Broken(Status),
+}
+
+/// What a stream-specific step came to.
+pub enum Step<R> {
+    /// Still held; send this.
+    Reply(R),
+    /// The lease is gone, for this reason.
+    Lost(String),
+}
+
+/// How a kind of stream names its parts, in logs and in the errors its clients read.
+pub struct Words {
+    /// The stream: "lease", "campaign".
+    pub stream: &'static str,
+    /// Its first message: "acquire", "start".
+    pub start: &'static str,
+    /// Its letting go: "release", "resign".
+    pub release: &'static str,
+    /// Every action a request may set.
+    pub actions: &'static str,
+    /// What it holds: "lock", "leadership".
+    pub held: &'static str,
+}
+
+/// A validated first message.
+pub struct Opened<K: LeaseStream> {
+    pub spec: LeaseSpec,
+    pub holding: K::Holding,
+    pub stream: K,
+}
+
+/// One kind of held-lease stream: its messages, what it holds, and its answers.
+pub trait LeaseStream: Sized + Send + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// The first message's content.
+    type Start: Send;
+    /// Messages of this kind alone ([`Infallible`] for none).
+    type Message: Send;
+    type Holding: Holding;
+
+    const WORDS: Words;
+    /// After the longest wait, wait again (candidates) instead of giving up (locks).
+    const WAITS_AGAIN: bool = false;
+
+    fn read(request: Self::Request) -> Move<Self::Start, Self::Message>;
+    /// The name of a stream-specific message, for errors.
+    fn message_name(message: &Self::Message) -> &'static str;
+    /// Checks the first message.
+    fn open(start: Self::Start, store: &Store) -> Result<Opened<Self>>;
+    /// Why a stream-specific message is refused while the lease is not held yet.
+    fn refuse_while_waiting(message: Self::Message) -> Error;
+
+    /// The lease was just taken: the answer to send, once the stream's own work is done.
+    fn acquired(
+        &mut self,
+        lease: &HeldLease<Self::Holding>,
+        spec: &LeaseSpec,
+        acquisition: &Acquisition,
+        valid_for: Duration,
+    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
+    /// A stream-specific message while held.
+    fn handle(
+        &mut self,
+        message: Self::Message,
+        lease: &HeldLease<Self::Holding>,
+        spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
+
+    /// Progress while waiting, if this kind reports it.
+    fn waiting(state: &WaitingState) -> Option<Self::Response>;
+    /// Progress after a renewal, if this kind reports it.
+    fn extended(spec: &LeaseSpec, valid_for: Duration) -> Option<Self::Response>;
+    fn released(was_held: bool) -> Self::Response;
+    fn lost(reason: String) -> Self::Response;
+}
+
+/// Admits a new stream of kind `K` and starts its driver as a task of the server.
+pub fn open<K: LeaseStream>(
+    streams: &Streams,
+    request: Request<Streaming<K::Request>>,
+) -> Result<Response<ResponseStream<K::Response>>, Status> {
+    let tasks = streams.store.connection().tasks();
+    if tasks.is_stopping() {
+        return Err(Error::ShuttingDown.into());
+    }
+    // Every stream that holds a lease counts against its connection's limit.
+    let slot = streams.limits.admit(request.remote_addr())?;
+    let (events, responses) = Events::channel();
+    let driver = Driver::<K, _> {
+        store: streams.store.clone(),
+        room: streams.room.clone(),
+        inbound: request.into_inner(),
+        events,
+        tasks: tasks.clone(),
+    };
+    tasks.spawn(Box::new(driver).run(slot));
+    Ok(Response::new(responses))
+}
+
+/// How the waiting phase ended.
+enum Waited {
+    Acquired(Acquisition),
+    /// The longest wait passed and this kind waits again.
+    StillWaiting,
+    /// The client let go (or half-closed) before the lease was taken.
+    GaveUp,
+    /// The client went away.
+    Gone,
+}
+
+/// The task behind one stream.
+struct Driver<K: LeaseStream, S> {
+    store: Store,
+    room: Option<WaitRoom>,
+    inbound: S,
+    events: Events<K::Response>,
+    tasks: Tasks,
+}
+
+impl<K, S> Driver<K, S>
+where
+    K: LeaseStream,
+    S: Stream<Item = Result<K::Request, Status>> + Unpin + Send,
+{
+    /// Runs the stream to its end; an error becomes the stream's final status. `slot` counts
+    /// the stream against its connection's limit until then. Boxed, so the task's future holds
+    /// one pointer to the driver rather than copies of it.
+    async fn run(mut self: Box<Self>, slot: Option<LeaseSlot>) {
+        if let Err(error) = self.drive().await {
+            debug!(%error, stream = K::WORDS.stream, "stream ends with an error");
+            self.events.essential(Err(error.into()));
+        }
+        drop(slot);
+    }
+
+    async fn drive(&mut self) -> Result<()> {
+        let Some(opened) = Box::pin(self.first_request()).await? else {
+            return Ok(());
+        };
+        let token = Token::random();
+        let span = info_span!(
+            "lease",
+            stream = K::WORDS.stream,
+            name = %opened.spec.name,
+            lease = token.lease_id()
+        );
+        self.lease(opened, token).instrument(span).await
+    }
+
+    /// Waits for the first message, which must open the lease.
+    async fn first_request(&mut self) -> Result<Option<Opened<K>>> {
+        let message = tokio::select! {
+            message = self.inbound.next() => message,
+            () = self.events.closed() => return Ok(None),
+            () = self.tasks.stopping() => return Err(Error::ShuttingDown),
+        };
+        match read::<K>(message) {
+            Move::Start(start) => K::open(start, &self.store).map(Some),
+            Move::HalfClosed => Ok(None),
+            Move::Broken(status) => Err(Error::Unreadable(status)),
+            Move::NoAction => Err(no_action::<K>()),
+            Move::Release => Err(before_start::<K>(K::WORDS.release)),
+            Move::Other(message) => Err(before_start::<K>(K::message_name(&message))),
+        }
+    }
+
+    /// Takes the lease, then holds it. Arguments by reference and locals scoped: an async fn's
+    /// future keeps a slot for every local that lives across an await, for the whole lease.
+    async fn lease(&mut self, opened: Opened<K>, token: Token) -> Result<()> {
+        let Opened {
+            spec,
+            holding,
+            mut stream,
+        } = opened;
+        let mut lease = HeldLease::claim(holding, token);
+        // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
+        let acquisition = loop {
+            match Box::pin(self.wait(&spec, &mut lease)).await? {
+                Waited::Acquired(acquisition) => break acquisition,
+                Waited::StillWaiting => continue,
+                Waited::GaveUp => {
+                    self.events.essential(Ok(K::released(false)));
+                    return Ok(());
+                }
+                Waited::Gone => return Ok(()),
+            }
+        };
+        let mut clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
+        info!(fencing_token = acquisition.fencing_token, "acquired");
+        let valid_for = clock.valid_for(Instant::now());
+        match Box::pin(stream.acquired(&lease, &spec, &acquisition, valid_for)).await? {
+            Step::Reply(answer) => {
+                if !self.events.essential(Ok(answer)) {
+                    return Ok(()); // The client left; `lease` lets go on drop.
+                }
+            }
+            Step::Lost(reason) => {
+                warn!(%reason, "lease lost");
+                self.lost(reason);
+                return Ok(());
+            }
+        }
+        self.hold(&mut stream, &spec, &mut lease, &mut clock).await
+    }
+
+    /// Waits for the lease as `spec` allows, unless the client gives up first.
+    async fn wait(
+        &mut self,
+        spec: &LeaseSpec,
+        lease: &mut HeldLease<K::Holding>,
+    ) -> Result<Waited> {
+        let events = &self.events;
+        let waiting = acquire(lease, spec, self.room.as_ref(), |state| {
+            if let Some(progress) = K::waiting(state) {
+                events.progress(progress);
+            }
+        });
+        let attempt = tokio::select! {
+            acquired = waiting => acquired,
+            // A give-up leaves `lease` armed: the attempt in flight may have won just then.
+            gave_up = Self::gives_up(&mut self.inbound, events, &self.tasks) => return gave_up,
+        };
+        match attempt {
+            Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
+            Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),
+            Err(error @ (Error::LockHeld { .. } | Error::WaitExpired { .. })) => {
+                // Redis said someone else holds it: nothing of ours to let go.
+                lease.disarm();
+                Err(error)
+            }
+            // Outcome unknown (a timeout may still land): `lease` lets go on drop.
+            Err(error) => Err(error),
+        }
+    }
+
+    /// While waiting: completes when the client gives up or breaks the protocol, or the server
+    /// stops.
+    async fn gives_up(
+        inbound: &mut S,
+        events: &Events<K::Response>,
+        tasks: &Tasks,
+    ) -> Result<Waited> {
+        tokio::select! {
+            message = inbound.next() => match read::<K>(message) {
+                Move::Release | Move::HalfClosed => Ok(Waited::GaveUp),
+                Move::Other(message) => Err(K::refuse_while_waiting(message)),
+                Move::Start(_) => Err(second_start::<K>()),
+                Move::NoAction => Err(no_action::<K>()),
+                Move::Broken(status) => Err(Error::Unreadable(status)),
+            },
+            () = events.closed() => Ok(Waited::Gone),
+            () = tasks.stopping() => Err(Error::ShuttingDown),
+        }
+    }
+
+    /// Keeps the lease alive until the client lets go, the lease is lost, or the server stops.
+    async fn hold(
+        &mut self,
+        stream: &mut K,
+        spec: &LeaseSpec,
+        lease: &mut HeldLease<K::Holding>,
+        clock: &mut RenewalClock,
+    ) -> Result<()> {
+        let held = K::WORDS.held;
+        let mut renewals = RenewalTrigger::new(self.store.connection());
+        loop {
+            tokio::select! {
+                biased;
+                () = self.tasks.stopping() => {
+                    let reason = match Box::pin(lease.release()).await {
+                        Ok(_) => format!("server shutting down; the {held} was released"),
+                        Err(error) => format!("server shutting down; release failed ({error}), the {held} expires by its TTL"),
+                    };
+                    info!("released for shutdown");
+                    self.lost(reason);
+                    return Ok(());
+                }
+                message = self.inbound.next() => match read::<K>(message) {
+                    Move::Release | Move::HalfClosed => {
+                        let was_held = Box::pin(lease.release()).await?;
+                        info!(was_held, "released");
+                        self.events.essential(Ok(K::released(was_held)));
+                        return Ok(());
+                    }
+                    Move::Other(message) => match Box::pin(stream.handle(message, lease, spec)).await? {
+                        Step::Reply(answer) => {
+                            self.events.essential(Ok(answer));
+                        }
+                        Step::Lost(reason) => {
+                            warn!(%reason, "lease lost");
+                            self.lost(reason);
+                            return Ok(());
+                        }
+                    },
+                    // A transport failure or an unreadable message: let go (on drop) and say
+                    // why, in case the client can still hear it.
+                    Move::Broken(status) => {
+                        info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
+                        return Err(Error::Unreadable(status));
+                    }
+                    Move::Start(_) => return Err(second_start::<K>()),
+                    Move::NoAction => return Err(no_action::<K>()),
+                },
+                () = self.events.closed() => {
+                    info!("client went away; releasing");
+                    return Ok(());
+                }
+                due = renewals.due(clock) => match Box::pin(lease.renew(spec.ttl, clock)).await {
+                    Renewal::Confirmed { valid_for } => {
+                        if let Some(progress) = K::extended(spec, valid_for) {
+                            self.events.progress(progress);
+                        }
+                    }
+                    Renewal::Retrying => {}
+                    Renewal::Lost(reason) => {
+                        warn!(%reason, ?due, "lease lost");
+                        self.lost(due.explain(reason));
+                        return Ok(());
+                    }
+                },
+            }
+        }
+    }
+
+    fn lost(&self, reason: String) {
+        self.events.essential(Ok(K::lost(reason)));
+    }
+}
+
+fn read<K: LeaseStream>(message: Option<Result<K::Request, Status>>) -> Move<K::Start, K::Message> {
+    match message {
+        None => Move::HalfClosed,
+        Some(Err(status)) => Move::Broken(status),
+        Some(Ok(request)) => K::read(request),
+    }
+}
+
+fn second_start<K: LeaseStream>() -> Error {
+    let Words { start, stream, .. } = K::WORDS;
+    Error::invalid(format!(
+        "{start} sent twice on one stream: one stream is one {stream}; open another stream for another"
+    ))
+}
+
+fn no_action<K: LeaseStream>() -> Error {
+    Error::invalid(format!("request has no action: set {}", K::WORDS.actions))
+}
+
+fn before_start<K: LeaseStream>(what: &str) -> Error {
+    let Words { start, stream, .. } = K::WORDS;
+    Error::invalid(format!(
+        "{what} sent before {start}: the first message of a {stream} stream must be {start}"
+    ))
+}
+
+/// For kinds without messages of their own.
+pub fn no_message(message: &Infallible) -> ! {
+    match *message {}
+}

@@ -1,0 +1,143 @@
+//! The `LockService`: the `Lease` stream (through the driver) and the unary calls.
+
+use tokio::time::Instant;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, info_span};
+
+use super::driver::{self, Streams};
+use super::events::ResponseStream;
+use super::lock_stream::LockStream;
+use crate::error::Error;
+use crate::lease::acquire::acquire;
+use crate::lease::held::{HeldLease, Lock};
+use crate::lease::renewal::RenewalClock;
+use crate::lease::spec::{self, LeaseSpec, LockName};
+use crate::pb::{self, lock_service_server::LockService};
+use crate::store::Token;
+use crate::store::locks::LockState;
+
+/// Shared by every lock request of one server.
+#[derive(Clone)]
+pub struct LockServer {
+    streams: Streams,
+}
+
+impl LockServer {
+    pub fn new(streams: Streams) -> Self {
+        LockServer { streams }
+    }
+
+    fn lock(&self, name: &LockName) -> Lock {
+        let locks = &self.streams.store.locks;
+        Lock {
+            locks: locks.clone(),
+            keys: locks.keys(name.as_str()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl LockService for LockServer {
+    type LeaseStream = ResponseStream<pb::LeaseResponse>;
+
+    async fn lease(
+        &self,
+        request: Request<Streaming<pb::LeaseRequest>>,
+    ) -> Result<Response<Self::LeaseStream>, Status> {
+        driver::open::<LockStream>(&self.streams, request)
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let spec = LeaseSpec::try_from(request.into_inner())?;
+        // Claimed before the attempt: if it fails without an answer, or this call is cancelled
+        // mid-command, the attempt may still land in Redis, and is let go on drop.
+        let mut lease = HeldLease::claim(self.lock(&spec.name), Token::random());
+        let span = info_span!("acquire", name = %spec.name, lease = lease.token().lease_id());
+        let room = self.streams.room.as_ref();
+        let outcome = acquire(&lease, &spec, room, |_| {}).instrument(span).await;
+        let response = match outcome {
+            Ok(acquired) => pb::AcquireResponse {
+                acquired: true,
+                token: lease.token().secret().to_owned(),
+                fencing_token: acquired.fencing_token,
+                ttl_ms: pb::millis(spec.ttl),
+                holder: String::new(),
+                valid_for_ms: pb::millis(
+                    RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
+                ),
+            },
+            // A taken lock is an answer here, not an error: say who has it.
+            Err(Error::LockHeld { holder, .. } | Error::WaitExpired { holder, .. }) => {
+                pb::AcquireResponse {
+                    holder,
+                    ..Default::default()
+                }
+            }
+            Err(error) => return Err(error.into()),
+        };
+        // Taken: the client holds it by its token now. Refused: nothing to let go.
+        lease.disarm();
+        Ok(Response::new(response))
+    }
+
+    async fn extend(
+        &self,
+        request: Request<pb::ExtendRequest>,
+    ) -> Result<Response<pb::ExtendResponse>, Status> {
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        let token = Token::from_client(spec::token(request.token)?);
+        let ttl = spec::ttl(request.ttl_ms)?;
+        let sent_at = Instant::now();
+        let locks = &self.streams.store.locks;
+        let extended = locks
+            .extend(&locks.keys(name.as_str()), &token, ttl)
+            .await?;
+        let valid_for_ms = if extended {
+            pb::millis(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
+        } else {
+            0
+        };
+        Ok(Response::new(pb::ExtendResponse {
+            extended,
+            valid_for_ms,
+        }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        let token = Token::from_client(spec::token(request.token)?);
+        let locks = &self.streams.store.locks;
+        let released = locks.release(&locks.keys(name.as_str()), &token).await?;
+        Ok(Response::new(pb::ReleaseResponse { released }))
+    }
+
+    async fn describe(
+        &self,
+        request: Request<pb::DescribeRequest>,
+    ) -> Result<Response<pb::DescribeResponse>, Status> {
+        let name = LockName::parse(request.into_inner().name)?;
+        let locks = &self.streams.store.locks;
+        let response = match locks.describe(&locks.keys(name.as_str())).await? {
+            LockState::Free => pb::DescribeResponse::default(),
+            LockState::Held {
+                holder,
+                ttl_remaining,
+                fencing_token,
+            } => pb::DescribeResponse {
+                held: true,
+                holder,
+                ttl_remaining_ms: ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
+                fencing_token,
+            },
+        };
+        Ok(Response::new(response))
+    }
+}

@@ -1,0 +1,233 @@
+//! The connection to the Redis that holds the locks: set-up, reconnects, bounded calls, and the
+//! work that must outlive the stream that asked for it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use tokio::sync::{broadcast, watch};
+use tracing::{Instrument, info, warn};
+
+use crate::error::{Error, Result};
+use crate::tasks::Tasks;
+
+/// A connection to Redis. Cheap to clone: one pointer, since every lease keeps one for its
+/// whole life.
+#[derive(Clone)]
+pub struct Connection(Arc<Shared>);
+
+struct Shared {
+    client: Client,
+    /// Kept to open pub/sub connections with the same settings.
+    config: Config,
+    command_timeout: Duration,
+    /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
+    /// Redis that dropped the connection may have restarted empty or failed over.
+    reconnects: watch::Receiver<u64>,
+    /// The server's background tasks; the reconnect watcher is one of them.
+    tasks: Tasks,
+}
+
+impl Connection {
+    /// Connects, and fails at once if Redis cannot be reached, so a misconfigured server refuses
+    /// to start instead of refusing every request.
+    pub async fn open(url: &str, command_timeout: Duration, tasks: Tasks) -> Result<Self> {
+        let config = Config::from_url(url).map_err(Error::redis("url parse"))?;
+        let client = Builder::from_config(config.clone())
+            .with_connection_config(|c| {
+                c.connection_timeout = command_timeout;
+                c.internal_command_timeout = command_timeout;
+                // A connection that stops answering (paused Redis, black-holed network) is
+                // dropped and reconnected rather than trusted forever.
+                c.unresponsive = fred::types::config::UnresponsiveConfig {
+                    max_timeout: Some(command_timeout * 2),
+                    interval: (command_timeout / 4).max(Duration::from_millis(10)),
+                };
+            })
+            .set_policy(reconnect_policy())
+            .build()
+            .map_err(Error::redis("client setup"))?;
+        client.init().await.map_err(Error::redis("connect"))?;
+        let (reconnected, reconnects) = watch::channel(0);
+        let connection = Connection(Arc::new(Shared {
+            client,
+            config,
+            command_timeout,
+            reconnects,
+            tasks,
+        }));
+        let run_id = connection.run_id().await?;
+        info!(%run_id, "connected to Redis");
+        // The watcher keeps only the fred client, not this connection, so it never keeps the
+        // connection alive by itself; it ends with the server's shutdown signal.
+        let watcher = ReconnectWatcher {
+            client: connection.0.client.clone(),
+            command_timeout,
+            run_id,
+            reconnected,
+        };
+        connection
+            .tasks()
+            .spawn(watcher.run(connection.tasks().clone()));
+        Ok(connection)
+    }
+
+    /// The server's background tasks and shutdown signal.
+    pub fn tasks(&self) -> &Tasks {
+        &self.0.tasks
+    }
+
+    /// A new connection for pub/sub (a subscribed connection can run nothing else), with the same
+    /// settings as the command connection. Fails if Redis cannot be reached.
+    pub async fn subscriber(&self) -> Result<SubscriberClient> {
+        let subscriber = Builder::from_config(self.0.config.clone())
+            .with_connection_config(|c| c.connection_timeout = self.0.command_timeout)
+            .set_policy(reconnect_policy())
+            .build_subscriber_client()
+            .map_err(Error::redis("subscriber setup"))?;
+        self.bounded("subscriber connect", subscriber.init())
+            .await?;
+        Ok(subscriber)
+    }
+
+    /// Changes after every reconnection to Redis: leases re-check their keys then.
+    pub fn reconnects(&self) -> watch::Receiver<u64> {
+        self.0.reconnects.clone()
+    }
+
+    /// Loads a script into Redis's cache, so later calls can run it by SHA.
+    pub async fn load(&self, script: &Script) -> Result<()> {
+        self.bounded("script load", script.load(&self.0.client))
+            .await
+    }
+
+    /// Runs a script by SHA, loading it again if Redis forgot it (restart, `SCRIPT FLUSH`),
+    /// within the command timeout.
+    pub async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        context: &'static str,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        self.bounded(
+            context,
+            script.evalsha_with_reload(&self.0.client, keys, args),
+        )
+        .await
+    }
+
+    /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.
+    pub async fn bounded<T>(
+        &self,
+        context: &'static str,
+        call: impl Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T> {
+        bounded(self.0.command_timeout, context, call).await
+    }
+
+    /// Runs `call` as a background task of the server, for exits that cannot wait for Redis: a
+    /// failure is only logged, with what it costs (`fallback`), since nobody is left to hear of
+    /// it. Shutdown waits for these too.
+    pub fn in_background(
+        &self,
+        span: tracing::Span,
+        fallback: &'static str,
+        call: impl Future<Output = Result<()>> + Send + 'static,
+    ) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            span.in_scope(|| warn!("no runtime left; {fallback}"));
+            return;
+        }
+        self.tasks().spawn(
+            async move {
+                if let Err(error) = call.await {
+                    warn!(%error, "{fallback}");
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Closes the connection: for the end of `serve`, once every lease has let go.
+    pub async fn close(&self) {
+        if let Err(error) = self.bounded("quit", self.0.client.quit()).await {
+            warn!(%error, "could not close the Redis connection cleanly");
+        }
+    }
+
+    /// The Redis process's identity: it changes when Redis restarts.
+    async fn run_id(&self) -> Result<String> {
+        run_id(&self.0.client, self.0.command_timeout).await
+    }
+}
+
+/// Announces each reconnection, and says whether Redis restarted (its `run_id` changed), in
+/// which case it has probably lost every lock.
+struct ReconnectWatcher {
+    client: Client,
+    command_timeout: Duration,
+    run_id: String,
+    reconnected: watch::Sender<u64>,
+}
+
+impl ReconnectWatcher {
+    async fn run(mut self, tasks: Tasks) {
+        let mut events = self.client.reconnect_rx();
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                () = tasks.stopping() => return,
+            }
+            match run_id(&self.client, self.command_timeout).await {
+                Ok(new) if new != self.run_id => {
+                    warn!(old = %self.run_id, new = %new, "Redis restarted (new run_id): its locks may be gone; re-checking every lease");
+                    self.run_id = new;
+                }
+                Ok(_) => info!("reconnected to Redis; re-checking every lease"),
+                Err(error) => {
+                    warn!(%error, "reconnected to Redis but could not read its run_id; re-checking every lease")
+                }
+            }
+            self.reconnected.send_modify(|count| *count += 1);
+        }
+    }
+}
+
+async fn run_id(client: &Client, timeout: Duration) -> Result<String> {
+    let info: String = bounded(
+        timeout,
+        "info",
+        client.info(Some(fred::types::InfoKind::Server)),
+    )
+    .await?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .unwrap_or("unknown")
+        .trim()
+        .to_owned())
+}
+
+async fn bounded<T>(
+    timeout: Duration,
+    context: &'static str,
+    call: impl Future<Output = Result<T, fred::error::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(Error::redis(context)),
+        Err(_) => Err(Error::RedisTimeout { context, timeout }),
+    }
+}
+
+/// After start, lost connections are retried forever (50 ms doubling to 2 s); leases meanwhile
+/// run on their own validity clocks and report `Lost` when it runs out.
+fn reconnect_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
+}

@@ -1,0 +1,79 @@
+//! Key layout: where a name's keys live, and why no name can reach another's.
+//!
+//! Every key of one name is `<prefix>[<space>]{<encoded name>}:<part>`. The name is
+//! percent-encoded inside the `{…}` hash tag, so it can never contain `{`, `}` (hash tags), `:`
+//! (our separators) or glob characters: the encoding is injective, keeps all of a name's keys in
+//! one hash slot (one script can touch them all on a Redis Cluster), and keeps every key inside
+//! the prefix whatever the name.
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Bytes of a name kept as they are in keys; everything else is percent-encoded.
+const KEPT_IN_KEYS: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'/')
+    .remove(b'@');
+
+/// The keys of one lock (or of the lease behind an election). They share the `{…}` hash tag.
+#[derive(Clone, Debug)]
+pub struct LockKeys {
+    /// String holding the current token; its TTL is the lock's.
+    pub lock: String,
+    /// Hash with the current holder's description and fencing token; same TTL as `lock`.
+    pub owner: String,
+    /// Counter behind the fencing tokens; it never expires so tokens only grow.
+    pub fence: String,
+    /// Fair waiters in arrival order (sorted set: waiter id -> arrival time in microseconds).
+    pub line: String,
+    /// When each waiter leaves the line unless its server vouches for it again (sorted set, ms).
+    pub deadlines: String,
+    /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
+    pub channel: String,
+}
+
+/// The keys of lock `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence|…`.
+pub fn lock_keys(prefix: &str, name: &str) -> LockKeys {
+    lock_keys_at(&key_base(prefix, name))
+}
+
+/// What every key of `name` under `prefix` starts with: `<prefix>{<encoded name>}`.
+pub fn key_base(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{}}}", hash_tag(name))
+}
+
+/// A lock's keys below `base` (from [`key_base`]).
+pub fn lock_keys_at(base: &str) -> LockKeys {
+    LockKeys {
+        lock: format!("{base}:lock"),
+        owner: format!("{base}:owner"),
+        fence: format!("{base}:fence"),
+        line: format!("{base}:line"),
+        deadlines: format!("{base}:deadlines"),
+        channel: format!("{base}:wake"),
+    }
+}
+
+/// The name as it appears inside the `{…}` hash tag: injective, and free of `{`, `}` and `:`.
+fn hash_tag(name: &str) -> String {
+    utf8_percent_encode(name, KEPT_IN_KEYS).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_escape_their_hash_tag() {
+        for name in ["a}b", "{x}", "a:b", "*", "a%7Db", "é", "a b"] {
+            let tag = hash_tag(name);
+            assert!(
+                !tag.contains(['{', '}', ':', '*', ' ']),
+                "{name:?} -> {tag:?}"
+            );
+        }
+        // Encoding is injective: a name that spells another's escape keeps its own key.
+        assert_ne!(hash_tag("a}b"), hash_tag("a%7Db"));
+    }
+}

@@ -1,0 +1,311 @@
+//! The lock key space: one lock's keys and the Lua scripts that change them atomically.
+//!
+//! Scripts are loaded once (`SCRIPT LOAD`) when the key space is opened and run by `EVALSHA`; a
+//! Redis that lost its script cache answers `NOSCRIPT` and the script is loaded again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use super::connection::Connection;
+use super::keys::{LockKeys, lock_keys};
+use super::token::Token;
+use crate::error::{Error, Result};
+
+/// How one acquire attempt relates to the line of waiters.
+#[derive(Clone, Debug)]
+pub struct Waiter<'a> {
+    /// Identifies the waiter in the line; random, unrelated to the token.
+    pub id: &'a str,
+    /// Respect the line (`true`) or race for the lock.
+    pub fair: bool,
+    /// Join the line if the lock is taken (only for callers who will wait).
+    pub join_line: bool,
+    /// How long the line keeps this waiter without another attempt or refresh.
+    pub ttl: Duration,
+}
+
+/// What an acquire attempt found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The lock is ours, with this fencing token.
+    Acquired { fencing_token: u64 },
+    /// Someone else holds it, or earlier waiters are in line.
+    Held {
+        holder: String,
+        /// Zero when the lock is free but others are ahead in line; `None` when the key has no
+        /// expiry (set by hand, not by us).
+        ttl_remaining: Option<Duration>,
+        /// Place in line, 1 being next; 0 when not in line.
+        position: u32,
+    },
+}
+
+/// A lock's state as `Describe` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    Free,
+    Held {
+        holder: String,
+        ttl_remaining: Option<Duration>,
+        fencing_token: u64,
+    },
+}
+
+/// The lock's scripts, each in its own `.lua` file beside this module.
+struct Scripts {
+    acquire: Script,
+    extend: Script,
+    release: Script,
+    describe: Script,
+    leave: Script,
+    refresh: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: Script::from_lua(include_str!("locks/acquire.lua")),
+            extend: Script::from_lua(include_str!("locks/extend.lua")),
+            release: Script::from_lua(include_str!("locks/release.lua")),
+            describe: Script::from_lua(include_str!("locks/describe.lua")),
+            leave: Script::from_lua(include_str!("locks/leave.lua")),
+            refresh: Script::from_lua(include_str!("locks/refresh.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 6] {
+        [
+            &self.acquire,
+            &self.extend,
+            &self.release,
+            &self.describe,
+            &self.leave,
+            &self.refresh,
+        ]
+    }
+}
+
+/// The locks under one key prefix. Cheap to clone: one pointer.
+#[derive(Clone)]
+pub struct Locks(Arc<Shared>);
+
+struct Shared {
+    connection: Connection,
+    scripts: Scripts,
+    prefix: String,
+}
+
+impl Locks {
+    /// Opens the key space under `prefix`, loading its scripts.
+    pub async fn open(connection: &Connection, prefix: &str) -> Result<Self> {
+        let scripts = Scripts::new();
+        for script in scripts.all() {
+            connection.load(script).await?;
+        }
+        Ok(Locks(Arc::new(Shared {
+            connection: connection.clone(),
+            scripts,
+            prefix: prefix.to_owned(),
+        })))
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.0.connection
+    }
+
+    /// The keys of lock `name`.
+    pub fn keys(&self, name: &str) -> LockKeys {
+        lock_keys(&self.0.prefix, name)
+    }
+
+    /// One atomic `SET NX PX` (only if the line lets this waiter go); on success also issues the
+    /// next fencing token. If taken, a fair waiter keeps (or takes) its place in line.
+    pub async fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        holder: &str,
+        waiter: &Waiter<'_>,
+    ) -> Result<AcquireOutcome> {
+        const CONTEXT: &str = "acquire";
+        let flag = |on: bool| Value::from(if on { "1" } else { "0" });
+        let reply: Vec<Value> = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.acquire,
+                CONTEXT,
+                vec![
+                    keys.lock.clone(),
+                    keys.owner.clone(),
+                    keys.fence.clone(),
+                    keys.line.clone(),
+                    keys.deadlines.clone(),
+                ],
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(millis(ttl)),
+                    Value::from(holder),
+                    Value::from(waiter.id),
+                    flag(waiter.fair),
+                    flag(waiter.join_line),
+                    Value::from(millis(waiter.ttl)),
+                    Value::from(keys.channel.as_str()),
+                ],
+            )
+            .await?;
+        match reply.as_slice() {
+            [acquired, fence] if acquired.as_i64() == Some(1) => {
+                let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+                Ok(AcquireOutcome::Acquired { fencing_token })
+            }
+            [acquired, ttl, holder, position] if acquired.as_i64() == Some(0) => {
+                Ok(AcquireOutcome::Held {
+                    holder: holder.as_string().unwrap_or_default(),
+                    // -2: no key; the lock is free but others are ahead in line.
+                    ttl_remaining: match ttl.as_i64() {
+                        Some(-2) => Some(Duration::ZERO),
+                        _ => pttl(ttl),
+                    },
+                    position: position
+                        .as_u64()
+                        .and_then(|p| u32::try_from(p).ok())
+                        .unwrap_or(0),
+                })
+            }
+            _ => Err(bad_reply(CONTEXT, &reply)),
+        }
+    }
+
+    /// Resets the TTL if `token` still holds the lock. `false` means the lock is not ours.
+    pub async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<bool> {
+        let reply: i64 = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.extend,
+                "extend",
+                vec![keys.lock.clone(), keys.owner.clone()],
+                vec![Value::from(token.secret()), Value::from(millis(ttl))],
+            )
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Deletes the lock if `token` still holds it, and wakes the waiters. `false` means it was
+    /// already gone or not ours.
+    pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let reply: i64 = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.release,
+                "release",
+                vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(keys.channel.as_str()),
+                ],
+            )
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Takes `waiter_id` out of line (empty: nobody) and wakes the line if the lock is free.
+    pub async fn leave(&self, keys: &LockKeys, waiter_id: &str) -> Result<()> {
+        let _: i64 = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.leave,
+                "leave",
+                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Vouches for this server's `waiters` of one lock for another `waiter_ttl`, drops waiters no
+    /// server vouches for, and wakes the line if the lock is free.
+    pub async fn refresh_line(
+        &self,
+        keys: &LockKeys,
+        waiters: &[String],
+        waiter_ttl: Duration,
+    ) -> Result<()> {
+        let mut args = vec![
+            Value::from(keys.channel.as_str()),
+            Value::from(millis(waiter_ttl)),
+        ];
+        args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
+        let _: i64 = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.refresh,
+                "refresh line",
+                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                args,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Takes a waiter out of line without waiting (empty id: nobody), waking the line if the lock
+    /// is free: for waiters that went away, and for expiries this server sees.
+    pub fn leave_in_background(&self, keys: LockKeys, waiter_id: String) {
+        let span = tracing::info_span!("leave line");
+        let locks = self.clone();
+        self.connection().in_background(
+            span,
+            "could not update the line; waiters rely on their timers",
+            async move { locks.leave(&keys, &waiter_id).await },
+        );
+    }
+
+    /// Reads who holds the lock.
+    pub async fn describe(&self, keys: &LockKeys) -> Result<LockState> {
+        const CONTEXT: &str = "describe";
+        let reply: Vec<Value> = self
+            .0
+            .connection
+            .eval(
+                &self.0.scripts.describe,
+                CONTEXT,
+                vec![keys.lock.clone(), keys.owner.clone()],
+                Vec::<Value>::new(),
+            )
+            .await?;
+        match reply.as_slice() {
+            [held] if held.as_i64() == Some(0) => Ok(LockState::Free),
+            [held, ttl, holder, fence] if held.as_i64() == Some(1) => Ok(LockState::Held {
+                holder: holder.as_string().unwrap_or_default(),
+                ttl_remaining: pttl(ttl),
+                fencing_token: fence.as_u64().unwrap_or(0),
+            }),
+            _ => Err(bad_reply(CONTEXT, &reply)),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A `PTTL` reply as a duration; negative values mean no expiry (or no key).
+fn pttl(value: &Value) -> Option<Duration> {
+    let ms = value.as_i64()?;
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+fn bad_reply(context: &'static str, reply: &[Value]) -> Error {
+    Error::BadReply {
+        context,
+        detail: format!("{reply:?}"),
+    }
+}

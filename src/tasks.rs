@@ -1,0 +1,59 @@
+//! Who owns the server's background work: every task it starts, and the one signal that stops
+//! them all.
+//!
+//! Modelled on mini-redis's `shutdown.rs`: a task never runs on its own. Lease and campaign
+//! streams, the waiting room, the election observers, the Redis reconnect watcher and the
+//! releases that run after a stream has gone are all spawned here, all listen to
+//! [`Tasks::stopping`], and `serve` returns only once they have finished (or a bounded grace has
+//! passed), so nothing of a stopped server is left running.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The background tasks of one server and its shutdown signal. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Tasks {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Tasks {
+    pub fn new() -> Self {
+        Tasks::default()
+    }
+
+    /// Runs `task` in the background, owned by this set: shutdown waits for it.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tracker.spawn(task);
+    }
+
+    /// Completes once shutdown has begun; every long-running task selects on it.
+    pub async fn stopping(&self) {
+        self.stop.cancelled().await
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// Begins shutdown: every task hears [`Tasks::stopping`].
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits up to `grace` for every task to finish, tasks spawned meanwhile included (the
+    /// releases that shutdown itself starts). Returns how many were still running.
+    pub async fn finish(&self, grace: Duration) -> usize {
+        self.tracker.close();
+        match tokio::time::timeout(grace, self.tracker.wait()).await {
+            Ok(()) => 0,
+            Err(_) => self.tracker.len(),
+        }
+    }
+}
