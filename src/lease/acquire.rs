@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use super::held::{HeldLease, Holding};
+use super::held::{HeldLease, Holding, Lock};
 use super::spec::LeaseSpec;
 use super::waiting::{WaitRoom, WaitTicket};
 use crate::error::{Error, Result};
@@ -81,11 +81,8 @@ pub async fn acquire(
     room: Option<&WaitRoom>,
     mut on_waiting: impl FnMut(&WaitingState),
 ) -> Result<Acquisition> {
-    let (store, keys, token) = (
-        lease.holding().locks(),
-        lease.holding().keys(),
-        lease.token(),
-    );
+    let Lock { locks: store, keys } = lease.holding().lock();
+    let token = lease.token();
     let started = Instant::now();
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();

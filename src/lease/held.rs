@@ -13,21 +13,23 @@ use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
 use super::renewal::RenewalClock;
+use super::spec::LockName;
 use crate::error::Result;
-use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Token};
+use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Store, Token};
 
 /// What one lease holds in Redis and how it lets go: one implementation per key space (a lock,
 /// an election's leadership; a semaphore's permit next), so acquiring, renewing and the exit
 /// guard are written once.
 pub trait Holding: Clone + Send + Sync + 'static {
-    /// The lock operations (acquire, extend) and the lock behind the lease.
-    fn locks(&self) -> &Locks;
-    fn keys(&self) -> &LockKeys;
+    /// What a lease on `name` holds in `store`.
+    fn at(store: &Store, name: &LockName) -> Self;
+    /// The lock behind the lease: what is acquired and renewed.
+    fn lock(&self) -> &Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
 }
 
-/// A plain lock.
+/// A plain lock, and the lock operations.
 #[derive(Clone)]
 pub struct Lock {
     pub locks: Locks,
@@ -35,12 +37,14 @@ pub struct Lock {
 }
 
 impl Holding for Lock {
-    fn locks(&self) -> &Locks {
-        &self.locks
+    fn at(store: &Store, name: &LockName) -> Self {
+        let keys = store.locks.keys(name.as_str());
+        let locks = store.locks.clone();
+        Lock { locks, keys }
     }
 
-    fn keys(&self) -> &LockKeys {
-        &self.keys
+    fn lock(&self) -> &Lock {
+        self
     }
 
     async fn release(&self, token: &Token) -> Result<bool> {
@@ -48,26 +52,36 @@ impl Holding for Lock {
     }
 }
 
-/// An election's leadership: its lease, and the announcement retired after it.
+/// An election's leadership: the lease (a lock in the election's key space), and the
+/// announcement retired after it.
 #[derive(Clone)]
 pub struct Leadership {
+    pub lease: Lock,
     pub elections: Elections,
-    pub keys: ElectionKeys,
+    pub election: ElectionKeys,
 }
 
 impl Holding for Leadership {
-    fn locks(&self) -> &Locks {
-        self.elections.locks()
+    fn at(store: &Store, name: &LockName) -> Self {
+        let election = store.elections.keys(name.as_str());
+        Leadership {
+            lease: Lock {
+                locks: store.elections.locks().clone(),
+                keys: election.lease.clone(),
+            },
+            elections: store.elections.clone(),
+            election,
+        }
     }
 
-    fn keys(&self) -> &LockKeys {
-        &self.keys.lease
+    fn lock(&self) -> &Lock {
+        &self.lease
     }
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
     /// successor already replaced it, so no exit leaves a stale leader behind.
     async fn release(&self, token: &Token) -> Result<bool> {
-        self.elections.resign(&self.keys, token).await
+        self.elections.resign(&self.election, token).await
     }
 }
 
@@ -118,7 +132,7 @@ impl<H: Holding> HeldLease<H> {
                 "Redis could not be reached to renew the lock before it ran out".into(),
             );
         }
-        let (locks, keys) = (self.holding.locks(), self.holding.keys());
+        let Lock { locks, keys } = self.holding.lock();
         let renewal = locks.extend(keys, &self.token, ttl);
         match timeout_at(clock.valid_until(), renewal).await {
             Ok(Ok(true)) => {
@@ -156,7 +170,7 @@ impl<H: Holding> Drop for HeldLease<H> {
         }
         let (holding, token) = (self.holding.clone(), self.token.clone());
         let span = tracing::info_span!("release", lease = token.lease_id());
-        self.holding.locks().connection().in_background(
+        self.holding.lock().locks.connection().in_background(
             span,
             "release failed; the lease expires by its TTL",
             async move { holding.release(&token).await.map(|_| ()) },

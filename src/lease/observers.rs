@@ -9,14 +9,13 @@
 
 use fred::prelude::*;
 use tokio::sync::{broadcast, mpsc, oneshot};
-use tokio::time::{Duration, Instant, sleep_until};
-use tracing::{info, warn};
+use tokio::time::{Duration, Instant};
+use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::store::elections::{Snapshot, parse_event};
-use crate::store::subscriptions::Subscriptions;
+use crate::store::subscriptions::{Listener, Subscriptions, listen};
 use crate::store::{ElectionKeys, Elections};
-use crate::tasks::Tasks;
 
 /// Changes an observer may fall behind by before it is resynchronised with the newest state.
 const BACKLOG: usize = 64;
@@ -57,16 +56,11 @@ impl Drop for Watch {
 impl Observers {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(elections: &Elections) -> Result<Self> {
-        let connection = elections.locks().connection();
-        let watched = Subscriptions::open(connection).await?;
-        let (commands, inbox) = mpsc::unbounded_channel();
+        let watched = Subscriptions::open(elections.locks().connection()).await?;
         let hub = Hub {
             elections: elections.clone(),
-            watched,
         };
-        connection
-            .tasks()
-            .spawn(hub.run(inbox, connection.tasks().clone()));
+        let commands = listen(hub, watched);
         Ok(Observers { commands })
     }
 
@@ -98,45 +92,35 @@ struct Watched {
     check_at: Option<Instant>,
 }
 
+/// The watched elections, by their events channel.
+type Watching = Subscriptions<Watched>;
+
+/// The task that follows the watched elections: it owns the subscriptions (by the election's
+/// events channel), through [`listen`].
 struct Hub {
     elections: Elections,
-    /// By the election's events channel.
-    watched: Subscriptions<Watched>,
 }
 
-impl Hub {
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>, tasks: Tasks) {
-        let mut messages = self.watched.subscriber().message_rx();
-        let mut reconnects = self.watched.subscriber().reconnect_rx();
-        loop {
-            let next_check = self.watched.values().filter_map(|e| e.check_at).min();
-            tokio::select! {
-                () = tasks.stopping() => break,
-                command = inbox.recv() => match command {
-                    Some(command) => self.handle(command).await,
-                    None => break, // Every handle is gone.
-                },
-                message = messages.recv() => match message {
-                    Ok(message) => self.publish(&message.channel, message.value.as_bytes().and_then(parse_event)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => self.resync_all().await,
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                reconnect = reconnects.recv() => {
-                    if reconnect.is_ok() {
-                        info!("election pub/sub connection re-established; re-reading elections");
-                    }
-                    // Changes may have been missed while disconnected.
-                    self.resync_all().await;
-                }
-                () = sleep_until(next_check.unwrap_or_else(Instant::now)), if next_check.is_some() => {
-                    self.check_due().await;
-                }
-            }
-        }
-        self.watched.close().await;
+impl Listener for Hub {
+    type Entry = Watched;
+    type Command = Command;
+
+    /// A change published on `channel`: to every observer, and schedule the expiry check.
+    async fn message(&mut self, watched: &mut Watching, channel: &str, payload: &Value) {
+        let Some(election) = watched.get_mut(channel) else {
+            return;
+        };
+        let Some(change) = payload.as_bytes().and_then(parse_event) else {
+            warn!(channel, "unreadable election event");
+            return;
+        };
+        election.check_at = change
+            .lease_ttl
+            .map(|ttl| Instant::now() + ttl + EXPIRY_MARGIN);
+        let _ = election.changes.send(change);
     }
 
-    async fn handle(&mut self, command: Command) {
+    async fn command(&mut self, watched: &mut Watching, command: Command) {
         match command {
             Command::Watch { keys, reply } => {
                 let channel = keys.events.clone();
@@ -147,62 +131,26 @@ impl Hub {
                     // Learn the current leader's lease TTL at once.
                     check_at: Some(Instant::now()),
                 };
-                let watched = self.watched.entry(&channel, new_election).await;
-                let _ = reply.send(watched.map(|election| {
+                let election = watched.entry(&channel, new_election).await;
+                let _ = reply.send(election.map(|election| {
                     election.observers += 1;
                     election.changes.subscribe()
                 }));
             }
             Command::Unwatch { channel } => {
-                self.watched
-                    .leave(channel, |election| {
-                        election.observers = election.observers.saturating_sub(1);
-                        election.observers == 0
-                    })
-                    .await;
+                let unwatch = |election: &mut Watched| {
+                    election.observers = election.observers.saturating_sub(1);
+                    election.observers == 0
+                };
+                watched.leave(channel, unwatch).await;
             }
         }
     }
 
-    /// A change published on `channel`: to every observer, and schedule the expiry check.
-    fn publish(&mut self, channel: &str, change: Option<Snapshot>) {
-        let Some(election) = self.watched.get_mut(channel) else {
-            return;
-        };
-        let Some(change) = change else {
-            warn!(channel, "unreadable election event");
-            return;
-        };
-        election.check_at = change
-            .lease_ttl
-            .map(|ttl| Instant::now() + ttl + EXPIRY_MARGIN);
-        let _ = election.changes.send(change);
-    }
-
-    /// Reads every election whose leader's lease may have run out. Reading retires such a
-    /// leader and publishes the change, which arrives on the channel like any other.
-    async fn check_due(&mut self) {
-        let now = Instant::now();
-        for election in self.watched.values_mut() {
-            if election.check_at.is_none_or(|at| at > now) {
-                continue;
-            }
-            election.check_at = match self.elections.retire_stale_leader(&election.keys).await {
-                Ok(state) => state
-                    .lease_ttl
-                    .map(|ttl| Instant::now() + ttl + EXPIRY_MARGIN),
-                Err(error) => {
-                    warn!(%error, "could not check the election's leader; retrying");
-                    Some(Instant::now() + Duration::from_secs(1))
-                }
-            };
-        }
-    }
-
-    /// After missed messages: send every observer the newest state (observers skip what they
-    /// already have by revision).
-    async fn resync_all(&mut self) {
-        for election in self.watched.values_mut() {
+    /// Changes may have been missed: send every observer the newest state (observers skip what
+    /// they already have by revision).
+    async fn missed(&mut self, watched: &mut Watching) {
+        for election in watched.values_mut() {
             match self.elections.retire_stale_leader(&election.keys).await {
                 Ok(state) => {
                     election.check_at = state
@@ -215,6 +163,31 @@ impl Hub {
                     election.check_at = Some(Instant::now() + Duration::from_secs(1));
                 }
             }
+        }
+    }
+
+    /// The next check for a leader whose lease may have run out.
+    fn next_due(&self, watched: &Watching) -> Option<Instant> {
+        watched.values().filter_map(|e| e.check_at).min()
+    }
+
+    /// Reads every election whose leader's lease may have run out. Reading retires such a
+    /// leader and publishes the change, which arrives on the channel like any other.
+    async fn due(&mut self, watched: &mut Watching) {
+        let now = Instant::now();
+        for election in watched.values_mut() {
+            if election.check_at.is_none_or(|at| at > now) {
+                continue;
+            }
+            election.check_at = match self.elections.retire_stale_leader(&election.keys).await {
+                Ok(state) => state
+                    .lease_ttl
+                    .map(|ttl| Instant::now() + ttl + EXPIRY_MARGIN),
+                Err(error) => {
+                    warn!(%error, "could not check the election's leader; retrying");
+                    Some(Instant::now() + Duration::from_secs(1))
+                }
+            };
         }
     }
 }

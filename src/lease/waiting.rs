@@ -17,13 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tracing::info;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::store::subscriptions::Subscriptions;
+use crate::store::subscriptions::{Listener, Subscriptions, listen};
 use crate::store::{LockKeys, Locks};
-use crate::tasks::Tasks;
 
 /// Settings of the waiting room.
 #[derive(Clone, Debug)]
@@ -77,14 +76,12 @@ impl WaitRoom {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(locks: &Locks, config: WaitConfig) -> Result<Self> {
         let by_lock = Subscriptions::open(locks.connection()).await?;
-        let (commands, inbox) = mpsc::unbounded_channel();
         let task = WaitRoomTask {
             locks: locks.clone(),
-            by_lock,
             waiter_ttl: config.waiter_ttl,
+            next_refresh: Instant::now() + config.waiter_ttl / 3,
         };
-        let tasks = locks.connection().tasks();
-        tasks.spawn(task.run(inbox, tasks.clone()));
+        let commands = listen(task, by_lock);
         Ok(WaitRoom {
             commands,
             waiters: Arc::default(),
@@ -175,49 +172,26 @@ struct LockWaiters {
     /// By waiter id.
     members: HashMap<String, Member>,
     /// When the waiters behind the head were last woken to learn their place.
-    followers_woken: Option<tokio::time::Instant>,
+    followers_woken: Option<Instant>,
 }
 
-/// The task that owns the waiting room's subscriptions.
+/// This server's waiters, by the lock's wake-up channel.
+type ByLock = Subscriptions<LockWaiters>;
+
+/// The task that keeps the waiting room: it owns the subscriptions (by the lock's wake-up
+/// channel), through [`listen`].
 struct WaitRoomTask {
     locks: Locks,
-    /// By the lock's wake-up channel.
-    by_lock: Subscriptions<LockWaiters>,
     waiter_ttl: Duration,
+    /// When to vouch for this server's waiters again.
+    next_refresh: Instant,
 }
 
-impl WaitRoomTask {
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>, tasks: Tasks) {
-        let mut messages = self.by_lock.subscriber().message_rx();
-        let mut reconnects = self.by_lock.subscriber().reconnect_rx();
-        let mut refresh = tokio::time::interval(self.waiter_ttl / 3);
-        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = tasks.stopping() => break,
-                command = inbox.recv() => match command {
-                    Some(command) => self.handle(command).await,
-                    None => break, // Every handle is gone.
-                },
-                message = messages.recv() => match message {
-                    Ok(message) => self.wake(&message.channel, message.value.as_string().filter(|h| !h.is_empty()), &tasks),
-                    Err(broadcast::error::RecvError::Lagged(_)) => self.wake_all(),
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                reconnect = reconnects.recv() => {
-                    if reconnect.is_ok() {
-                        info!("pub/sub connection re-established; waking every waiter");
-                    }
-                    // Messages may have been missed while disconnected.
-                    self.wake_all();
-                }
-                _ = refresh.tick() => self.refresh_lines(),
-            }
-        }
-        self.by_lock.close().await;
-    }
+impl Listener for WaitRoomTask {
+    type Entry = LockWaiters;
+    type Command = Command;
 
-    async fn handle(&mut self, command: Command) {
+    async fn command(&mut self, by_lock: &mut ByLock, command: Command) {
         match command {
             Command::Join {
                 keys,
@@ -231,44 +205,35 @@ impl WaitRoomTask {
                     members: HashMap::new(),
                     followers_woken: None,
                 };
-                match self.by_lock.entry(&channel, new_lock).await {
-                    Ok(lock) => {
-                        let (wake, wakes) = watch::channel(());
-                        lock.members.insert(
-                            waiter_id,
-                            Member {
-                                fair,
-                                wake: Arc::new(wake),
-                            },
-                        );
-                        let _ = reply.send(Ok(wakes));
-                    }
-                    Err(error) => {
-                        let _ = reply.send(Err(error));
-                    }
-                }
+                let joined = by_lock.entry(&channel, new_lock).await.map(|lock| {
+                    let (wake, wakes) = watch::channel(());
+                    let wake = Arc::new(wake);
+                    lock.members.insert(waiter_id, Member { fair, wake });
+                    wakes
+                });
+                let _ = reply.send(joined);
             }
             Command::Leave { channel, waiter_id } => {
                 // (The waiter's own `LinePlace` takes it out of the Redis line.)
-                self.by_lock
-                    .leave(channel, |lock| {
-                        lock.members.remove(&waiter_id);
-                        lock.members.is_empty()
-                    })
-                    .await;
+                let leave = |lock: &mut LockWaiters| {
+                    lock.members.remove(&waiter_id);
+                    lock.members.is_empty()
+                };
+                by_lock.leave(channel, leave).await;
             }
         }
     }
 
-    /// A release or expiry on `channel`: the head of the line (and racers) try at once; the
-    /// other fair waiters cannot take the lock, so they are woken a moment later and at most every
-    /// `FOLLOWER_REFRESH`, only to learn their new place. Without a named head (a lost message,
-    /// an empty line) everyone tries at once.
-    fn wake(&mut self, channel: &str, head: Option<String>, tasks: &Tasks) {
-        let Some(lock) = self.by_lock.get_mut(channel) else {
+    /// A release or expiry on `channel`, naming the head of the line: the head (and racers) try
+    /// at once; the other fair waiters cannot take the lock, so they are woken a moment later
+    /// and at most every `FOLLOWER_REFRESH`, only to learn their new place. Without a named head
+    /// (a lost message, an empty line) everyone tries at once.
+    async fn message(&mut self, by_lock: &mut ByLock, channel: &str, payload: &Value) {
+        let head = payload.as_string().filter(|head| !head.is_empty());
+        let Some(lock) = by_lock.get_mut(channel) else {
             return;
         };
-        let now = tokio::time::Instant::now();
+        let now = Instant::now();
         let refresh_followers = lock
             .followers_woken
             .is_none_or(|at| now.duration_since(at) >= FOLLOWER_REFRESH);
@@ -282,7 +247,7 @@ impl WaitRoomTask {
         }
         if !later.is_empty() {
             lock.followers_woken = Some(now);
-            tasks.spawn(async move {
+            self.locks.connection().tasks().spawn(async move {
                 tokio::time::sleep(BEHIND_HEAD_DELAY).await;
                 for wake in later {
                     wake.send_replace(());
@@ -291,15 +256,21 @@ impl WaitRoomTask {
         }
     }
 
-    fn wake_all(&self) {
-        for member in self.by_lock.values().flat_map(|lock| lock.members.values()) {
+    /// Wake-ups may have been missed: every waiter tries again.
+    async fn missed(&mut self, by_lock: &mut ByLock) {
+        for member in by_lock.values().flat_map(|lock| lock.members.values()) {
             member.wake.send_replace(());
         }
     }
 
+    fn next_due(&self, _: &ByLock) -> Option<Instant> {
+        Some(self.next_refresh)
+    }
+
     /// Vouches for this server's fair waiters, one script call per lock, in the background.
-    fn refresh_lines(&self) {
-        for lock in self.by_lock.values() {
+    async fn due(&mut self, by_lock: &mut ByLock) {
+        self.next_refresh = Instant::now() + self.waiter_ttl / 3;
+        for lock in by_lock.values() {
             let waiters: Vec<String> = lock
                 .members
                 .iter()

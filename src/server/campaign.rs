@@ -8,15 +8,13 @@ use std::time::Duration;
 
 use tracing::info;
 
-use super::driver::{LeaseStream, Move, Opened, Step, Words};
+use super::driver::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
-use crate::lease::acquire::{Acquisition, WaitingState};
-use crate::lease::held::{HeldLease, Leadership};
+use crate::lease::held::Leadership;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_WAIT};
 use crate::pb::{
     self, CampaignRequest, CampaignResponse, campaign_request::Action, campaign_response::Event,
 };
-use crate::store::Store;
 
 /// How a candidate appears to `Describe` on the election's lease.
 const CANDIDATE: &str = "election candidate";
@@ -32,38 +30,47 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    /// Publishes the leadership with the current value. `Lost` if the lease is no longer ours.
+    /// Publishes the leadership with the current value; `Lost(lost)` if the lease is no longer
+    /// ours, else `answer`.
     async fn announce(
         &self,
-        lease: &HeldLease<Leadership>,
-        spec: &LeaseSpec,
+        held: &Held<'_, Leadership>,
         lost: &str,
-    ) -> Result<Option<String>> {
-        let Leadership { elections, keys } = lease.holding();
-        let announced = elections
-            .announce(keys, lease.token(), self.term, spec.ttl, &self.value)
-            .await?;
-        Ok((!announced).then(|| lost.to_owned()))
+        answer: Event,
+    ) -> Result<Step<CampaignResponse>> {
+        let Leadership {
+            elections,
+            election,
+            ..
+        } = held.lease.holding();
+        let (token, ttl) = (held.lease.token(), held.spec.ttl);
+        if elections
+            .announce(election, token, self.term, ttl, &self.value)
+            .await?
+        {
+            Ok(Step::Reply(response(answer)))
+        } else {
+            Ok(Step::Lost(lost.to_owned()))
+        }
     }
 }
 
 impl LeaseStream for Campaign {
     type Request = CampaignRequest;
     type Response = CampaignResponse;
+    /// Candidates wait as long as they live: after the longest wait they rejoin the line.
+    const WAITS_AGAIN: bool = true;
+    const WORDS: Words = Words::new(
+        "campaign",
+        "start",
+        "resign",
+        "start, proclaim or resign",
+        "leadership",
+    );
     type Start = pb::CampaignStart;
     /// `proclaim`'s new value.
     type Message = Vec<u8>;
     type Holding = Leadership;
-
-    const WORDS: Words = Words {
-        stream: "campaign",
-        start: "start",
-        release: "resign",
-        actions: "start, proclaim or resign",
-        held: "leadership",
-    };
-    /// Candidates wait as long as they live: after the longest wait they rejoin the line.
-    const WAITS_AGAIN: bool = true;
 
     fn read(request: CampaignRequest) -> Move<pb::CampaignStart, Vec<u8>> {
         match request.action {
@@ -78,7 +85,7 @@ impl LeaseStream for Campaign {
         "proclaim"
     }
 
-    fn open(start: pb::CampaignStart, store: &Store) -> Result<Opened<Self>> {
+    fn open(start: pb::CampaignStart) -> Result<(LeaseSpec, Self)> {
         let spec = LeaseSpec {
             name: LockName::parse_election(start.election)?,
             ttl: spec::ttl(start.ttl_ms)?,
@@ -87,15 +94,7 @@ impl LeaseStream for Campaign {
             fair: true,
         };
         let value = spec::election_value(start.value)?;
-        let holding = Leadership {
-            elections: store.elections.clone(),
-            keys: store.elections.keys(spec.name.as_str()),
-        };
-        Ok(Opened {
-            spec,
-            holding,
-            stream: Campaign { value, term: 0 },
-        })
+        Ok((spec, Campaign { value, term: 0 }))
     }
 
     fn refuse_while_waiting(_: Vec<u8>) -> Error {
@@ -104,55 +103,47 @@ impl LeaseStream for Campaign {
         )
     }
 
+    /// Elected: announce it before telling the candidate, so observers never lag the leader.
     async fn acquired(
         &mut self,
-        lease: &HeldLease<Leadership>,
-        spec: &LeaseSpec,
-        acquisition: &Acquisition,
+        held: &Held<'_, Leadership>,
         valid_for: Duration,
     ) -> Result<Step<CampaignResponse>> {
         // The term is the lease's fencing token: larger for every new leader.
-        self.term = acquisition.fencing_token;
-        let lost = "the leadership lease was lost before it could be announced";
-        if let Some(reason) = self.announce(lease, spec, lost).await? {
-            return Ok(Step::Lost(reason));
-        }
-        info!(term = self.term, "elected");
-        Ok(Step::Reply(response(Event::Elected(pb::Elected {
+        self.term = held.fencing_token;
+        let elected = Event::Elected(pb::Elected {
             term: self.term,
             valid_for_ms: pb::millis(valid_for),
-        }))))
+        });
+        let lost = "the leadership lease was lost before it could be announced";
+        let step = self.announce(held, lost, elected).await?;
+        if let Step::Reply(_) = step {
+            info!(term = self.term, "elected");
+        }
+        Ok(step)
     }
 
     async fn handle(
         &mut self,
         value: Vec<u8>,
-        lease: &HeldLease<Leadership>,
-        spec: &LeaseSpec,
+        held: &Held<'_, Leadership>,
     ) -> Result<Step<CampaignResponse>> {
         self.value = spec::election_value(value)?;
-        let lost = "the leadership lease was deleted or taken behind the server's back";
-        if let Some(reason) = self.announce(lease, spec, lost).await? {
-            return Ok(Step::Lost(reason));
-        }
-        Ok(Step::Reply(response(Event::Proclaimed(pb::Proclaimed {
+        let proclaimed = Event::Proclaimed(pb::Proclaimed {
             value: self.value.clone(),
-        }))))
+        });
+        let lost = "the leadership lease was deleted or taken behind the server's back";
+        self.announce(held, lost, proclaimed).await
     }
 
-    fn waiting(_: &WaitingState) -> Option<CampaignResponse> {
-        None
-    }
-
-    fn extended(_: &LeaseSpec, _: Duration) -> Option<CampaignResponse> {
-        None
-    }
-
-    fn released(was_leader: bool) -> CampaignResponse {
-        response(Event::Resigned(pb::Resigned { was_leader }))
-    }
-
-    fn lost(reason: String) -> CampaignResponse {
-        response(Event::Lost(pb::Lost { reason }))
+    /// Candidates hear only the outcome: no place in line, no renewals.
+    fn tell(event: Tell<'_>) -> Option<CampaignResponse> {
+        match event {
+            Tell::Waiting(_) | Tell::Extended { .. } => None,
+            Tell::Released { was_held } => Some(response(Event::Resigned(pb::Resigned {
+                was_leader: was_held,
+            }))),
+            Tell::Lost(reason) => Some(response(Event::Lost(pb::Lost { reason }))),
+        }
     }
 }

@@ -57,6 +57,7 @@ pub enum Step<R> {
 }
 
 /// How a kind of stream names its parts, in logs and in the errors its clients read.
+#[derive(Clone, Copy)]
 pub struct Words {
     /// The stream: "lease", "campaign".
     pub stream: &'static str,
@@ -70,11 +71,43 @@ pub struct Words {
     pub held: &'static str,
 }
 
-/// A validated first message.
-pub struct Opened<K: LeaseStream> {
-    pub spec: LeaseSpec,
-    pub holding: K::Holding,
-    pub stream: K,
+impl Words {
+    /// The words in the order the fields list them.
+    pub const fn new(
+        stream: &'static str,
+        start: &'static str,
+        release: &'static str,
+        actions: &'static str,
+        held: &'static str,
+    ) -> Self {
+        Words {
+            stream,
+            start,
+            release,
+            actions,
+            held,
+        }
+    }
+}
+
+/// Something the driver tells the client; each kind says it in its own message, or not at all
+/// (progress it does not report).
+pub enum Tell<'a> {
+    /// Still waiting: the holder and the place in line.
+    Waiting(&'a WaitingState),
+    /// Renewed: valid for this long from now.
+    Extended { ttl: Duration, valid_for: Duration },
+    /// Let go at the client's request; `false` if it was not held (any more).
+    Released { was_held: bool },
+    /// Gone, for this reason.
+    Lost(String),
+}
+
+/// A held lease, as a kind of stream sees it.
+pub struct Held<'a, H: Holding> {
+    pub lease: &'a HeldLease<H>,
+    pub spec: &'a LeaseSpec,
+    pub fencing_token: u64,
 }
 
 /// One kind of held-lease stream: its messages, what it holds, and its answers.
@@ -94,33 +127,28 @@ pub trait LeaseStream: Sized + Send + 'static {
     fn read(request: Self::Request) -> Move<Self::Start, Self::Message>;
     /// The name of a stream-specific message, for errors.
     fn message_name(message: &Self::Message) -> &'static str;
-    /// Checks the first message.
-    fn open(start: Self::Start, store: &Store) -> Result<Opened<Self>>;
+    /// Checks the first message: the lease it asks for, and this stream's own state.
+    fn open(start: Self::Start) -> Result<(LeaseSpec, Self)>;
     /// Why a stream-specific message is refused while the lease is not held yet.
     fn refuse_while_waiting(message: Self::Message) -> Error;
 
-    /// The lease was just taken: the answer to send, once the stream's own work is done.
+    /// The lease was just taken, valid for `valid_for`: the answer to send, once the stream's
+    /// own work is done.
     fn acquired(
         &mut self,
-        lease: &HeldLease<Self::Holding>,
-        spec: &LeaseSpec,
-        acquisition: &Acquisition,
+        held: &Held<'_, Self::Holding>,
         valid_for: Duration,
     ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
     /// A stream-specific message while held.
     fn handle(
         &mut self,
         message: Self::Message,
-        lease: &HeldLease<Self::Holding>,
-        spec: &LeaseSpec,
+        held: &Held<'_, Self::Holding>,
     ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
 
-    /// Progress while waiting, if this kind reports it.
-    fn waiting(state: &WaitingState) -> Option<Self::Response>;
-    /// Progress after a renewal, if this kind reports it.
-    fn extended(spec: &LeaseSpec, valid_for: Duration) -> Option<Self::Response>;
-    fn released(was_held: bool) -> Self::Response;
-    fn lost(reason: String) -> Self::Response;
+    /// This kind's message for what the driver has to tell; `None` for progress it does not
+    /// report. `Released` and `Lost` must be told.
+    fn tell(event: Tell<'_>) -> Option<Self::Response>;
 }
 
 /// Admits a new stream of kind `K` and starts its driver as a task of the server.
@@ -183,28 +211,28 @@ where
     }
 
     async fn drive(&mut self) -> Result<()> {
-        let Some(opened) = Box::pin(self.first_request()).await? else {
+        let Some((spec, stream)) = Box::pin(self.first_request()).await? else {
             return Ok(());
         };
         let token = Token::random();
         let span = info_span!(
             "lease",
             stream = K::WORDS.stream,
-            name = %opened.spec.name,
+            name = %spec.name,
             lease = token.lease_id()
         );
-        self.lease(opened, token).instrument(span).await
+        self.lease(spec, stream, token).instrument(span).await
     }
 
     /// Waits for the first message, which must open the lease.
-    async fn first_request(&mut self) -> Result<Option<Opened<K>>> {
+    async fn first_request(&mut self) -> Result<Option<(LeaseSpec, K)>> {
         let message = tokio::select! {
             message = self.inbound.next() => message,
             () = self.events.closed() => return Ok(None),
             () = self.tasks.stopping() => return Err(Error::ShuttingDown),
         };
         match read::<K>(message) {
-            Move::Start(start) => K::open(start, &self.store).map(Some),
+            Move::Start(start) => K::open(start).map(Some),
             Move::HalfClosed => Ok(None),
             Move::Broken(status) => Err(Error::Unreadable(status)),
             Move::NoAction => Err(no_action::<K>()),
@@ -215,12 +243,8 @@ where
 
     /// Takes the lease, then holds it. Arguments by reference and locals scoped: an async fn's
     /// future keeps a slot for every local that lives across an await, for the whole lease.
-    async fn lease(&mut self, opened: Opened<K>, token: Token) -> Result<()> {
-        let Opened {
-            spec,
-            holding,
-            mut stream,
-        } = opened;
+    async fn lease(&mut self, spec: LeaseSpec, mut stream: K, token: Token) -> Result<()> {
+        let holding = K::Holding::at(&self.store, &spec.name);
         let mut lease = HeldLease::claim(holding, token);
         // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
         let acquisition = loop {
@@ -228,7 +252,7 @@ where
                 Waited::Acquired(acquisition) => break acquisition,
                 Waited::StillWaiting => continue,
                 Waited::GaveUp => {
-                    self.events.essential(Ok(K::released(false)));
+                    self.essential(Tell::Released { was_held: false });
                     return Ok(());
                 }
                 Waited::Gone => return Ok(()),
@@ -237,7 +261,12 @@ where
         let mut clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
         info!(fencing_token = acquisition.fencing_token, "acquired");
         let valid_for = clock.valid_for(Instant::now());
-        match Box::pin(stream.acquired(&lease, &spec, &acquisition, valid_for)).await? {
+        let held = Held {
+            lease: &lease,
+            spec: &spec,
+            fencing_token: acquisition.fencing_token,
+        };
+        match Box::pin(stream.acquired(&held, valid_for)).await? {
             Step::Reply(answer) => {
                 if !self.events.essential(Ok(answer)) {
                     return Ok(()); // The client left; `lease` lets go on drop.
@@ -249,7 +278,9 @@ where
                 return Ok(());
             }
         }
-        self.hold(&mut stream, &spec, &mut lease, &mut clock).await
+        let fencing_token = acquisition.fencing_token;
+        self.hold(&mut stream, &spec, fencing_token, &mut lease, &mut clock)
+            .await
     }
 
     /// Waits for the lease as `spec` allows, unless the client gives up first.
@@ -260,7 +291,7 @@ where
     ) -> Result<Waited> {
         let events = &self.events;
         let waiting = acquire(lease, spec, self.room.as_ref(), |state| {
-            if let Some(progress) = K::waiting(state) {
+            if let Some(progress) = K::tell(Tell::Waiting(state)) {
                 events.progress(progress);
             }
         });
@@ -307,6 +338,7 @@ where
         &mut self,
         stream: &mut K,
         spec: &LeaseSpec,
+        fencing_token: u64,
         lease: &mut HeldLease<K::Holding>,
         clock: &mut RenewalClock,
     ) -> Result<()> {
@@ -328,10 +360,10 @@ where
                     Move::Release | Move::HalfClosed => {
                         let was_held = Box::pin(lease.release()).await?;
                         info!(was_held, "released");
-                        self.events.essential(Ok(K::released(was_held)));
+                        self.essential(Tell::Released { was_held });
                         return Ok(());
                     }
-                    Move::Other(message) => match Box::pin(stream.handle(message, lease, spec)).await? {
+                    Move::Other(message) => match Box::pin(stream.handle(message, &Held { lease, spec, fencing_token })).await? {
                         Step::Reply(answer) => {
                             self.events.essential(Ok(answer));
                         }
@@ -356,7 +388,7 @@ where
                 }
                 due = renewals.due(clock) => match Box::pin(lease.renew(spec.ttl, clock)).await {
                     Renewal::Confirmed { valid_for } => {
-                        if let Some(progress) = K::extended(spec, valid_for) {
+                        if let Some(progress) = K::tell(Tell::Extended { ttl: spec.ttl, valid_for }) {
                             self.events.progress(progress);
                         }
                     }
@@ -372,7 +404,13 @@ where
     }
 
     fn lost(&self, reason: String) {
-        self.events.essential(Ok(K::lost(reason)));
+        self.essential(Tell::Lost(reason));
+    }
+
+    fn essential(&self, event: Tell<'_>) {
+        if let Some(answer) = K::tell(event) {
+            self.events.essential(Ok(answer));
+        }
     }
 }
 

@@ -51,62 +51,6 @@ fn observed(snapshot: &Snapshot) -> pb::ObserveResponse {
     }
 }
 
-#[tonic::async_trait]
-impl ElectionService for ElectionServer {
-    type CampaignStream = ResponseStream<pb::CampaignResponse>;
-
-    async fn campaign(
-        &self,
-        request: Request<Streaming<pb::CampaignRequest>>,
-    ) -> Result<Response<Self::CampaignStream>, Status> {
-        driver::open::<Campaign>(&self.streams, request)
-    }
-
-    async fn leader(
-        &self,
-        request: Request<pb::LeaderRequest>,
-    ) -> Result<Response<pb::LeaderResponse>, Status> {
-        let name = LockName::parse_election(request.into_inner().election)?;
-        let elections = self.elections();
-        let snapshot = elections
-            .retire_stale_leader(&elections.keys(name.as_str()))
-            .await?;
-        let observed = observed(&snapshot);
-        Ok(Response::new(pb::LeaderResponse {
-            has_leader: observed.has_leader,
-            value: observed.value,
-            term: observed.term,
-        }))
-    }
-
-    type ObserveStream = ResponseStream<pb::ObserveResponse>;
-
-    async fn observe(
-        &self,
-        request: Request<pb::ObserveRequest>,
-    ) -> Result<Response<Self::ObserveStream>, Status> {
-        if self.tasks().is_stopping() {
-            return Err(Error::ShuttingDown.into());
-        }
-        let name = LockName::parse_election(request.into_inner().election)?;
-        let keys = self.elections().keys(name.as_str());
-        // Subscribed before reading, so no change after the read is missed.
-        let watch = self.observers.watch(&keys).await?;
-        let first = self.elections().retire_stale_leader(&keys).await?;
-        let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
-        let follower = follow(
-            self.elections().clone(),
-            keys,
-            watch,
-            first,
-            tx,
-            self.tasks().clone(),
-        );
-        self.tasks().spawn(follower);
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-}
-
 /// Sends `first`, then every later change in revision order, until the observer leaves.
 async fn follow(
     elections: Elections,
@@ -162,5 +106,60 @@ async fn follow(
         if tx.send(Ok(shown.clone())).await.is_err() {
             return;
         }
+    }
+}
+
+#[tonic::async_trait]
+impl ElectionService for ElectionServer {
+    type CampaignStream = ResponseStream<pb::CampaignResponse>;
+    type ObserveStream = ResponseStream<pb::ObserveResponse>;
+
+    async fn leader(
+        &self,
+        request: Request<pb::LeaderRequest>,
+    ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let name = LockName::parse_election(request.into_inner().election)?;
+        let elections = self.elections();
+        let snapshot = elections
+            .retire_stale_leader(&elections.keys(name.as_str()))
+            .await?;
+        let observed = observed(&snapshot);
+        Ok(Response::new(pb::LeaderResponse {
+            has_leader: observed.has_leader,
+            value: observed.value,
+            term: observed.term,
+        }))
+    }
+
+    async fn observe(
+        &self,
+        request: Request<pb::ObserveRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
+        if self.tasks().is_stopping() {
+            return Err(Error::ShuttingDown.into());
+        }
+        let name = LockName::parse_election(request.into_inner().election)?;
+        let keys = self.elections().keys(name.as_str());
+        // Subscribed before reading, so no change after the read is missed.
+        let watch = self.observers.watch(&keys).await?;
+        let first = self.elections().retire_stale_leader(&keys).await?;
+        let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
+        let follower = follow(
+            self.elections().clone(),
+            keys,
+            watch,
+            first,
+            tx,
+            self.tasks().clone(),
+        );
+        self.tasks().spawn(follower);
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn campaign(
+        &self,
+        request: Request<Streaming<pb::CampaignRequest>>,
+    ) -> Result<Response<Self::CampaignStream>, Status> {
+        driver::open::<Campaign>(&self.streams, request)
     }
 }

@@ -9,7 +9,7 @@ use super::events::ResponseStream;
 use super::lock_stream::LockStream;
 use crate::error::Error;
 use crate::lease::acquire::acquire;
-use crate::lease::held::{HeldLease, Lock};
+use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::spec::{self, LeaseSpec, LockName};
 use crate::pb::{self, lock_service_server::LockService};
@@ -25,14 +25,6 @@ pub struct LockServer {
 impl LockServer {
     pub fn new(streams: Streams) -> Self {
         LockServer { streams }
-    }
-
-    fn lock(&self, name: &LockName) -> Lock {
-        let locks = &self.streams.store.locks;
-        Lock {
-            locks: locks.clone(),
-            keys: locks.keys(name.as_str()),
-        }
     }
 }
 
@@ -54,7 +46,8 @@ impl LockService for LockServer {
         let spec = LeaseSpec::try_from(request.into_inner())?;
         // Claimed before the attempt: if it fails without an answer, or this call is cancelled
         // mid-command, the attempt may still land in Redis, and is let go on drop.
-        let mut lease = HeldLease::claim(self.lock(&spec.name), Token::random());
+        let lock = Lock::at(&self.streams.store, &spec.name);
+        let mut lease = HeldLease::claim(lock, Token::random());
         let span = info_span!("acquire", name = %spec.name, lease = lease.token().lease_id());
         let room = self.streams.room.as_ref();
         let outcome = acquire(&lease, &spec, room, |_| {}).instrument(span).await;

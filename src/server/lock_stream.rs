@@ -3,13 +3,11 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use super::driver::{LeaseStream, Move, Opened, Step, Words, no_message};
+use super::driver::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
 use crate::error::{Error, Result};
-use crate::lease::acquire::{Acquisition, WaitingState};
-use crate::lease::held::{HeldLease, Lock};
+use crate::lease::held::Lock;
 use crate::lease::spec::{self, LeaseSpec, LockName};
 use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
-use crate::store::Store;
 
 impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
     type Error = Error;
@@ -53,14 +51,7 @@ impl LeaseStream for LockStream {
     type Start = pb::LeaseAcquire;
     type Message = Infallible;
     type Holding = Lock;
-
-    const WORDS: Words = Words {
-        stream: "lease",
-        start: "acquire",
-        release: "release",
-        actions: "acquire or release",
-        held: "lock",
-    };
+    const WORDS: Words = Words::new("lease", "acquire", "release", "acquire or release", "lock");
 
     fn read(request: LeaseRequest) -> Move<pb::LeaseAcquire, Infallible> {
         match request.action {
@@ -74,17 +65,8 @@ impl LeaseStream for LockStream {
         no_message(message)
     }
 
-    fn open(start: pb::LeaseAcquire, store: &Store) -> Result<Opened<Self>> {
-        let spec = LeaseSpec::try_from(start)?;
-        let holding = Lock {
-            locks: store.locks.clone(),
-            keys: store.locks.keys(spec.name.as_str()),
-        };
-        Ok(Opened {
-            spec,
-            holding,
-            stream: LockStream,
-        })
+    fn open(start: pb::LeaseAcquire) -> Result<(LeaseSpec, Self)> {
+        Ok((LeaseSpec::try_from(start)?, LockStream))
     }
 
     fn refuse_while_waiting(message: Infallible) -> Error {
@@ -93,15 +75,13 @@ impl LeaseStream for LockStream {
 
     async fn acquired(
         &mut self,
-        lease: &HeldLease<Lock>,
-        spec: &LeaseSpec,
-        acquisition: &Acquisition,
+        held: &Held<'_, Lock>,
         valid_for: Duration,
     ) -> Result<Step<LeaseResponse>> {
         Ok(Step::Reply(response(Event::Acquired(pb::Acquired {
-            token: lease.token().secret().to_owned(),
-            fencing_token: acquisition.fencing_token,
-            ttl_ms: pb::millis(spec.ttl),
+            token: held.lease.token().secret().to_owned(),
+            fencing_token: held.fencing_token,
+            ttl_ms: pb::millis(held.spec.ttl),
             valid_for_ms: pb::millis(valid_for),
         }))))
     }
@@ -109,32 +89,25 @@ impl LeaseStream for LockStream {
     async fn handle(
         &mut self,
         message: Infallible,
-        _: &HeldLease<Lock>,
-        _: &LeaseSpec,
+        _: &Held<'_, Lock>,
     ) -> Result<Step<LeaseResponse>> {
         no_message(&message)
     }
 
-    fn waiting(state: &WaitingState) -> Option<LeaseResponse> {
-        Some(response(Event::Waiting(pb::Waiting {
-            holder: state.holder.clone(),
-            holder_ttl_remaining_ms: state.holder_ttl.map(pb::millis).unwrap_or(0),
-            position: state.position,
-        })))
-    }
-
-    fn extended(spec: &LeaseSpec, valid_for: Duration) -> Option<LeaseResponse> {
-        Some(response(Event::Extended(pb::Extended {
-            ttl_ms: pb::millis(spec.ttl),
-            valid_for_ms: pb::millis(valid_for),
-        })))
-    }
-
-    fn released(was_held: bool) -> LeaseResponse {
-        response(Event::Released(pb::Released { was_held }))
-    }
-
-    fn lost(reason: String) -> LeaseResponse {
-        response(Event::Lost(pb::Lost { reason }))
+    /// A lock reports everything: its waiters see the holder and their place in line.
+    fn tell(event: Tell<'_>) -> Option<LeaseResponse> {
+        Some(response(match event {
+            Tell::Waiting(state) => Event::Waiting(pb::Waiting {
+                holder: state.holder.clone(),
+                holder_ttl_remaining_ms: state.holder_ttl.map(pb::millis).unwrap_or(0),
+                position: state.position,
+            }),
+            Tell::Extended { ttl, valid_for } => Event::Extended(pb::Extended {
+                ttl_ms: pb::millis(ttl),
+                valid_for_ms: pb::millis(valid_for),
+            }),
+            Tell::Released { was_held } => Event::Released(pb::Released { was_held }),
+            Tell::Lost(reason) => Event::Lost(pb::Lost { reason }),
+        }))
     }
 }
