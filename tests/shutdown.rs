@@ -1,0 +1,88 @@
+//! A stopped server leaves nothing behind: every lease let go, every task it started finished,
+//! every Redis connection it opened closed, whatever it was doing when it was told to stop.
+
+mod support;
+
+use std::time::Duration;
+
+use fred::prelude::ClientLike;
+use leasehold::client::Client;
+use support::*;
+use tokio::time::Instant;
+
+/// Connections Redis has open, from `CLIENT LIST` (the caller's own included).
+async fn redis_connections(direct: &fred::prelude::Client) -> usize {
+    let list: String = direct
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .expect("client list");
+    list.lines().count()
+}
+
+/// Polls `condition` until it holds, failing the test after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !condition().await {
+        assert!(started.elapsed() < limit, "{what} after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_leaves_no_task_and_no_redis_connection_behind() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let tasks = tokio::runtime::Handle::current().metrics();
+    let (tasks_before, connections_before) =
+        (tasks.num_alive_tasks(), redis_connections(&direct).await);
+
+    let server = TestServer::start(&redis).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    // Every kind of work the server keeps: a held lock, a waiter (waiting room), a leader and a
+    // waiting candidate (campaigns), an observer (election hub).
+    let held = client.lease("held").acquire().await.unwrap();
+    let mut raw = server.client().await;
+    let mut waiter = LeaseStream::acquire(&mut raw, "held", 30_000, 60_000, "waiter").await;
+    assert!(matches!(
+        waiter.next().await,
+        Ok(Some(leasehold::pb::lease_response::Event::Waiting(_)))
+    ));
+    let mut leader = client
+        .campaign("vote", "a", Duration::from_secs(30))
+        .await
+        .unwrap();
+    leader.elected().await.unwrap();
+    let _candidate = client
+        .campaign("vote", "b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut observer = client.observe("vote").await.unwrap();
+    observer.next().await.unwrap();
+    assert!(
+        redis_connections(&direct).await >= connections_before + 3,
+        "a command connection and two subscriber connections while serving"
+    );
+
+    server.stop().await;
+
+    let reason = held.lost().await;
+    assert!(reason.contains("shutting down"), "{reason}");
+    assert_eq!(get(&direct, &lock_key("held")).await, None);
+    eventually(
+        "the server's Redis connections are still open",
+        Duration::from_secs(2),
+        || async { redis_connections(&direct).await == connections_before },
+    )
+    .await;
+    drop((held, waiter, leader, _candidate, observer, raw, client));
+    eventually(
+        "tasks of the stopped server are still running",
+        Duration::from_secs(2),
+        || async { tasks.num_alive_tasks() <= tasks_before },
+    )
+    .await;
+}
