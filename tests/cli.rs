@@ -163,9 +163,7 @@ async fn a_lost_lease_stops_the_command_with_its_own_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_release_commands() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (_redis, server, _, mut client) = setup().await;
     let acquired = client
         .acquire(leasehold::pb::AcquireRequest {
             name: "job".into(),

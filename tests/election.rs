@@ -5,27 +5,14 @@ mod support;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
+use leasehold::client::Client;
 use leasehold::client::{Candidate, Leader, Observation};
-use leasehold::client::{Client, ClientError};
-use leasehold::pb::campaign_request::Action;
-use leasehold::pb::campaign_response::Event;
-use leasehold::pb::election_service_client::ElectionServiceClient;
-use leasehold::pb::{self, CampaignRequest, CampaignResponse};
 use support::*;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
-use tonic::{Code, Streaming};
 
 /// How long a hand-over may take: the bound.
 const HANDOVER: Duration = Duration::from_secs(1);
-
-async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
-    timeout(limit, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
-}
 
 /// Two server processes on one Redis, and a client of each.
 async fn two_servers(redis: &RedisServer) -> (ServerProcess, Client, ServerProcess, Client) {
@@ -315,171 +302,6 @@ async fn an_election_never_blocks_a_lock_of_the_same_name() {
     );
     guard.release().await.unwrap();
     assert!(candidate.resign().await.unwrap());
-}
-
-/// A raw Campaign stream, to send what the client library never would.
-async fn raw_campaign(
-    url: &str,
-    first: CampaignRequest,
-) -> (
-    mpsc::Sender<CampaignRequest>,
-    Result<Streaming<CampaignResponse>, tonic::Status>,
-) {
-    let channel = Channel::from_shared(url.to_owned())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(first).await.unwrap();
-    let stream = ElectionServiceClient::new(channel)
-        .campaign(ReceiverStream::new(rx))
-        .await
-        .map(|r| r.into_inner());
-    (tx, stream)
-}
-
-fn start(election: &str, value: Vec<u8>, ttl_ms: u32) -> CampaignRequest {
-    CampaignRequest {
-        action: Some(Action::Start(pb::CampaignStart {
-            election: election.to_owned(),
-            value,
-            ttl_ms,
-        })),
-    }
-}
-
-fn proclaim(value: &str) -> CampaignRequest {
-    CampaignRequest {
-        action: Some(Action::Proclaim(pb::Proclaim {
-            value: value.as_bytes().to_vec(),
-        })),
-    }
-}
-
-/// The status that ends a raw campaign stream.
-async fn ending_status(
-    stream: Result<Streaming<CampaignResponse>, tonic::Status>,
-) -> tonic::Status {
-    let mut stream = match stream {
-        Ok(stream) => stream,
-        Err(status) => return status,
-    };
-    within(EVENT_TIMEOUT, "the stream's end", async {
-        loop {
-            match stream.message().await {
-                Ok(Some(CampaignResponse {
-                    event: Some(Event::Elected(_)),
-                })) => continue,
-                Ok(other) => panic!("expected an error status, got {other:?}"),
-                Err(status) => return status,
-            }
-        }
-    })
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gets_a_clear_status_and_leaves_the_leader_alone() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let url = server.url();
-    let client = Client::connect(url.clone()).await.unwrap();
-    let mut leader = client
-        .campaign("steady", "leader", Duration::from_secs(5))
-        .await
-        .unwrap();
-    let term = leader.elected().await.unwrap();
-
-    let cases: Vec<(&str, CampaignRequest, Code, &str)> = vec![
-        (
-            "empty name",
-            start("", vec![], 1000),
-            Code::InvalidArgument,
-            "election name is empty",
-        ),
-        (
-            "long name",
-            start(&"n".repeat(257), vec![], 1000),
-            Code::InvalidArgument,
-            "over the limit",
-        ),
-        (
-            "large value",
-            start("steady", vec![0; 64 * 1024 + 1], 1000),
-            Code::InvalidArgument,
-            "value is 65537 bytes",
-        ),
-        (
-            "zero ttl",
-            start("steady", vec![], 0),
-            Code::InvalidArgument,
-            "ttl_ms",
-        ),
-        (
-            "proclaim first",
-            proclaim("x"),
-            Code::InvalidArgument,
-            "must be start",
-        ),
-        (
-            "no action",
-            CampaignRequest { action: None },
-            Code::InvalidArgument,
-            "no action",
-        ),
-    ];
-    for (what, first, code, message) in cases {
-        let (_tx, stream) = raw_campaign(&url, first).await;
-        let status = ending_status(stream).await;
-        assert_eq!(status.code(), code, "{what}: {status:?}");
-        assert!(status.message().contains(message), "{what}: {status:?}");
-    }
-
-    // Proclaiming while waiting in line: FAILED_PRECONDITION, and the waiter leaves the line.
-    let (tx, stream) = raw_campaign(&url, start("steady", b"usurper".to_vec(), 1000)).await;
-    tx.send(proclaim("usurper")).await.unwrap();
-    let status = ending_status(stream).await;
-    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-    assert!(
-        status.message().contains("before being elected"),
-        "{status:?}"
-    );
-
-    // A second start, once elected: INVALID_ARGUMENT, and that leadership ends.
-    let (tx, stream) = raw_campaign(&url, start("other", vec![], 1000)).await;
-    let mut stream = stream.unwrap();
-    assert!(matches!(
-        stream.message().await.unwrap(),
-        Some(CampaignResponse {
-            event: Some(Event::Elected(_))
-        })
-    ));
-    tx.send(start("other", vec![], 1000)).await.unwrap();
-    let status = ending_status(Ok(stream)).await;
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(status.message().contains("start sent twice"), "{status:?}");
-
-    // Unary calls refuse bad names too.
-    match client.leader("").await {
-        Err(ClientError::Status(status)) => assert_eq!(status.code(), Code::InvalidArgument),
-        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
-    }
-    match client.observe("a\nb").await {
-        Err(ClientError::Status(status)) => assert_eq!(status.code(), Code::InvalidArgument),
-        Err(other) => panic!("expected INVALID_ARGUMENT, got {other:?}"),
-        Ok(_) => panic!("observing a bad name was accepted"),
-    }
-
-    // None of it disturbed the leader.
-    assert_eq!(
-        client.leader("steady").await.unwrap(),
-        Some(Leader {
-            term,
-            value: b"leader".to_vec()
-        })
-    );
-    leader.proclaim("still here").await.unwrap();
 }
 
 /// The README's example program, built by `cargo test` next to this test's own binary.

@@ -11,10 +11,7 @@ use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_keep_growing_after_redis_forgets_everything() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut first = LeaseStream::acquire(&mut client, "job", 5_000, 0, "").await;
     let before = first.acquired().await.fencing_token;

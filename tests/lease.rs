@@ -12,10 +12,7 @@ use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_sets_the_key_with_our_token_and_ttl() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job-1", 5_000, 0, "host-a pid 1").await;
     let acquired = lease.acquired().await;
@@ -62,10 +59,7 @@ async fn two_streams_racing_for_one_name_exactly_one_wins() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_the_lock_past_many_ttls_and_reports_extended() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "long-job", 300, 0, "").await;
     let acquired = lease.acquired().await;
@@ -120,10 +114,7 @@ async fn a_holder_that_stops_reading_keeps_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_message_frees_the_lock_and_ends_the_stream() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
     lease.acquired().await;
@@ -134,10 +125,7 @@ async fn release_message_frees_the_lock_and_ends_the_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_releases_the_lock() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
     lease.acquired().await;
@@ -151,10 +139,7 @@ async fn half_close_releases_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_stream_frees_the_lock_long_before_its_ttl() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
     lease.acquired().await;
@@ -206,9 +191,7 @@ async fn a_frozen_client_loses_the_lock_within_the_keepalive_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_lock_with_no_wait_is_aborted_naming_the_holder() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (_redis, _server, _, mut client) = setup().await;
 
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "host-a pid 7").await;
     holder.acquired().await;
@@ -224,9 +207,7 @@ async fn a_taken_lock_with_no_wait_is_aborted_naming_the_holder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_gets_the_lock_when_the_holder_releases() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (_redis, _server, _, mut client) = setup().await;
 
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "first").await;
     let first = holder.acquired().await;
@@ -245,9 +226,7 @@ async fn a_waiter_gets_the_lock_when_the_holder_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_gives_up_with_aborted_when_wait_passes() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (_redis, _server, _, mut client) = setup().await;
 
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "first").await;
     holder.acquired().await;
@@ -262,10 +241,7 @@ async fn a_waiter_gives_up_with_aborted_when_wait_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_gets_a_crashed_holders_lock_when_its_ttl_runs_out() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
     // A holder that vanished without releasing: the key just sits there until it expires.
     let _: () = direct
         .set(
@@ -295,10 +271,7 @@ async fn a_waiter_gets_a_crashed_holders_lock_when_its_ttl_runs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_leaves_never_takes_the_lock() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "first").await;
     holder.acquired().await;
@@ -315,9 +288,7 @@ async fn a_waiter_that_leaves_never_takes_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_across_holders() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (_redis, _server, _, mut client) = setup().await;
     let mut last = 0;
     for _ in 0..5 {
         let mut lease = LeaseStream::acquire(&mut client, "fenced", 5_000, 0, "").await;
@@ -349,10 +320,7 @@ async fn fencing_tokens_strictly_increase_across_holders() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_deleted_behind_the_servers_back_is_reported_lost() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 300, 0, "").await;
     lease.acquired().await;
@@ -371,10 +339,7 @@ async fn a_lock_deleted_behind_the_servers_back_is_reported_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_taken_over_behind_the_servers_back_is_lost_and_left_alone() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, _server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 300, 0, "").await;
     lease.acquired().await;
@@ -402,9 +367,7 @@ async fn a_lock_taken_over_behind_the_servers_back_is_lost_and_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_ends_in_lost_before_the_lease_runs_out() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let mut client = server.client().await;
+    let (redis, _server, _, mut client) = setup().await;
 
     let ttl = Duration::from_millis(600);
     let mut lease = LeaseStream::acquire(&mut client, "job", 600, 0, "").await;
@@ -435,10 +398,7 @@ async fn an_unreachable_redis_ends_in_lost_before_the_lease_runs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_shutdown_releases_every_lease_and_says_lost() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let mut client = server.client().await;
+    let (_redis, server, direct, mut client) = setup().await;
 
     let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
     lease.acquired().await;

@@ -459,3 +459,41 @@ pub async fn get(redis: &fred::prelude::Client, key: &str) -> Option<String> {
     use fred::prelude::KeysInterface;
     redis.get(key).await.expect("get")
 }
+
+/// What most tests start with: a Redis of their own, a server on it, a direct Redis client to
+/// look (and tamper) behind the server's back, and a gRPC client of the server. Keep the first
+/// two alive (`_redis`, `_server`) for as long as the test runs.
+pub async fn setup() -> (
+    RedisServer,
+    TestServer,
+    fred::prelude::Client,
+    LockServiceClient<Channel>,
+) {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = server.client().await;
+    (redis, server, direct, client)
+}
+
+pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within {limit:?}"))
+}
+
+/// A unary `Acquire` request.
+pub fn unary_acquire(
+    name: &str,
+    ttl_ms: u32,
+    wait_ms: u32,
+    holder: &str,
+) -> leasehold::pb::AcquireRequest {
+    leasehold::pb::AcquireRequest {
+        name: name.into(),
+        ttl_ms,
+        wait_ms,
+        holder: holder.into(),
+        fair: None,
+    }
+}

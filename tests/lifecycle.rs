@@ -1,5 +1,6 @@
-//! A stopped server leaves nothing behind: every lease let go, every task it started finished,
-//! every Redis connection it opened closed, whatever it was doing when it was told to stop.
+//! The server's life: it refuses to start without Redis, takes its settings from the
+//! environment, and once stopped leaves nothing behind: every lease let go, every task it started
+//! finished, every Redis connection it opened closed, whatever it was doing when told to stop.
 
 mod support;
 
@@ -85,4 +86,62 @@ async fn a_stopped_server_leaves_no_task_and_no_redis_connection_behind() {
         || async { tasks.num_alive_tasks() <= tasks_before },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_refuses_to_start_without_redis() {
+    let unused = {
+        let redis = RedisServer::start();
+        redis.port()
+    }; // Stopped: nothing listens there now.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--redis", &format!("redis://127.0.0.1:{unused}")])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot use Redis at redis://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_reads_its_settings_from_the_environment() {
+    let redis = RedisServer::start();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for var in ["LEASEHOLD_REDIS", "LEASEHOLD_LISTEN"] {
+        assert!(help.contains(var), "{help}");
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("serve")
+        .env("LEASEHOLD_REDIS", redis.url())
+        .env("LEASEHOLD_LISTEN", "127.0.0.1:0")
+        .env("LEASEHOLD_KEY_PREFIX", "from-env:")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("leasehold: listening on ")
+        .unwrap()
+        .to_owned();
+    let mut client = connect(&format!("http://{addr}")).await;
+    let mut lease = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    let token = lease.acquired().await.token;
+    let direct = redis.client().await;
+    assert_eq!(get(&direct, "from-env:{job}:lock").await, Some(token));
+    let _ = child.kill();
+    let _ = child.wait();
 }
