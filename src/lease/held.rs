@@ -66,7 +66,7 @@ impl Holding for Leadership {
         let election = store.elections.keys(name.as_str());
         Leadership {
             lease: Lock {
-                locks: store.elections.locks().clone(),
+                locks: store.locks.clone(),
                 keys: election.lease.clone(),
             },
             elections: store.elections.clone(),
@@ -81,7 +81,9 @@ impl Holding for Leadership {
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
     /// successor already replaced it, so no exit leaves a stale leader behind.
     async fn release(&self, token: &Token) -> Result<bool> {
-        self.elections.resign(&self.election, token).await
+        let was_held = self.lease.release(token).await?;
+        self.elections.retire_stale_leader(&self.election).await?;
+        Ok(was_held)
     }
 }
 

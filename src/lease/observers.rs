@@ -56,7 +56,7 @@ impl Drop for Watch {
 impl Observers {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(elections: &Elections) -> Result<Self> {
-        let watched = Subscriptions::open(elections.locks().connection()).await?;
+        let watched = Subscriptions::open(elections.connection()).await?;
         let hub = Hub {
             elections: elections.clone(),
         };

@@ -13,8 +13,8 @@ use fred::bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
+use super::connection::Connection;
 use super::keys::{LockKeys, key_base, lock_keys_at};
-use super::locks::Locks;
 use super::token::Token;
 use crate::error::{Error, Result};
 
@@ -57,8 +57,7 @@ pub struct Snapshot {
 pub struct Elections(Arc<Shared>);
 
 struct Shared {
-    /// The lock scripts, for the leadership lease.
-    locks: Locks,
+    connection: Connection,
     announce: Script,
     retire_stale: Script,
     /// `<prefix>election:`
@@ -66,24 +65,24 @@ struct Shared {
 }
 
 impl Elections {
-    /// Opens the key space beside `locks` (same prefix), loading its scripts.
-    pub async fn open(locks: &Locks, prefix: &str) -> Result<Self> {
+    /// Opens the key space under `prefix`, loading its scripts. The leadership lease is a lock
+    /// in this key space, run by the lock scripts.
+    pub async fn open(connection: &Connection, prefix: &str) -> Result<Self> {
         let announce = Script::from_lua(include_str!("elections/announce.lua"));
         let retire_stale = Script::from_lua(include_str!("elections/retire_stale.lua"));
         for script in [&announce, &retire_stale] {
-            locks.connection().load(script).await?;
+            connection.load(script).await?;
         }
         Ok(Elections(Arc::new(Shared {
-            locks: locks.clone(),
+            connection: connection.clone(),
             announce,
             retire_stale,
             space: format!("{prefix}{ELECTION_SPACE}"),
         })))
     }
 
-    /// The lock operations, for the leadership lease.
-    pub fn locks(&self) -> &Locks {
-        &self.0.locks
+    pub fn connection(&self) -> &Connection {
+        &self.0.connection
     }
 
     /// The keys of election `name`.
@@ -108,8 +107,7 @@ impl Elections {
     ) -> Result<bool> {
         let revision: i64 = self
             .0
-            .locks
-            .connection()
+            .connection
             .eval(
                 &self.0.announce,
                 "announce leader",
@@ -134,8 +132,7 @@ impl Elections {
         const CONTEXT: &str = "read leader";
         let reply: Vec<Value> = self
             .0
-            .locks
-            .connection()
+            .connection
             .eval(
                 &self.0.retire_stale,
                 CONTEXT,
@@ -172,15 +169,6 @@ impl Elections {
             leader,
             lease_ttl,
         })
-    }
-
-    /// Lets go of `token`'s leadership: releases the lease (waking the next candidate), then
-    /// retires the announcement unless a successor already replaced it. `Ok(false)`: the lease
-    /// was no longer ours.
-    pub async fn resign(&self, keys: &ElectionKeys, token: &Token) -> Result<bool> {
-        let was_held = self.0.locks.release(&keys.lease, token).await?;
-        self.retire_stale_leader(keys).await?;
-        Ok(was_held)
     }
 }
 

@@ -45,7 +45,7 @@ impl Store {
         }
         let connection = Connection::open(url, command_timeout, Tasks::new()).await?;
         let locks = Locks::open(&connection, prefix).await?;
-        let elections = Elections::open(&locks, prefix).await?;
+        let elections = Elections::open(&connection, prefix).await?;
         Ok(Store { locks, elections })
     }
 
