@@ -7,6 +7,7 @@
 //! holds, and what it answers; it never repeats the lifecycle.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,13 +26,18 @@ use crate::lease::waiting::WaitRoom;
 use crate::store::{Store, Token};
 use crate::tasks::Tasks;
 
-/// What every held-lease stream of one server shares.
-#[derive(Clone)]
+/// What every held-lease stream of one server shares; each stream keeps one pointer to it.
 pub struct Streams {
     pub store: Store,
     /// Wake-ups and the fair line; `None` when wake-ups are disabled (waiters poll).
     pub room: Option<WaitRoom>,
     pub limits: ConnectionLimits,
+}
+
+impl Streams {
+    pub fn tasks(&self) -> &Tasks {
+        self.store.connection().tasks()
+    }
 }
 
 /// A client message, as the driver sees it.
@@ -153,10 +159,10 @@ pub trait LeaseStream: Sized + Send + 'static {
 
 /// Admits a new stream of kind `K` and starts its driver as a task of the server.
 pub fn open<K: LeaseStream>(
-    streams: &Streams,
+    streams: &Arc<Streams>,
     request: Request<Streaming<K::Request>>,
 ) -> Result<Response<ResponseStream<K::Response>>, Status> {
-    let tasks = streams.store.connection().tasks();
+    let tasks = streams.tasks();
     if tasks.is_stopping() {
         return Err(Error::ShuttingDown.into());
     }
@@ -164,11 +170,9 @@ pub fn open<K: LeaseStream>(
     let slot = streams.limits.admit(request.remote_addr())?;
     let (events, responses) = Events::channel();
     let driver = Driver::<K, _> {
-        store: streams.store.clone(),
-        room: streams.room.clone(),
+        streams: streams.clone(),
         inbound: request.into_inner(),
         events,
-        tasks: tasks.clone(),
     };
     tasks.spawn(Box::new(driver).run(slot));
     Ok(Response::new(responses))
@@ -187,11 +191,9 @@ enum Waited {
 
 /// The task behind one stream.
 struct Driver<K: LeaseStream, S> {
-    store: Store,
-    room: Option<WaitRoom>,
+    streams: Arc<Streams>,
     inbound: S,
     events: Events<K::Response>,
-    tasks: Tasks,
 }
 
 impl<K, S> Driver<K, S>
@@ -229,7 +231,7 @@ where
         let message = tokio::select! {
             message = self.inbound.next() => message,
             () = self.events.closed() => return Ok(None),
-            () = self.tasks.stopping() => return Err(Error::ShuttingDown),
+            () = self.streams.tasks().stopping() => return Err(Error::ShuttingDown),
         };
         match read::<K>(message) {
             Move::Start(start) => K::open(start).map(Some),
@@ -244,7 +246,7 @@ where
     /// Takes the lease, then holds it. Arguments by reference and locals scoped: an async fn's
     /// future keeps a slot for every local that lives across an await, for the whole lease.
     async fn lease(&mut self, spec: LeaseSpec, mut stream: K, token: Token) -> Result<()> {
-        let holding = K::Holding::at(&self.store, &spec.name);
+        let holding = K::Holding::at(&self.streams.store, &spec.name);
         let mut lease = HeldLease::claim(holding, token);
         // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
         let acquisition = loop {
@@ -290,7 +292,7 @@ where
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<Waited> {
         let events = &self.events;
-        let waiting = acquire(lease, spec, self.room.as_ref(), |state| {
+        let waiting = acquire(lease, spec, self.streams.room.as_ref(), |state| {
             if let Some(progress) = K::tell(Tell::Waiting(state)) {
                 events.progress(progress);
             }
@@ -298,7 +300,7 @@ where
         let attempt = tokio::select! {
             acquired = waiting => acquired,
             // A give-up leaves `lease` armed: the attempt in flight may have won just then.
-            gave_up = Self::gives_up(&mut self.inbound, events, &self.tasks) => return gave_up,
+            gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks()) => return gave_up,
         };
         match attempt {
             Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
@@ -343,11 +345,11 @@ where
         clock: &mut RenewalClock,
     ) -> Result<()> {
         let held = K::WORDS.held;
-        let mut renewals = RenewalTrigger::new(self.store.connection());
+        let mut renewals = RenewalTrigger::new(self.streams.store.connection());
         loop {
             tokio::select! {
                 biased;
-                () = self.tasks.stopping() => {
+                () = self.streams.tasks().stopping() => {
                     let reason = match Box::pin(lease.release()).await {
                         Ok(_) => format!("server shutting down; the {held} was released"),
                         Err(error) => format!("server shutting down; release failed ({error}), the {held} expires by its TTL"),

@@ -1,5 +1,7 @@
 //! The `ElectionService`: `Campaign` (through the driver), `Leader`, and `Observe`.
 
+use std::sync::Arc;
+
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -21,12 +23,12 @@ const OBSERVE_BUFFER: usize = 16;
 /// Shared by every election request of one server.
 #[derive(Clone)]
 pub struct ElectionServer {
-    streams: Streams,
+    streams: Arc<Streams>,
     observers: Observers,
 }
 
 impl ElectionServer {
-    pub async fn start(streams: Streams) -> Result<Self> {
+    pub async fn start(streams: Arc<Streams>) -> Result<Self> {
         let observers = Observers::start(&streams.store.elections).await?;
         Ok(ElectionServer { streams, observers })
     }
@@ -36,7 +38,7 @@ impl ElectionServer {
     }
 
     fn tasks(&self) -> &Tasks {
-        self.streams.store.connection().tasks()
+        self.streams.tasks()
     }
 }
 

@@ -1,5 +1,7 @@
 //! The `LockService`: the `Lease` stream (through the driver) and the unary calls.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span};
@@ -19,11 +21,11 @@ use crate::store::locks::LockState;
 /// Shared by every lock request of one server.
 #[derive(Clone)]
 pub struct LockServer {
-    streams: Streams,
+    streams: Arc<Streams>,
 }
 
 impl LockServer {
-    pub fn new(streams: Streams) -> Self {
+    pub fn new(streams: Arc<Streams>) -> Self {
         LockServer { streams }
     }
 }

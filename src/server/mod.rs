@@ -18,6 +18,7 @@ pub mod lock;
 pub mod lock_stream;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -87,11 +88,11 @@ pub async fn serve(
     } else {
         None
     };
-    let streams = Streams {
+    let streams = Arc::new(Streams {
         store: store.clone(),
         room,
         limits: ConnectionLimits::new(config.max_leases_per_connection),
-    };
+    });
     let elections = ElectionServer::start(streams.clone()).await?;
     let locks = LockServer::new(streams);
     // HTTP/2 must let the streams through for our own limit to answer them with a status
