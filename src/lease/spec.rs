@@ -1,7 +1,8 @@
 //! What a lease is asked for: a name, a TTL, a wait, a holder; each within a stated limit.
 //!
-//! These types can only be built through their checks, so everything below the gRPC layer
-//! works on values that are known to be within limits before anything touches Redis. Every
+//! A [`LockName`] can only be built through its check, and a [`LeaseSpec`] is assembled from
+//! checked parts (by `TryFrom` on the request, in the server layer), so everything below the
+//! gRPC layer works on values known to be within limits before anything touches Redis. Every
 //! limit is a named constant so the proto, the README and the code agree.
 
 use std::time::Duration;
@@ -130,7 +131,7 @@ pub fn election_value(value: Vec<u8>) -> Result<Vec<u8>> {
     Ok(value)
 }
 
-/// Everything needed to take one lock.
+/// Everything needed to take one lease (a lock, or a candidacy's lease).
 #[derive(Clone, Debug)]
 pub struct LeaseSpec {
     pub name: LockName,

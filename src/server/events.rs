@@ -1,7 +1,8 @@
 //! The server's side of a response stream: what a stream task sends, without ever blocking.
 
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
 /// One message of a server stream: a response, or the status that ends the stream.
@@ -33,9 +34,8 @@ impl<T> Events<T> {
     where
         T: Send + 'static,
     {
-        use tokio_stream::StreamExt;
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item: Boxed<T>| *item);
+        let stream = ReceiverStream::new(rx).map(|item: Boxed<T>| *item);
         (Events { tx }, Box::pin(stream))
     }
 

@@ -28,6 +28,13 @@ impl LockServer {
     pub fn new(streams: Arc<Streams>) -> Self {
         LockServer { streams }
     }
+
+    /// The lock and the token a unary call names, both checked.
+    fn named(&self, name: String, token: String) -> Result<(Lock, Token), Error> {
+        let name = LockName::parse(name)?;
+        let token = Token::from_client(spec::token(token)?);
+        Ok((Lock::at(&self.streams.store, &name), token))
+    }
 }
 
 #[tonic::async_trait]
@@ -83,14 +90,10 @@ impl LockService for LockServer {
         request: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
         let request = request.into_inner();
-        let name = LockName::parse(request.name)?;
-        let token = Token::from_client(spec::token(request.token)?);
+        let (lock, token) = self.named(request.name, request.token)?;
         let ttl = spec::ttl(request.ttl_ms)?;
         let sent_at = Instant::now();
-        let locks = &self.streams.store.locks;
-        let extended = locks
-            .extend(&locks.keys(name.as_str()), &token, ttl)
-            .await?;
+        let extended = lock.locks.extend(&lock.keys, &token, ttl).await?;
         let valid_for_ms = if extended {
             pb::millis(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
         } else {
@@ -107,10 +110,8 @@ impl LockService for LockServer {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let request = request.into_inner();
-        let name = LockName::parse(request.name)?;
-        let token = Token::from_client(spec::token(request.token)?);
-        let locks = &self.streams.store.locks;
-        let released = locks.release(&locks.keys(name.as_str()), &token).await?;
+        let (lock, token) = self.named(request.name, request.token)?;
+        let released = lock.release(&token).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
