@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 
 /// The background tasks of one server and its shutdown signal. Cheap to clone.
@@ -33,9 +33,10 @@ impl Tasks {
         self.tracker.spawn(task);
     }
 
-    /// Completes once shutdown has begun; every long-running task selects on it.
-    pub async fn stopping(&self) {
-        self.stop.cancelled().await
+    /// Completes once shutdown has begun; every long-running task selects on it. (The token's
+    /// own future, not an `async fn` around it: every held lease keeps one.)
+    pub fn stopping(&self) -> WaitForCancellationFuture<'_> {
+        self.stop.cancelled()
     }
 
     pub fn is_stopping(&self) -> bool {

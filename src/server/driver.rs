@@ -213,17 +213,20 @@ where
     }
 
     async fn drive(&mut self) -> Result<()> {
-        let Some((spec, stream)) = Box::pin(self.first_request()).await? else {
+        let Some((spec, mut stream)) = Box::pin(self.first_request()).await? else {
             return Ok(());
         };
-        let token = Token::random();
+        let holding = K::Holding::at(&self.streams.store, &spec.name);
+        let mut lease = HeldLease::claim(holding, Token::random());
         let span = info_span!(
             "lease",
             stream = K::WORDS.stream,
             name = %spec.name,
-            lease = token.lease_id()
+            lease = lease.token().lease_id()
         );
-        self.lease(spec, stream, token).instrument(span).await
+        self.lease(&spec, &mut stream, &mut lease)
+            .instrument(span)
+            .await
     }
 
     /// Waits for the first message, which must open the lease.
@@ -244,44 +247,51 @@ where
     }
 
     /// Takes the lease, then holds it. Arguments by reference and locals scoped: an async fn's
-    /// future keeps a slot for every local that lives across an await, for the whole lease.
-    async fn lease(&mut self, spec: LeaseSpec, mut stream: K, token: Token) -> Result<()> {
-        let holding = K::Holding::at(&self.streams.store, &spec.name);
-        let mut lease = HeldLease::claim(holding, token);
-        // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
-        let acquisition = loop {
-            match Box::pin(self.wait(&spec, &mut lease)).await? {
-                Waited::Acquired(acquisition) => break acquisition,
-                Waited::StillWaiting => continue,
-                Waited::GaveUp => {
-                    self.essential(Tell::Released { was_held: false });
+    /// future keeps a slot for every by-value argument and every local that lives across an
+    /// await, for the whole lease.
+    async fn lease(
+        &mut self,
+        spec: &LeaseSpec,
+        stream: &mut K,
+        lease: &mut HeldLease<K::Holding>,
+    ) -> Result<()> {
+        let (fencing_token, mut clock) = {
+            // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
+            let acquisition = loop {
+                match Box::pin(self.wait(spec, lease)).await? {
+                    Waited::Acquired(acquisition) => break acquisition,
+                    Waited::StillWaiting => continue,
+                    Waited::GaveUp => {
+                        self.essential(Tell::Released { was_held: false });
+                        return Ok(());
+                    }
+                    Waited::Gone => return Ok(()),
+                }
+            };
+            let fencing_token = acquisition.fencing_token;
+            let clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
+            info!(fencing_token, "acquired");
+            let held = Held {
+                lease,
+                spec,
+                fencing_token,
+            };
+            let valid_for = clock.valid_for(Instant::now());
+            match Box::pin(stream.acquired(&held, valid_for)).await? {
+                Step::Reply(answer) => {
+                    if !self.events.essential(Ok(answer)) {
+                        return Ok(()); // The client left; `lease` lets go on drop.
+                    }
+                }
+                Step::Lost(reason) => {
+                    warn!(%reason, "lease lost");
+                    self.lost(reason);
                     return Ok(());
                 }
-                Waited::Gone => return Ok(()),
             }
+            (fencing_token, clock)
         };
-        let mut clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
-        info!(fencing_token = acquisition.fencing_token, "acquired");
-        let valid_for = clock.valid_for(Instant::now());
-        let held = Held {
-            lease: &lease,
-            spec: &spec,
-            fencing_token: acquisition.fencing_token,
-        };
-        match Box::pin(stream.acquired(&held, valid_for)).await? {
-            Step::Reply(answer) => {
-                if !self.events.essential(Ok(answer)) {
-                    return Ok(()); // The client left; `lease` lets go on drop.
-                }
-            }
-            Step::Lost(reason) => {
-                warn!(%reason, "lease lost");
-                self.lost(reason);
-                return Ok(());
-            }
-        }
-        let fencing_token = acquisition.fencing_token;
-        self.hold(&mut stream, &spec, fencing_token, &mut lease, &mut clock)
+        self.hold(stream, spec, fencing_token, lease, &mut clock)
             .await
     }
 
@@ -344,13 +354,14 @@ where
         lease: &mut HeldLease<K::Holding>,
         clock: &mut RenewalClock,
     ) -> Result<()> {
-        let held = K::WORDS.held;
         let mut renewals = RenewalTrigger::new(self.streams.store.connection());
         loop {
             tokio::select! {
                 biased;
                 () = self.streams.tasks().stopping() => {
-                    let reason = match Box::pin(lease.release()).await {
+                    let released = Box::pin(lease.release()).await;
+                    let held = K::WORDS.held;
+                    let reason = match released {
                         Ok(_) => format!("server shutting down; the {held} was released"),
                         Err(error) => format!("server shutting down; release failed ({error}), the {held} expires by its TTL"),
                     };
