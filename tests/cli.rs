@@ -6,12 +6,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
-/// Exit statuses `leasehold run` documents (see `leasehold run --help`).
-const EXIT_NOT_ACQUIRED: u8 = 75;
-const EXIT_LOST: u8 = 76;
 use support::*;
 use tokio::process::Command;
 use tokio::time::Instant;
+
+/// Exit statuses the command line documents (see `leasehold run --help`).
+const EXIT_USAGE: i32 = 64;
+const EXIT_NOT_ACQUIRED: u8 = 75;
+const EXIT_LOST: u8 = 76;
 
 fn leasehold(server: &TestServer) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
@@ -291,4 +293,106 @@ async fn bench_quick_runs_against_a_real_server() {
     assert_eq!(figures["many_locks"]["operations"], 100);
     assert_eq!(figures["held_leases"][0]["leases"], 200);
     assert!(figures["held_leases"][0]["renewal_scripts_per_second"].is_number());
+}
+
+/// Runs `leasehold ARGS` against `server` and returns (exit code, stderr).
+async fn failing(server: &str, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env("LEASEHOLD_SERVER", server)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run leasehold");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code().expect("exit code"), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_arguments_exit_with_usage_and_one_plain_sentence() {
+    // Checked before connecting: no server needs to be there.
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--ttl", "50ms", "job", "--", "true"],
+            "leasehold: ttl 50ms is below the 100ms minimum\n",
+        ),
+        (
+            &["run", "--ttl", "2h", "job", "--", "true"],
+            "leasehold: ttl 2h is above the 1h maximum\n",
+        ),
+        (
+            &["run", "--wait", "90m", "job", "--", "true"],
+            "leasehold: wait 1h 30m is above the 1h maximum\n",
+        ),
+        (
+            &["run", "", "--", "true"],
+            "leasehold: lock name is empty\n",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, stderr) = failing(&nobody, args).await;
+        assert_eq!((code, stderr.as_str()), (EXIT_USAGE, expected), "{args:?}");
+    }
+
+    // Refused by the server: the same status, in the server's words, without gRPC's wrapping.
+    let (_redis, server, _, _) = setup().await;
+    let (code, stderr) = failing(&server.url(), &["status", &"n".repeat(300)]).await;
+    assert_eq!(code, EXIT_USAGE, "{stderr}");
+    assert_eq!(
+        stderr,
+        "leasehold: lock name is 300 bytes, over the limit of 256\n"
+    );
+    // An unreachable server is not a usage error.
+    let (code, stderr) = failing(&nobody, &["status", "job"]).await;
+    assert_eq!(code, 69, "{stderr}");
+    assert!(
+        stderr.starts_with("leasehold: cannot connect to"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_without_names_lists_every_held_lock() {
+    let (_redis, server, _, mut client) = setup().await;
+    let names = ["nightly-report", "a b/{x}:*", "élan"];
+    let mut held = Vec::new();
+    for name in names {
+        held.push(LeaseStream::acquire(&mut client, name, 30_000, 0, "cron@host").await);
+    }
+    let mut tokens = Vec::new();
+    for lease in &mut held {
+        tokens.push(lease.acquired().await.fencing_token);
+    }
+    // A lock that was held and let go is not listed.
+    let mut gone = LeaseStream::acquire(&mut client, "gone", 30_000, 0, "").await;
+    gone.acquired().await;
+    assert!(gone.release().await);
+
+    let mut command = leasehold(&server);
+    command.args(["status", "--json"]);
+    let output = command.output().await.unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let listed = json.as_array().expect("a JSON array");
+    let mut seen: Vec<(&str, u64)> = listed
+        .iter()
+        .map(|lock| {
+            assert_eq!(lock["held"], true);
+            assert_eq!(lock["holder"], "cron@host");
+            let name = lock["name"].as_str().expect("name");
+            (name, lock["fencing_token"].as_u64().expect("token"))
+        })
+        .collect();
+    seen.sort();
+    let mut expected: Vec<(&str, u64)> = names.iter().copied().zip(tokens).collect();
+    expected.sort();
+    assert_eq!(seen, expected);
+
+    let mut command = leasehold(&server);
+    command.arg("status");
+    let output = command.output().await.unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.contains("a b/{x}:*\theld by cron@host"), "{text}");
 }

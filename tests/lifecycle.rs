@@ -145,3 +145,27 @@ async fn the_server_reads_its_settings_from_the_environment() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_written_to_a_file_carry_no_colour_codes() {
+    let redis = RedisServer::start();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis", &redis.url()])
+        .env("RUST_LOG", "leasehold=info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut logs = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    // The first lines: connected to Redis, then serving.
+    while !line.contains("serving") {
+        line.clear();
+        let read = std::io::BufRead::read_line(&mut logs, &mut line).unwrap();
+        assert!(read > 0, "the server stopped before serving");
+        assert!(!line.contains('\x1b'), "escape codes in {line:?}");
+        assert!(line.contains("INFO"), "{line:?}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

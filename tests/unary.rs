@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::prelude::{KeysInterface, LuaInterface};
 use leasehold::pb::lease_response::Event;
-use leasehold::pb::{DescribeRequest, ExtendRequest, ReleaseRequest};
+use leasehold::pb::{DescribeRequest, ExtendRequest, ListRequest, ReleaseRequest};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,4 +176,49 @@ async fn scripts_are_reloaded_when_redis_forgets_them() {
     let _: () = direct.script_flush(false).await.unwrap();
     // Renewal (extend script) survives the flush too.
     assert!(matches!(lease.next().await, Ok(Some(Event::Extended(_)))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_reports_held_locks_only_and_says_when_it_stops_short() {
+    let (_redis, _server, direct, mut client) = setup().await;
+    for name in ["a", "b", "c"] {
+        let taken = client
+            .acquire(unary_acquire(name, 30_000, 0, "lister"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(taken.acquired);
+    }
+    // Neither an election's lease nor a foreign key under the prefix is a lock.
+    let _candidate = leasehold::client::Client::connect(_server.url())
+        .await
+        .unwrap()
+        .campaign("a", "x", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let _: () = direct
+        .set("leasehold:other", "x", None, None, false)
+        .await
+        .unwrap();
+
+    let all = client
+        .list(ListRequest { limit: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut names: Vec<_> = all.locks.iter().map(|lock| lock.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert!(!all.truncated);
+    assert!(all.locks.iter().all(|lock| lock.holder == "lister"
+        && lock.fencing_token > 0
+        && lock.ttl_remaining_ms > 0));
+
+    let two = client
+        .list(ListRequest { limit: 2 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(two.locks.len(), 2);
+    assert!(two.truncated);
 }

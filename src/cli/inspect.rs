@@ -1,22 +1,48 @@
-//! `leasehold status` and `leasehold release`: look at locks, and let go of one by its token.
+//! `leasehold status` and `leasehold release`: look at locks (named ones, or every held one),
+//! and let go of one by its token.
 
 use std::process::ExitCode;
 
 use leasehold::client::Client;
+use leasehold::pb;
 
-use super::unavailable;
+use super::fail;
 
-/// `leasehold status NAME...`: who holds each lock.
+/// `leasehold status [NAME...]`: who holds each named lock, or every held lock when none is
+/// named (at most the server's listing limit, with a note when there are more).
 pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode {
     let client = match Client::connect(server).await {
         Ok(client) => client,
-        Err(error) => return unavailable(error),
+        Err(error) => return fail(error),
     };
     let mut rows = Vec::new();
+    if names.is_empty() {
+        match client.list(0).await {
+            Ok(listed) => {
+                rows.extend(listed.locks.into_iter().map(|lock| {
+                    let described = pb::DescribeResponse {
+                        held: true,
+                        holder: lock.holder,
+                        ttl_remaining_ms: lock.ttl_remaining_ms,
+                        fencing_token: lock.fencing_token,
+                    };
+                    (lock.name, described)
+                }));
+                rows.sort_by(|a, b| a.0.cmp(&b.0));
+                if listed.truncated {
+                    eprintln!(
+                        "leasehold: more locks are held than the {} shown",
+                        rows.len()
+                    );
+                }
+            }
+            Err(error) => return fail(error),
+        }
+    }
     for name in names {
         match client.describe(name.clone()).await {
             Ok(described) => rows.push((name, described)),
-            Err(error) => return unavailable(error),
+            Err(error) => return fail(error),
         }
     }
     if json {
@@ -52,7 +78,7 @@ pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode 
 pub async fn release(server: String, name: String, token: String) -> ExitCode {
     let client = match Client::connect(server).await {
         Ok(client) => client,
-        Err(error) => return unavailable(error),
+        Err(error) => return fail(error),
     };
     match client.release(name.clone(), token).await {
         Ok(true) => ExitCode::SUCCESS,
@@ -60,6 +86,6 @@ pub async fn release(server: String, name: String, token: String) -> ExitCode {
             eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
             ExitCode::FAILURE
         }
-        Err(error) => unavailable(error),
+        Err(error) => fail(error),
     }
 }

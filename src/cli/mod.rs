@@ -13,6 +13,7 @@ mod progress;
 mod run;
 mod serve;
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,18 +21,46 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use leasehold::client::ClientError;
 use leasehold::server::admission::DEFAULT_MAX_LEASES_PER_CONNECTION;
+use tonic::Code;
 
 /// The lock stayed taken for the whole wait (EX_TEMPFAIL).
 pub const EXIT_NOT_ACQUIRED: u8 = 75;
 /// The lease was lost while the command ran; the command was stopped.
 pub const EXIT_LOST: u8 = 76;
-/// The server could not be reached, or refused the request (EX_UNAVAILABLE).
+/// The server could not be reached, or could not serve the request (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
+/// An argument was refused, here or by the server (EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
 
-/// A client command's failure to reach or use the server.
-fn unavailable(error: ClientError) -> ExitCode {
-    eprintln!("leasehold: {error}");
-    ExitCode::from(EXIT_UNAVAILABLE)
+/// A refused argument: one plain sentence, and the usage status.
+fn usage(problem: impl std::fmt::Display) -> ExitCode {
+    eprintln!("leasehold: {problem}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// A client command's failure, as one plain sentence: a request the server refused as invalid
+/// is the caller's to fix (usage, 64); anything else means the service could not serve it (69).
+fn fail(error: ClientError) -> ExitCode {
+    let ClientError::Status(status) = &error else {
+        eprintln!("leasehold: {error}");
+        return ExitCode::from(EXIT_UNAVAILABLE);
+    };
+    let message = status.message();
+    match status.code() {
+        Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => usage(message),
+        Code::Unavailable => {
+            eprintln!("leasehold: the server is unavailable: {message}");
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+        Code::ResourceExhausted => {
+            eprintln!("leasehold: the server is at a limit: {message}");
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+        code => {
+            eprintln!("leasehold: the server answered {code:?}: {message}");
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+    }
 }
 
 #[derive(Parser)]
@@ -58,11 +87,13 @@ enum Command {
 
 The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
-was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 69 if the server
-could not be reached; 130/143 when interrupted.")]
+was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 64 if an argument
+is refused; 69 if the server could not be reached or could not serve the request; 130/143 when
+interrupted.")]
     Run(RunArgs),
-    /// Show who holds locks.
+    /// Show who holds locks: the named ones, or every held lock.
     #[command(after_help = "Examples:
+  leasehold status
   leasehold status nightly-report
   leasehold status --json backup nightly-report")]
     Status(StatusArgs),
@@ -118,8 +149,7 @@ struct StatusArgs {
     /// Print JSON, for scripts.
     #[arg(long)]
     json: bool,
-    /// Lock names.
-    #[arg(required = true)]
+    /// Lock names (none: every held lock, up to 1,000).
     names: Vec<String>,
 }
 
@@ -209,6 +239,8 @@ pub async fn main() -> ExitCode {
                 .unwrap_or_else(|_| "leasehold=info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: no escape codes in files and log collectors.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     match cli.command {

@@ -5,7 +5,8 @@
 //! - [`EXIT_NOT_ACQUIRED`] (75) when the lock stayed taken for the whole `--wait`;
 //! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (it was sent SIGTERM,
 //!   then SIGKILL after `--grace`);
-//! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or refused the request;
+//! - [`EXIT_USAGE`](super::EXIT_USAGE) (64) when an argument is refused (here, or by the server);
+//! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or could not serve it;
 //! - 130 / 143 when interrupted by SIGINT / SIGTERM (the command is stopped, the lock released).
 
 use std::process::ExitCode;
@@ -20,7 +21,9 @@ use leasehold::client::{Client, ClientError, LeaseGuard};
 use leasehold::pb;
 
 use super::progress::StatusLine;
-use super::{EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, unavailable};
+use leasehold::lease::spec::{LockName, MAX_TTL, MAX_WAIT, MIN_TTL};
+
+use super::{EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, fail, usage};
 
 /// What `leasehold run` needs.
 #[derive(Debug)]
@@ -37,12 +40,14 @@ pub struct RunOptions {
 /// Holds a lease on `name` while `command` runs.
 pub async fn run(options: RunOptions) -> ExitCode {
     let Some((program, args)) = options.command.split_first() else {
-        eprintln!("leasehold: no command to run (leasehold run NAME -- CMD ARGS...)");
-        return ExitCode::from(EXIT_UNAVAILABLE);
+        return usage("no command to run (leasehold run NAME -- CMD ARGS...)");
     };
+    if let Err(problem) = check(&options) {
+        return usage(problem);
+    }
     let client = match Client::connect(options.server.clone()).await {
         Ok(client) => client,
-        Err(error) => return unavailable(error),
+        Err(error) => return fail(error),
     };
     let holder = options.holder.clone().unwrap_or_else(default_holder);
     let guard = match acquire_showing_progress(&client, &options, holder).await {
@@ -55,7 +60,7 @@ pub async fn run(options: RunOptions) -> ExitCode {
             );
             return ExitCode::from(EXIT_NOT_ACQUIRED);
         }
-        Err(error) => return unavailable(error),
+        Err(error) => return fail(error),
     };
     let child = Command::new(program)
         .args(args)
@@ -74,6 +79,25 @@ pub async fn run(options: RunOptions) -> ExitCode {
     let code = supervise(&mut child, &guard, &options).await;
     let _ = guard.release().await;
     ExitCode::from(code)
+}
+
+/// Refuses what the server would refuse, before connecting, in the words of the command line.
+fn check(options: &RunOptions) -> Result<(), String> {
+    let shown = |d| humantime::format_duration(d).to_string();
+    LockName::parse(options.name.clone()).map_err(|error| error.to_string())?;
+    if options.ttl < MIN_TTL {
+        let (ttl, min) = (shown(options.ttl), shown(MIN_TTL));
+        return Err(format!("ttl {ttl} is below the {min} minimum"));
+    }
+    if options.ttl > MAX_TTL {
+        let (ttl, max) = (shown(options.ttl), shown(MAX_TTL));
+        return Err(format!("ttl {ttl} is above the {max} maximum"));
+    }
+    if options.wait > MAX_WAIT {
+        let (wait, max) = (shown(options.wait), shown(MAX_WAIT));
+        return Err(format!("wait {wait} is above the {max} maximum"));
+    }
+    Ok(())
 }
 
 /// Waits for the command, the loss of the lease, or an interrupt, and says how to exit.

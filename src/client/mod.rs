@@ -59,7 +59,7 @@ pub enum ClientError {
         source: tonic::transport::Error,
     },
     /// The server answered with an error status (e.g. `ABORTED`: the lock is taken).
-    #[error("server refused: {0}")]
+    #[error("server refused ({:?}): {}", .0.code(), .0.message())]
     Status(#[from] Status),
     /// The server broke the protocol (e.g. ended the stream without an answer).
     #[error("unexpected answer from the server: {0}")]
@@ -129,6 +129,13 @@ impl Client {
             .await?
             .into_inner()
             .released)
+    }
+
+    /// The locks held now, at most `limit` (0: the server's maximum, 1,000); `truncated` says
+    /// whether more are held.
+    pub async fn list(&self, limit: u32) -> Result<pb::ListResponse, ClientError> {
+        let request = pb::ListRequest { limit };
+        Ok(self.inner.clone().list(request).await?.into_inner())
     }
 
     /// Who holds `name`, without changing anything.

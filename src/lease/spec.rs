@@ -21,6 +21,8 @@ pub const MAX_TOKEN_BYTES: usize = 64;
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// Longest lock TTL: a crashed holder blocks others for at most this long.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Most locks one `List` call reports.
+pub const MAX_LISTED: usize = 1_000;
 /// Longest wait for a taken lock.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 

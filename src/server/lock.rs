@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::lease::acquire::acquire;
 use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
-use crate::lease::spec::{self, LeaseSpec, LockName};
+use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
 use crate::store::locks::LockState;
@@ -135,5 +135,33 @@ impl LockService for LockServer {
             },
         };
         Ok(Response::new(response))
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let limit = match request.into_inner().limit {
+            0 => MAX_LISTED,
+            limit => usize::try_from(limit).map_or(MAX_LISTED, |l| l.min(MAX_LISTED)),
+        };
+        let (held, truncated) = self.streams.store.locks.held(limit).await?;
+        let locks = held
+            .into_iter()
+            .filter_map(|(name, state)| match state {
+                LockState::Free => None,
+                LockState::Held {
+                    holder,
+                    ttl_remaining,
+                    fencing_token,
+                } => Some(pb::HeldLock {
+                    name,
+                    holder,
+                    ttl_remaining_ms: ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
+                    fencing_token,
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::ListResponse { locks, truncated }))
     }
 }

@@ -75,6 +75,11 @@ impl Connection {
         Ok(connection)
     }
 
+    /// The command connection, for calls no script covers (`SCAN`).
+    pub fn client(&self) -> &Client {
+        &self.0.client
+    }
+
     /// The server's background tasks and shutdown signal.
     pub fn tasks(&self) -> &Tasks {
         &self.0.tasks

@@ -6,7 +6,7 @@
 //! one hash slot (one script can touch them all on a Redis Cluster), and keeps every key inside
 //! the prefix whatever the name.
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 /// Bytes of a name kept as they are in keys; everything else is percent-encoded.
 const KEPT_IN_KEYS: &AsciiSet = &NON_ALPHANUMERIC
@@ -55,6 +55,33 @@ pub fn lock_keys_at(base: &str) -> LockKeys {
     }
 }
 
+/// A `SCAN` pattern that matches the `lock` key of every lock under `prefix`, and no other key
+/// (an election's keys have `election:` between the prefix and the `{`).
+pub fn lock_key_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 8);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str("{*}:lock");
+    pattern
+}
+
+/// The name of the lock whose `lock` key is `key`, if it is one under `prefix`.
+pub fn lock_name(prefix: &str, key: &str) -> Option<String> {
+    let tag = key
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix("}:lock")?;
+    if tag.contains(['{', '}', ':']) {
+        return None;
+    }
+    let name = percent_decode_str(tag).decode_utf8().ok()?;
+    Some(name.into_owned())
+}
+
 /// The name as it appears inside the `{…}` hash tag: injective, and free of `{`, `}` and `:`.
 fn hash_tag(name: &str) -> String {
     utf8_percent_encode(name, KEPT_IN_KEYS).to_string()
@@ -75,5 +102,16 @@ mod tests {
         }
         // Encoding is injective: a name that spells another's escape keeps its own key.
         assert_ne!(hash_tag("a}b"), hash_tag("a%7Db"));
+    }
+
+    #[test]
+    fn lock_names_are_read_back_from_their_keys() {
+        for name in ["a}b", "{x}", "a:b", "*", "a%7Db", "é", "a b", "plain"] {
+            let key = lock_keys("p*[x]:", name).lock;
+            assert_eq!(lock_name("p*[x]:", &key).as_deref(), Some(name));
+        }
+        assert_eq!(lock_name("p:", "p:{a}:owner"), None);
+        assert_eq!(lock_name("p:", "p:election:{a}:lock"), None);
+        assert_eq!(lock_key_pattern("p*[x]:"), "p\\*\\[x\\]:{*}:lock");
     }
 }

@@ -10,7 +10,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::connection::Connection;
-use super::keys::{LockKeys, lock_keys};
+use super::keys::{LockKeys, lock_key_pattern, lock_keys, lock_name};
 use super::token::Token;
 use crate::error::{Error, Result};
 
@@ -53,6 +53,11 @@ pub enum LockState {
         fencing_token: u64,
     },
 }
+
+/// Keys asked of Redis per `SCAN` call when listing held locks.
+const SCAN_PAGE: u32 = 1_000;
+/// `SCAN` calls at most per listing: 1,000,000 keys looked at.
+pub const MAX_SCAN_PAGES: usize = 1_000;
 
 /// The lock's scripts, each in its own `.lua` file beside this module.
 struct Scripts {
@@ -266,6 +271,35 @@ impl Locks {
             "could not update the line; waiters rely on their timers",
             async move { locks.leave(&keys, &waiter_id).await },
         );
+    }
+
+    /// The locks held under this prefix, at most `limit`, found by `SCAN` (at most
+    /// [`MAX_SCAN_PAGES`] pages of [`SCAN_PAGE`] keys, so a huge key space bounds the time, not
+    /// only the answer). `true`: more locks may be held than returned.
+    pub async fn held(&self, limit: usize) -> Result<(Vec<(String, LockState)>, bool)> {
+        let pattern = lock_key_pattern(&self.0.prefix);
+        let client = self.connection().client();
+        let mut cursor = "0".to_owned();
+        let mut names = Vec::new();
+        for _ in 0..MAX_SCAN_PAGES {
+            let scan = client.scan_page(cursor, pattern.as_str(), Some(SCAN_PAGE), None);
+            let (next, keys): (String, Vec<String>) =
+                self.connection().bounded("scan", scan).await?;
+            names.extend(keys.iter().filter_map(|key| lock_name(&self.0.prefix, key)));
+            cursor = next;
+            if cursor == "0" || names.len() > limit {
+                break;
+            }
+        }
+        let truncated = cursor != "0" || names.len() > limit;
+        let mut held = Vec::with_capacity(names.len().min(limit));
+        for name in names.into_iter().take(limit) {
+            // Released since the scan saw it: not held any more, so not listed.
+            if let state @ LockState::Held { .. } = self.describe(&self.keys(&name)).await? {
+                held.push((name, state));
+            }
+        }
+        Ok((held, truncated))
     }
 
     /// Reads who holds the lock.
