@@ -18,5 +18,6 @@ venv=target/py-venv
 PATH="$PWD/$venv/bin:$PATH" clients/python/generate.sh
 LEASEHOLD_BIN="$PWD/target/debug/leasehold" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
 
-# Go client: Debian's Go and grpc-go packages, stubs generated now, tested against the binary.
+# Go client: current grpc-go from the Go module proxy (Go 1.24 or newer), stubs generated now,
+# tested against the binary.
 clients/go/test.sh "$PWD/target/debug/leasehold"

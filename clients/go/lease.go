@@ -1,6 +1,6 @@
 // Package leasehold holds Leasehold locks from Go, over the Lease stream.
 //
-//	conn, _ := grpc.Dial("127.0.0.1:50051", grpc.WithInsecure())
+//	conn, _ := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
 //	lease, err := leasehold.Acquire(ctx, conn, "nightly-report", leasehold.Options{TTL: 10 * time.Second})
 //	if err != nil { ... } // errors.Is(err, leasehold.ErrNotAcquired) when the lock stays taken
 //	defer lease.Release()
@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "leasehold/leaseholdpb"
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
 
 // ErrNotAcquired: the lock stayed taken for the whole wait (status ABORTED).

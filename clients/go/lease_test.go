@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func freePort(t *testing.T) int {
@@ -61,7 +62,7 @@ func start(t *testing.T) (*grpc.ClientConn, int) {
 		t.Fatalf("server did not start: %q %v", line, err)
 	}
 	addr := strings.TrimSpace(strings.TrimPrefix(line, "leasehold: listening on "))
-	conn, err := grpc.Dial(addr, grpc.WithInsecure())
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
