@@ -10,12 +10,14 @@ ensure_python_venv
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
 
-# Python client: stubs generated from proto/ now (never committed), tested against the binary
-# that cargo test just built.
+# Python client: a wheel built from clients/python (its stubs generated from proto/ at build time),
+# installed in a venv, and tested against the binary that cargo test just built.
 venv=target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check grpcio grpcio-tools pytest
-PATH="$PWD/$venv/bin:$PATH" clients/python/generate.sh
+"$venv/bin/pip" install -q --disable-pip-version-check pytest
+rm -rf target/py-wheels
+"$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w target/py-wheels ./clients/python
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall target/py-wheels/leasehold_client-*.whl
 LEASEHOLD_BIN="$PWD/target/debug/leasehold" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
 
 # Go client: current grpc-go from the Go module proxy (Go 1.24 or newer), stubs generated now,

@@ -1,4 +1,4 @@
-"""Hold a Leasehold lock from Python.
+"""Hold a Leasehold lock, or run for leader, from Python.
 
     from leasehold_client import lease
 
@@ -10,43 +10,61 @@
 The lock is released when the block ends. ``held.lost`` is set when the server says the lease is
 lost, when the stream breaks, or when the server has been silent past the validity it last
 confirmed (so a frozen server cannot keep you believing you hold the lock).
+
+Elections: ``campaign`` (a context manager: leave the block to step down), ``leader`` and
+``observe``. The same API for ``asyncio`` is in ``leasehold_client.aio``. Times are in seconds.
 """
+
+from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 from contextlib import contextmanager
+from typing import Iterator, NamedTuple, Optional
 
 import grpc
+from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-# The stubs are generated from proto/ by generate.sh; they import themselves as leasehold.v1.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "_gen"))
-from leasehold.v1 import lock_pb2 as pb  # noqa: E402
-from leasehold.v1 import lock_pb2_grpc as rpc  # noqa: E402
+__all__ = [
+    "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "lease", "campaign",
+    "leader", "observe",
+]
 
-__all__ = ["lease", "Lease", "NotAcquired", "pb", "rpc"]
-
+#: Where the server is, unless told: ``LEASEHOLD_SERVER`` (as the CLI reads it) or the default.
 DEFAULT_SERVER = os.environ.get("LEASEHOLD_SERVER", "127.0.0.1:50051").removeprefix("http://")
+
+_SILENT = "no renewal confirmed before the lease ran out (server silent)"
 
 
 class NotAcquired(Exception):
     """The lock stayed taken for the whole wait (gRPC status ABORTED)."""
 
 
+class Leader(NamedTuple):
+    """An election's leader: its term (larger for every new leader) and published value."""
+
+    term: int
+    value: bytes
+
+
+def _millis(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
 class Lease:
     """A held lock. Use ``lease(...)`` rather than building one by hand."""
 
-    def __init__(self, stub, name, ttl, wait, holder, fair):
+    def __init__(self, stub: lock_pb2_grpc.LockServiceStub, name: str, ttl: float, wait: float,
+                 holder: str, fair: bool):
         self.name = name
         self.lost = threading.Event()
-        self.lost_reason = None
+        self.lost_reason: Optional[str] = None
         self._released = threading.Event()
         self._was_held = False
-        self._outbox = queue.Queue()
-        self._outbox.put(pb.LeaseRequest(acquire=pb.LeaseAcquire(
-            name=name, ttl_ms=int(ttl * 1000), wait_ms=int(wait * 1000), holder=holder,
-            fair=fair)))
+        self._outbox: queue.Queue = queue.Queue()
+        self._outbox.put(lock_pb2.LeaseRequest(acquire=lock_pb2.LeaseAcquire(
+            name=name, ttl_ms=_millis(ttl), wait_ms=_millis(wait), holder=holder, fair=fair)))
         self._events = stub.Lease(iter(self._outbox.get, None))
         try:
             for event in self._events:
@@ -58,29 +76,27 @@ class Lease:
             if error.code() == grpc.StatusCode.ABORTED:
                 raise NotAcquired(error.details()) from None
             raise
-        self.fencing_token = event.acquired.fencing_token
-        self.token = event.acquired.token
-        self._timer = None
+        self.fencing_token: int = event.acquired.fencing_token
+        self.token: str = event.acquired.token
+        self._timer: Optional[threading.Timer] = None
         self._arm(event.acquired.valid_for_ms)
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
 
-    def _arm(self, valid_for_ms):
+    def _arm(self, valid_for_ms: int) -> None:
         """Declares the lease lost if nothing confirms it within valid_for_ms."""
         if self._timer:
             self._timer.cancel()
-        self._timer = threading.Timer(
-            valid_for_ms / 1000, self._lose,
-            args=("no renewal confirmed before the lease ran out (server silent)",))
+        self._timer = threading.Timer(valid_for_ms / 1000, self._lose, args=(_SILENT,))
         self._timer.daemon = True
         self._timer.start()
 
-    def _lose(self, reason):
+    def _lose(self, reason: str) -> None:
         if not self._released.is_set() and not self.lost.is_set():
             self.lost_reason = reason
             self.lost.set()
 
-    def _watch(self):
+    def _watch(self) -> None:
         try:
             for event in self._events:
                 kind = event.WhichOneof("event")
@@ -100,29 +116,142 @@ class Lease:
                 self._timer.cancel()
             self._released.set()
 
-    def release(self, timeout=10.0):
+    def release(self, timeout: float = 10.0) -> bool:
         """Releases the lock; returns True if it was still held."""
-        self._outbox.put(pb.LeaseRequest(release=pb.LeaseRelease()))
+        self._outbox.put(lock_pb2.LeaseRequest(release=lock_pb2.LeaseRelease()))
         self._outbox.put(None)  # half-close
         self._released.wait(timeout)
         return self._was_held and not self.lost.is_set()
 
 
 @contextmanager
-def lease(name, *, server=DEFAULT_SERVER, ttl=30.0, wait=0.0, holder="", fair=True,
-          channel=None):
-    """Holds lock ``name`` for the ``with`` block. Times are in seconds.
+def _channel(server: str, channel: Optional[grpc.Channel]) -> Iterator[grpc.Channel]:
+    """The caller's channel, or one of our own for the block."""
+    if channel is not None:
+        yield channel
+        return
+    own = grpc.insecure_channel(server)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+@contextmanager
+def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: float = 0.0,
+          holder: str = "", fair: bool = True,
+          channel: Optional[grpc.Channel] = None) -> Iterator[Lease]:
+    """Holds lock ``name`` for the ``with`` block.
 
     Raises NotAcquired if the lock stays taken for ``wait`` seconds (0: fail at once).
     """
-    own_channel = channel is None
-    channel = channel or grpc.insecure_channel(server)
-    try:
-        held = Lease(rpc.LockServiceStub(channel), name, ttl, wait, holder, fair)
+    with _channel(server, channel) as chan:
+        held = Lease(lock_pb2_grpc.LockServiceStub(chan), name, ttl, wait, holder, fair)
         try:
             yield held
         finally:
             held.release()
-    finally:
-        if own_channel:
-            channel.close()
+
+
+class Candidate:
+    """One candidacy, held by one Campaign stream. Use ``campaign(...)``."""
+
+    def __init__(self, stub: election_pb2_grpc.ElectionServiceStub, election: str, value: bytes,
+                 ttl: float):
+        self.election = election
+        self._outbox: queue.Queue = queue.Queue()
+        self._outbox.put(election_pb2.CampaignRequest(start=election_pb2.CampaignStart(
+            election=election, value=value, ttl_ms=_millis(ttl))))
+        self._events = stub.Campaign(iter(self._outbox.get, None))
+        self._closed = False
+
+    def _next(self) -> election_pb2.CampaignResponse:
+        event = next(self._events, None)
+        if event is None:
+            raise RuntimeError(f"election {self.election!r}: the campaign stream ended")
+        return event
+
+    def elected(self) -> int:
+        """Waits in line until this candidate leads; returns its term."""
+        event = self._next()
+        if not event.HasField("elected"):
+            raise RuntimeError(f"expected elected, got {event}")
+        return event.elected.term
+
+    def proclaim(self, value: bytes) -> None:
+        """Publishes a new value while leading."""
+        self._outbox.put(election_pb2.CampaignRequest(proclaim=election_pb2.Proclaim(value=value)))
+        event = self._next()
+        if event.HasField("lost"):
+            raise RuntimeError(f"leadership lost: {event.lost.reason}")
+        if not event.HasField("proclaimed"):
+            raise RuntimeError(f"expected proclaimed, got {event}")
+
+    def lost(self) -> str:
+        """Waits until the leadership is lost; returns the reason. Only while leading."""
+        try:
+            while True:
+                event = self._next()
+                if event.HasField("lost"):
+                    return event.lost.reason
+        except (grpc.RpcError, RuntimeError) as error:
+            return str(error)
+
+    def resign(self) -> bool:
+        """Steps down (or leaves the line); True if this candidate was leading."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._outbox.put(election_pb2.CampaignRequest(resign=election_pb2.Resign()))
+        self._outbox.put(None)
+        try:
+            for event in self._events:
+                if event.HasField("resigned"):
+                    return event.resigned.was_leader
+                if event.HasField("lost"):
+                    return False
+        except grpc.RpcError:
+            pass
+        return False
+
+
+@contextmanager
+def campaign(election: str, value: bytes, *, server: str = DEFAULT_SERVER, ttl: float = 5.0,
+             channel: Optional[grpc.Channel] = None) -> Iterator[Candidate]:
+    """Runs for leader of ``election`` for the ``with`` block; call ``elected()`` to wait.
+
+    ``ttl`` bounds how long the election stays leaderless if this process's server dies while
+    it leads. Leaving the block steps down.
+    """
+    with _channel(server, channel) as chan:
+        candidate = Candidate(election_pb2_grpc.ElectionServiceStub(chan), election, value, ttl)
+        try:
+            yield candidate
+        finally:
+            candidate.resign()
+
+
+def _leader(has_leader: bool, term: int, value: bytes) -> Optional[Leader]:
+    return Leader(term, value) if has_leader else None
+
+
+def leader(election: str, *, server: str = DEFAULT_SERVER,
+           channel: Optional[grpc.Channel] = None) -> Optional[Leader]:
+    """The leader of ``election`` now, or None."""
+    with _channel(server, channel) as chan:
+        answer = election_pb2_grpc.ElectionServiceStub(chan).Leader(
+            election_pb2.LeaderRequest(election=election))
+        return _leader(answer.has_leader, answer.term, answer.value)
+
+
+def observe(election: str, *, server: str = DEFAULT_SERVER,
+            channel: Optional[grpc.Channel] = None) -> Iterator[Optional[Leader]]:
+    """Yields the leader of ``election`` now (None for none), then every change, in order."""
+    with _channel(server, channel) as chan:
+        states = election_pb2_grpc.ElectionServiceStub(chan).Observe(
+            election_pb2.ObserveRequest(election=election))
+        try:
+            for state in states:
+                yield _leader(state.has_leader, state.term, state.value)
+        finally:
+            states.cancel()

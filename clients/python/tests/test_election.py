@@ -59,3 +59,25 @@ def test_three_instances_agree_on_one_leader_and_hand_over(server):
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_sync_election_helpers_hand_over_in_order(server):
+    from leasehold_client import Leader, campaign, leader, observe
+
+    changes = observe("sync-vote", server=server)
+    assert next(changes) is None
+    with campaign("sync-vote", b"a", server=server, ttl=2) as a:
+        term_a = a.elected()
+        assert leader("sync-vote", server=server) == Leader(term_a, b"a")
+        assert next(changes) == Leader(term_a, b"a")
+        with campaign("sync-vote", b"b", server=server, ttl=2) as b:
+            a.proclaim(b"a2")
+            assert next(changes) == Leader(term_a, b"a2")
+            assert a.resign()
+            term_b = b.elected()
+            assert term_b > term_a
+            seen = next(changes)
+            if seen is None:  # the moment between a's resignation and b's election
+                seen = next(changes)
+            assert seen == Leader(term_b, b"b")
+    changes.close()

@@ -1,0 +1,59 @@
+"""The asyncio client (leasehold_client.aio) against a real leasehold server and redis-server."""
+
+import asyncio
+import subprocess
+
+import pytest
+
+from leasehold_client import Leader, NotAcquired, aio
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_async_lease_holds_refuses_a_second_holder_and_releases(server, redis_port):
+    async def scenario():
+        async with aio.lease("job", server=server, ttl=5, holder="py-aio") as held:
+            assert held.fencing_token > 0
+            assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+            with pytest.raises(NotAcquired, match="py-aio"):
+                async with aio.lease("job", server=server):
+                    pass
+        assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_async_lost_is_set_when_the_lock_is_taken_away(server, redis_port):
+    async def scenario():
+        async with aio.lease("job", server=server, ttl=0.3) as held:
+            redis_cli(redis_port, "DEL", "leasehold:{job}:lock")
+            await asyncio.wait_for(held.lost.wait(), 5)
+            assert "deleted or taken" in held.lost_reason
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_async_election_hands_over_and_observers_follow(server):
+    async def scenario():
+        changes = aio.observe("vote", server=server)
+        assert await changes.__anext__() is None
+        async with aio.campaign("vote", b"a", server=server, ttl=2) as a:
+            term_a = await a.elected()
+            assert await aio.leader("vote", server=server) == Leader(term_a, b"a")
+            assert await changes.__anext__() == Leader(term_a, b"a")
+            async with aio.campaign("vote", b"b", server=server, ttl=2) as b:
+                await a.proclaim(b"a2")
+                assert await changes.__anext__() == Leader(term_a, b"a2")
+                assert await a.resign()
+                term_b = await b.elected()
+                assert term_b > term_a
+                seen = await changes.__anext__()
+                if seen is None:  # the moment between a's resignation and b's election
+                    seen = await changes.__anext__()
+                assert seen == Leader(term_b, b"b")
+        await changes.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
