@@ -1,4 +1,5 @@
-# Shared by scripts/test.sh and scripts/serve.sh: get redis-server (and Python) onto a fresh Debian machine.
+# Shared by scripts/test.sh and scripts/serve.sh: get redis-server (and Python, Java, Maven) onto a
+# fresh Debian machine.
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -37,5 +38,13 @@ ensure_python_venv() {
     echo "python3 with venv is missing: installing it with apt-get" >&2
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+}
+
+ensure_java_maven_installed() {
+  if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+    echo "Java or Maven is missing: installing them with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless maven >/dev/null
   fi
 }

@@ -1,0 +1,147 @@
+package dev.leasehold;
+
+import com.google.protobuf.ByteString;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.Status;
+import io.grpc.stub.StreamObserver;
+import java.time.Duration;
+import java.util.Optional;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+import leasehold.v1.Election.LeaderRequest;
+import leasehold.v1.Election.LeaderResponse;
+import leasehold.v1.Election.ObserveRequest;
+import leasehold.v1.Election.ObserveResponse;
+import leasehold.v1.ElectionServiceGrpc;
+import leasehold.v1.Lock.LeaseAcquire;
+import leasehold.v1.LockServiceGrpc;
+
+/**
+ * A connection to a Leasehold server.
+ *
+ * <pre>{@code
+ * try (LeaseholdClient client = LeaseholdClient.connect("127.0.0.1:50051");
+ *      Lease lease = client.lease("nightly-report").ttl(Duration.ofSeconds(10))
+ *          .waitUpTo(Duration.ofSeconds(30)).acquire()) {
+ *   lease.lost().thenAccept(reason -> stopWork(reason));
+ *   doWork(lease.fencingToken());
+ * } // released here
+ * }</pre>
+ */
+public final class LeaseholdClient implements AutoCloseable {
+  private final ManagedChannel channel;
+  private final ScheduledExecutorService clock;
+
+  private LeaseholdClient(ManagedChannel channel) {
+    this.channel = channel;
+    this.clock = Executors.newSingleThreadScheduledExecutor(task -> {
+      Thread thread = new Thread(task, "leasehold-lease-clock");
+      thread.setDaemon(true);
+      return thread;
+    });
+  }
+
+  /** Connects in plaintext to {@code target}, e.g. {@code 127.0.0.1:50051}. */
+  public static LeaseholdClient connect(String target) {
+    return new LeaseholdClient(ManagedChannelBuilder.forTarget(target).usePlaintext().build());
+  }
+
+  /** Starts building a lease on lock {@code name}. */
+  public LeaseBuilder lease(String name) {
+    return new LeaseBuilder(name);
+  }
+
+  /** Joins {@code election} as a candidate publishing {@code value}; returns at once. */
+  public Candidate campaign(String election, byte[] value, Duration ttl) {
+    return new Candidate(ElectionServiceGrpc.newStub(channel), election, value, ttl);
+  }
+
+  /** The leader of {@code election} now, if any. */
+  public Optional<Leader> leader(String election) {
+    LeaderResponse answer = ElectionServiceGrpc.newBlockingStub(channel)
+        .leader(LeaderRequest.newBuilder().setElection(election).build());
+    return answer.getHasLeader()
+        ? Optional.of(new Leader(answer.getTerm(), answer.getValue().toByteArray()))
+        : Optional.empty();
+  }
+
+  /**
+   * Follows {@code election}: {@code listener} hears the leader now (empty for none), then every
+   * change in the order they happened, until the returned handle is closed.
+   */
+  public AutoCloseable observe(String election, Consumer<Optional<Leader>> listener) {
+    var context = io.grpc.Context.current().withCancellation();
+    context.run(() -> ElectionServiceGrpc.newStub(channel).observe(
+        ObserveRequest.newBuilder().setElection(election).build(),
+        new StreamObserver<ObserveResponse>() {
+          @Override
+          public void onNext(ObserveResponse state) {
+            listener.accept(state.getHasLeader()
+                ? Optional.of(new Leader(state.getTerm(), state.getValue().toByteArray()))
+                : Optional.empty());
+          }
+
+          @Override
+          public void onError(Throwable error) {
+            if (Status.fromThrowable(error).getCode() != Status.Code.CANCELLED) {
+              listener.accept(Optional.empty());
+            }
+          }
+
+          @Override
+          public void onCompleted() {}
+        }));
+    return () -> context.cancel(null);
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    clock.shutdownNow();
+    channel.shutdown().awaitTermination(10, TimeUnit.SECONDS);
+  }
+
+  /** Options of one lease; finish with {@link #acquire()}. */
+  public final class LeaseBuilder {
+    private final LeaseAcquire.Builder request;
+
+    private LeaseBuilder(String name) {
+      request = LeaseAcquire.newBuilder().setName(name).setTtlMs(30_000);
+    }
+
+    /** How long the lock outlives this process if it dies with its server (default 30 s). */
+    public LeaseBuilder ttl(Duration ttl) {
+      request.setTtlMs((int) Lease.positive(ttl, "ttl").toMillis());
+      return this;
+    }
+
+    /** How long to wait for a taken lock (default: fail at once). */
+    public LeaseBuilder waitUpTo(Duration wait) {
+      request.setWaitMs((int) Lease.positive(wait, "wait").toMillis());
+      return this;
+    }
+
+    /** How others see this holder. */
+    public LeaseBuilder holder(String holder) {
+      request.setHolder(holder);
+      return this;
+    }
+
+    /** Wait in line (the default) or race for the lock whenever it frees. */
+    public LeaseBuilder fair(boolean fair) {
+      request.setFair(fair);
+      return this;
+    }
+
+    /** Takes the lock, waiting as configured. */
+    public Lease acquire() throws NotAcquiredException {
+      return new Lease(LockServiceGrpc.newStub(channel), clock, request.build());
+    }
+  }
+
+  static ByteString bytes(byte[] value) {
+    return ByteString.copyFrom(value);
+  }
+}
