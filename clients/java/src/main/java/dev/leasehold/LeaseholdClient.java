@@ -1,6 +1,5 @@
 package dev.leasehold;
 
-import com.google.protobuf.ByteString;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
@@ -70,9 +69,16 @@ public final class LeaseholdClient implements AutoCloseable {
 
   /**
    * Follows {@code election}: {@code listener} hears the leader now (empty for none), then every
-   * change in the order they happened, until the returned handle is closed.
+   * change in the order they happened, until the returned handle is closed. If the stream fails,
+   * {@code onFailure} hears why and nothing more is heard.
    */
   public AutoCloseable observe(String election, Consumer<Optional<Leader>> listener) {
+    return observe(election, listener, failure -> {});
+  }
+
+  /** As {@link #observe(String, Consumer)}, hearing a failed stream too. */
+  public AutoCloseable observe(
+      String election, Consumer<Optional<Leader>> listener, Consumer<Status> onFailure) {
     var context = io.grpc.Context.current().withCancellation();
     context.run(() -> ElectionServiceGrpc.newStub(channel).observe(
         ObserveRequest.newBuilder().setElection(election).build(),
@@ -86,8 +92,9 @@ public final class LeaseholdClient implements AutoCloseable {
 
           @Override
           public void onError(Throwable error) {
-            if (Status.fromThrowable(error).getCode() != Status.Code.CANCELLED) {
-              listener.accept(Optional.empty());
+            Status status = Status.fromThrowable(error);
+            if (status.getCode() != Status.Code.CANCELLED) {
+              onFailure.accept(status);
             }
           }
 
@@ -139,9 +146,5 @@ public final class LeaseholdClient implements AutoCloseable {
     public Lease acquire() throws NotAcquiredException {
       return new Lease(LockServiceGrpc.newStub(channel), clock, request.build());
     }
-  }
-
-  static ByteString bytes(byte[] value) {
-    return ByteString.copyFrom(value);
   }
 }
