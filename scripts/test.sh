@@ -7,6 +7,10 @@ source scripts/redis.sh
 ensure_redis_server_installed
 ensure_python_venv
 
+# Every client has a test for every conformance scenario (clients/conformance/scenarios.txt);
+# each client's suite below runs them.
+scripts/conformance.sh
+
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
 

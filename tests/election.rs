@@ -60,22 +60,6 @@ async fn observe_until(
     seen
 }
 
-/// Polls the line's length (a Redis sorted set; no event tells when a remote waiter joins).
-async fn wait_for_line(direct: &fred::prelude::Client, line: &str, length: i64) {
-    within(EVENT_TIMEOUT, "candidates in line", async {
-        loop {
-            let waiting: i64 = fred::prelude::SortedSetsInterface::zcard(direct, line)
-                .await
-                .unwrap();
-            if waiting == length {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both_servers() {
     let redis = RedisServer::start();

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,12 @@ func redisCli(port int, args ...string) string {
 
 // start runs a redis-server and a leasehold server of the test's own; both stop at cleanup.
 func start(t *testing.T) (*grpc.ClientConn, int) {
+	conn, port, _ := startServer(t)
+	return conn, port
+}
+
+// startServer is start, also returning the leasehold server's process (to freeze it).
+func startServer(t *testing.T) (*grpc.ClientConn, int, *os.Process) {
 	port := freePort(t)
 	redis := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
@@ -56,7 +63,7 @@ func start(t *testing.T) (*grpc.ClientConn, int) {
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	t.Cleanup(func() { server.Process.Signal(syscall.SIGCONT); server.Process.Kill(); server.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "leasehold: listening on ") {
 		t.Fatalf("server did not start: %q %v", line, err)
@@ -67,7 +74,7 @@ func start(t *testing.T) (*grpc.ClientConn, int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, port
+	return conn, port, server.Process
 }
 
 func TestLeaseHoldsExcludesAndReleases(t *testing.T) {

@@ -497,3 +497,21 @@ pub fn unary_acquire(
         fair: None,
     }
 }
+
+/// Polls the line's length (a Redis sorted set; no event tells when a remote waiter joins).
+/// Waits (bounded) until the sorted set `line` (a lock's or an election's line of waiters)
+/// holds `length` waiters.
+pub async fn wait_for_line(direct: &fred::prelude::Client, line: &str, length: i64) {
+    within(EVENT_TIMEOUT, "candidates in line", async {
+        loop {
+            let waiting: i64 = fred::prelude::SortedSetsInterface::zcard(direct, line)
+                .await
+                .unwrap();
+            if waiting == length {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}

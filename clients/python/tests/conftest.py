@@ -1,6 +1,7 @@
 """Fixtures shared by the Python tests: a real redis-server and leasehold server per test."""
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -34,12 +35,20 @@ def redis_port(tmp_path):
 
 
 @pytest.fixture
-def server(redis_port):
+def server_process(redis_port):
+    """The real binary on the test's Redis: its address and process id (to freeze it)."""
     proc = subprocess.Popen(
         [BINARY, "serve", "--listen", "127.0.0.1:0", "--redis", f"redis://127.0.0.1:{redis_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     assert line.startswith("leasehold: listening on "), line
-    yield line.split()[-1]
+    yield line.split()[-1], proc.pid
+    proc.send_signal(signal.SIGCONT)
     proc.terminate()
     proc.wait(timeout=15)
+
+
+@pytest.fixture
+def server(server_process):
+    """The real binary's address."""
+    return server_process[0]

@@ -54,8 +54,29 @@ final class Servers implements AutoCloseable {
     return out;
   }
 
+  /** Sends {@code signal} (STOP, CONT) to the leasehold server, as {@code kill -SIGNAL}. */
+  void signalServer(String signal) throws IOException, InterruptedException {
+    new ProcessBuilder("kill", "-" + signal, "" + server.pid()).start().waitFor();
+  }
+
+  /** Waits (bounded) until the sorted set {@code line} holds {@code length} waiters. */
+  void waitForLine(String line, int length) throws IOException, InterruptedException {
+    Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+    while (!redisCli("ZCARD", line).equals("" + length)) {
+      if (Instant.now().isAfter(deadline)) {
+        throw new IllegalStateException(line + " never had " + length + " waiters");
+      }
+      Thread.sleep(5);
+    }
+  }
+
   @Override
   public void close() {
+    try {
+      signalServer("CONT");
+    } catch (IOException | InterruptedException e) {
+      // Killed below either way.
+    }
     server.destroyForcibly();
     redis.destroyForcibly();
   }

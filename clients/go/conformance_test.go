@@ -1,0 +1,185 @@
+package leasehold
+
+// The conformance scenarios (clients/conformance/scenarios.txt) for the Go client, against the
+// real binary and a real redis-server: the Rust, Python and Java clients run the same list.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const lockKey = "leasehold:{job}:lock"
+
+func waitForLine(t *testing.T, port int, line string, length string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for redisCli(port, "ZCARD", line) != length {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never had %s waiters", line, length)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConformance_acquire_release(t *testing.T) {
+	conn, port := start(t)
+	lease, err := Acquire(context.Background(), conn, "job", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := redisCli(port, "GET", lockKey); got != lease.Token {
+		t.Fatalf("lock key holds %q", got)
+	}
+	if held, err := lease.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if got := redisCli(port, "EXISTS", lockKey); got != "0" {
+		t.Fatal("lock key still there after release")
+	}
+}
+
+func TestConformance_fail_fast_names_holder(t *testing.T) {
+	conn, _ := start(t)
+	lease, err := Acquire(context.Background(), conn, "job", Options{Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	_, err = Acquire(context.Background(), conn, "job", Options{})
+	if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "holder-a") {
+		t.Fatalf("second acquire: %v", err)
+	}
+}
+
+func TestConformance_wait_then_handoff(t *testing.T) {
+	conn, port := start(t)
+	first, err := Acquire(context.Background(), conn, "job", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		lease, err := Acquire(context.Background(), conn, "job", Options{Wait: 10 * time.Second})
+		if err != nil {
+			failed <- err
+			return
+		}
+		got <- lease
+	}()
+	waitForLine(t, port, "leasehold:{job}:line", "1")
+	if held, err := first.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	select {
+	case second := <-got:
+		defer second.Release()
+		if second.FencingToken <= first.FencingToken {
+			t.Fatalf("tokens %d then %d", first.FencingToken, second.FencingToken)
+		}
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no hand-off")
+	}
+}
+
+func TestConformance_fencing_tokens_grow(t *testing.T) {
+	conn, _ := start(t)
+	var last uint64
+	for i := 0; i < 5; i++ {
+		lease, err := Acquire(context.Background(), conn, "job", Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.FencingToken <= last {
+			t.Fatalf("token %d after %d", lease.FencingToken, last)
+		}
+		last = lease.FencingToken
+		if _, err := lease.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestConformance_lost_when_key_deleted(t *testing.T) {
+	conn, port := start(t)
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisCli(port, "DEL", lockKey)
+	select {
+	case <-lease.Lost():
+		if !strings.Contains(lease.LostReason(), "deleted or taken") {
+			t.Fatalf("reason: %s", lease.LostReason())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost() never closed")
+	}
+}
+
+func TestConformance_lost_by_client_clock(t *testing.T) {
+	conn, _, server := startServer(t)
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Signal(syscall.SIGCONT)
+	select {
+	case <-lease.Lost():
+		if !strings.Contains(lease.LostReason(), "server silent") {
+			t.Fatalf("reason: %s", lease.LostReason())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost() never closed while the server was frozen")
+	}
+}
+
+func TestConformance_bad_input_refused(t *testing.T) {
+	conn, _ := start(t)
+	_, err := Acquire(context.Background(), conn, "", Options{})
+	if status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(status.Convert(err).Message(), "lock name is empty") {
+		t.Fatalf("empty name: %v", err)
+	}
+}
+
+func TestConformance_election_handover(t *testing.T) {
+	conn, port := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := Campaign(ctx, conn, "vote", []byte("a"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	termA, err := a.Elected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Campaign(ctx, conn, "vote", []byte("b"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLine(t, port, "leasehold:election:{vote}:line", "1")
+	if wasLeader, err := a.Resign(); err != nil || !wasLeader {
+		t.Fatalf("resign: %v %v", wasLeader, err)
+	}
+	termB, err := b.Elected()
+	if err != nil || termB <= termA {
+		t.Fatalf("b elected: term %d after %d, %v", termB, termA, err)
+	}
+	leader, err := CurrentLeader(ctx, conn, "vote")
+	if err != nil || leader == nil || leader.Term != termB || string(leader.Value) != "b" {
+		t.Fatalf("leader: %+v %v", leader, err)
+	}
+}

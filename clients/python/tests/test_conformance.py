@@ -1,0 +1,101 @@
+"""The conformance scenarios (clients/conformance/scenarios.txt) for the Python client, against
+the real binary and a real redis-server: the Rust, Go and Java clients run the same list."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+
+from leasehold_client import Leader, NotAcquired, campaign, lease, leader
+
+LOCK_KEY = "leasehold:{job}:lock"
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def wait_for_line(port, line, length):
+    deadline = time.monotonic() + 10
+    while redis_cli(port, "ZCARD", line) != str(length):
+        assert time.monotonic() < deadline, f"{line} never had {length} waiters"
+        time.sleep(0.005)
+
+
+def test_conformance_acquire_release(server, redis_port):
+    with lease("job", server=server) as held:
+        assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+    assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
+
+
+def test_conformance_fail_fast_names_holder(server):
+    with lease("job", server=server, holder="holder-a"):
+        with pytest.raises(NotAcquired, match="holder-a"):
+            with lease("job", server=server):
+                pass
+
+
+def test_conformance_wait_then_handoff(server, redis_port):
+    tokens = []
+    with lease("job", server=server) as first:
+        tokens.append(first.fencing_token)
+
+        def waiter():
+            with lease("job", server=server, wait=10) as second:
+                tokens.append(second.fencing_token)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        wait_for_line(redis_port, "leasehold:{job}:line", 1)
+    thread.join(timeout=10)
+    assert len(tokens) == 2 and tokens[1] > tokens[0], tokens
+
+
+def test_conformance_fencing_tokens_grow(server):
+    last = 0
+    for _ in range(5):
+        with lease("job", server=server) as held:
+            assert held.fencing_token > last
+            last = held.fencing_token
+
+
+def test_conformance_lost_when_key_deleted(server, redis_port):
+    with lease("job", server=server, ttl=0.3) as held:
+        redis_cli(redis_port, "DEL", LOCK_KEY)
+        assert held.lost.wait(10), "lost was never set"
+        assert "deleted or taken" in held.lost_reason
+
+
+def test_conformance_lost_by_client_clock(server_process):
+    address, pid = server_process
+    with lease("job", server=address, ttl=0.5) as held:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert held.lost.wait(10), "lost was never set while the server was frozen"
+            assert "server silent" in held.lost_reason
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_conformance_bad_input_refused(server):
+    with pytest.raises(grpc.RpcError) as refused:
+        with lease("", server=server):
+            pass
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "lock name is empty" in refused.value.details()
+
+
+def test_conformance_election_handover(server, redis_port):
+    with campaign("vote", b"a", server=server, ttl=2) as a:
+        term_a = a.elected()
+        with campaign("vote", b"b", server=server, ttl=2) as b:
+            wait_for_line(redis_port, "leasehold:election:{vote}:line", 1)
+            assert a.resign()
+            term_b = b.elected()
+            assert term_b > term_a
+            assert leader("vote", server=server) == Leader(term_b, b"b")
