@@ -1,13 +1,11 @@
-//! The Rust client's guard against a real server and Redis.
+//! The Rust client's guard against a real server and Redis (losing it: tests/conformance.rs).
 
 mod support;
 
 use std::time::Duration;
 
-use fred::prelude::KeysInterface;
 use leasehold::client::{Client, ClientError};
 use support::*;
-use tokio::time::Instant;
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,46 +63,4 @@ async fn dropping_the_guard_releases() {
         .await
         .unwrap();
     assert!(again.fencing_token() > first);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_fires_when_the_server_reports_the_lock_gone() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let direct = redis.client().await;
-    let client = Client::connect(server.url()).await.unwrap();
-
-    let guard = client
-        .lease("job")
-        .ttl(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
-    let _: i64 = direct.del(lock_key("job")).await.unwrap();
-    let reason = tokio::time::timeout(EVENT_TIMEOUT, guard.lost())
-        .await
-        .unwrap();
-    assert!(reason.contains("deleted or taken"), "{reason}");
-    assert!(guard.is_lost());
-    assert!(!guard.release().await.unwrap());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_fires_by_the_clients_own_clock_when_the_server_freezes() {
-    let redis = RedisServer::start();
-    let server = ServerProcess::start(&redis, &[]);
-    let client = Client::connect(server.url()).await.unwrap();
-
-    let ttl = Duration::from_millis(600);
-    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
-    signal(server.pid(), "STOP");
-    let frozen_at = Instant::now();
-    let reason = tokio::time::timeout(EVENT_TIMEOUT, guard.lost())
-        .await
-        .unwrap();
-    let after = frozen_at.elapsed();
-    assert!(reason.contains("server silent"), "{reason}");
-    // The guard gives up no later than one TTL after the freeze.
-    assert!(after <= ttl, "lost() fired {after:?} after the freeze");
-    signal(server.pid(), "CONT");
 }

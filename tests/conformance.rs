@@ -8,6 +8,7 @@ use std::time::Duration;
 use fred::prelude::KeysInterface;
 use leasehold::client::{Client, ClientError};
 use support::*;
+use tokio::time::Instant;
 use tonic::Code;
 
 /// A redis-server, the real binary on it, a client of that binary and a direct Redis client.
@@ -101,21 +102,23 @@ async fn conformance_lost_when_key_deleted() {
     let _: i64 = direct.del(lock_key("job")).await.unwrap();
     let reason = within(EVENT_TIMEOUT, "lost()", guard.lost()).await;
     assert!(reason.contains("deleted or taken"), "{reason}");
+    assert!(guard.is_lost());
+    assert!(!guard.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_by_client_clock() {
     let (_redis, server, client, _direct) = start().await;
-    let guard = client
-        .lease("job")
-        .ttl(Duration::from_millis(500))
-        .acquire()
-        .await
-        .unwrap();
+    let ttl = Duration::from_millis(600);
+    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
     signal(server.pid(), "STOP");
+    let frozen_at = Instant::now();
     let reason = within(EVENT_TIMEOUT, "lost()", guard.lost()).await;
+    let after = frozen_at.elapsed();
     signal(server.pid(), "CONT");
     assert!(reason.contains("server silent"), "{reason}");
+    // The guard gives up no later than one TTL after the freeze.
+    assert!(after <= ttl, "lost() fired {after:?} after the freeze");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
