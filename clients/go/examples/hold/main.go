@@ -1,0 +1,47 @@
+// Holds the lock "nightly-report" while it works, stopping if the lock is lost.
+// Run it against scripts/serve.sh: go run ./examples/hold (in clients/go).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	leasehold "github.com/leasehold/leasehold/clients/go"
+)
+
+func main() {
+	server := strings.TrimPrefix(os.Getenv("LEASEHOLD_SERVER"), "http://")
+	if server == "" {
+		server = "127.0.0.1:50051"
+	}
+	conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	lease, err := leasehold.Acquire(ctx, conn, "nightly-report",
+		leasehold.Options{TTL: 10 * time.Second, Wait: 30 * time.Second, Holder: "report@host-a"})
+	if errors.Is(err, leasehold.ErrNotAcquired) {
+		log.Fatal("still taken after 30s: ", err)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding nightly-report, fencing token", lease.FencingToken)
+	select {
+	case <-lease.Lost():
+		fmt.Println("lost the lock:", lease.LostReason())
+	case <-time.After(500 * time.Millisecond):
+		fmt.Println("work done")
+	}
+	held, err := lease.Release()
+	fmt.Println("released:", held, err)
+}
