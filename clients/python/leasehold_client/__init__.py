@@ -21,7 +21,7 @@ import os
 import queue
 import threading
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import grpc
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
@@ -52,7 +52,41 @@ def _millis(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-class Lease:
+class _LeaseState:
+    """What a held lease knows of itself, whichever concurrency model reads its stream: whether
+    it is lost (and why) and whether it was released. ``lost`` and ``_released`` are threading or
+    asyncio events; ``_arm`` is the model's own timer."""
+
+    lost: Any
+    lost_reason: Optional[str]
+    _released: Any
+    _was_held: bool
+
+    def _arm(self, valid_for_ms: int) -> None:
+        raise NotImplementedError
+
+    def _lose(self, reason: str) -> None:
+        if not self._released.is_set() and not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+    def _hear(self, event: lock_pb2.LeaseResponse) -> bool:
+        """Applies one event of the server's; True once the lease is released."""
+        kind = event.WhichOneof("event")
+        if kind == "extended":
+            self._arm(event.extended.valid_for_ms)
+        elif kind == "lost":
+            self._lose(event.lost.reason)
+        elif kind == "released":
+            self._was_held = event.released.was_held
+            return True
+        return False
+
+    def _stream_failed(self, error: grpc.RpcError) -> None:
+        self._lose(f"lease stream failed: {error.code().name} {error.details()}")
+
+
+class Lease(_LeaseState):
     """A held lock. Use ``lease(...)`` rather than building one by hand."""
 
     def __init__(self, stub: lock_pb2_grpc.LockServiceStub, name: str, ttl: float, wait: float,
@@ -91,26 +125,15 @@ class Lease:
         self._timer.daemon = True
         self._timer.start()
 
-    def _lose(self, reason: str) -> None:
-        if not self._released.is_set() and not self.lost.is_set():
-            self.lost_reason = reason
-            self.lost.set()
-
     def _watch(self) -> None:
         try:
             for event in self._events:
-                kind = event.WhichOneof("event")
-                if kind == "extended":
-                    self._arm(event.extended.valid_for_ms)
-                elif kind == "lost":
-                    self._lose(event.lost.reason)
-                elif kind == "released":
-                    self._was_held = event.released.was_held
+                if self._hear(event):
                     self._released.set()
             if not self._released.is_set():
                 self._lose("the server ended the lease stream")
         except grpc.RpcError as error:
-            self._lose(f"lease stream failed: {error.code().name} {error.details()}")
+            self._stream_failed(error)
         finally:
             if self._timer:
                 self._timer.cancel()

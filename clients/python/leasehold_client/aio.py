@@ -21,12 +21,12 @@ import grpc
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-from . import _SILENT, DEFAULT_SERVER, Leader, NotAcquired, _leader, _millis
+from . import _SILENT, DEFAULT_SERVER, Leader, NotAcquired, _leader, _LeaseState, _millis
 
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe"]
 
 
-class AsyncLease:
+class AsyncLease(_LeaseState):
     """A held lock. Use ``lease(...)``."""
 
     def __init__(self, call: aio.StreamStreamCall, name: str):
@@ -66,11 +66,6 @@ class AsyncLease:
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(valid_for_ms / 1000, self._lose, _SILENT)
 
-    def _lose(self, reason: str) -> None:
-        if not self._released.is_set() and not self.lost.is_set():
-            self.lost_reason = reason
-            self.lost.set()
-
     async def _watch(self) -> None:
         try:
             while True:
@@ -78,16 +73,10 @@ class AsyncLease:
                 if event is aio.EOF:
                     self._lose("the server ended the lease stream")
                     return
-                kind = event.WhichOneof("event")
-                if kind == "extended":
-                    self._arm(event.extended.valid_for_ms)
-                elif kind == "lost":
-                    self._lose(event.lost.reason)
-                elif kind == "released":
-                    self._was_held = event.released.was_held
+                if self._hear(event):
                     return
         except aio.AioRpcError as error:
-            self._lose(f"lease stream failed: {error.code().name} {error.details()}")
+            self._stream_failed(error)
         finally:
             if self._timer:
                 self._timer.cancel()
