@@ -5,8 +5,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);
+    // The descriptor set serves gRPC reflection (grpcurl and friends need no .proto files).
+    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("leasehold.bin");
     // Small per-stream buffers: see src/pb/codec.rs.
     tonic_prost_build::configure()
+        .file_descriptor_set_path(descriptors)
         .codec_path("crate::pb::codec::SmallBufferCodec")
         .compile_with_config(
             config,

@@ -54,13 +54,37 @@ pub enum Error {
 
     /// One connection holds as many lease streams as it may.
     #[error(
-        "this connection already has {limit} open lease streams, the server's limit; close some or open another connection"
+        "this connection already has {limit} open lease streams, the server's limit (max-leases-per-connection); close some or open another connection"
     )]
     TooManyLeases { limit: usize },
 
     /// The server has as many waiters as it accepts.
-    #[error("this server already has {limit} waiters, its limit; retry later or with wait_ms = 0")]
+    #[error(
+        "this server already has {limit} waiters, its limit (max-waiters); retry later or with wait_ms = 0"
+    )]
     TooManyWaiters { limit: usize },
+
+    /// One lock has as many waiters on this server as it accepts.
+    #[error(
+        "this lock already has {limit} waiters on this server, its limit (max-waiters-per-lock); retry later or with wait_ms = 0"
+    )]
+    TooManyWaitersForLock { limit: usize },
+
+    /// The server holds as many leases as it may.
+    #[error(
+        "this server already has {limit} open lease streams, its limit (max-leases); retry later or on another replica"
+    )]
+    TooManyLeasesOnServer { limit: usize },
+
+    /// A request message above the configured size.
+    #[error(
+        "request message of {size} bytes is above the server's limit of {limit} bytes (max-message-bytes)"
+    )]
+    MessageTooLarge { size: usize, limit: usize },
+
+    /// The caller's grant does not cover this call.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 
     /// The gRPC server itself failed (not a request's error).
     #[error("gRPC server failed: {0}")]
@@ -94,9 +118,12 @@ impl From<Error> for tonic::Status {
                 tonic::Status::unavailable(message)
             }
             Error::BadReply { .. } | Error::Serve(_) => tonic::Status::internal(message),
-            Error::TooManyLeases { .. } | Error::TooManyWaiters { .. } => {
-                tonic::Status::resource_exhausted(message)
-            }
+            Error::TooManyLeases { .. }
+            | Error::TooManyWaiters { .. }
+            | Error::TooManyWaitersForLock { .. }
+            | Error::TooManyLeasesOnServer { .. }
+            | Error::MessageTooLarge { .. } => tonic::Status::resource_exhausted(message),
+            Error::PermissionDenied(_) => tonic::Status::permission_denied(message),
         }
     }
 }

@@ -10,14 +10,17 @@
 //! - [`store`]: Redis: the connection, one module per key space with its own Lua scripts.
 //!
 //! Beside them, for every layer: [`error`] (one error type, one mapping to gRPC statuses),
-//! [`tasks`] (every background task and the shutdown signal) and [`pb`] (the contract).
+//! [`tasks`] (every background task and the shutdown signal), [`metrics`] (Prometheus, per
+//! server), [`tls`] (TLS configurations from PEM files) and [`pb`] (the contract).
 //! [`client`] is the Rust SDK; it uses only [`pb`]. The `leasehold` binary's commands live in
 //! `src/cli/`, outside the library.
 
 pub mod client;
 pub mod error;
 pub mod lease;
+pub mod metrics;
 pub mod pb;
 pub mod server;
 pub mod store;
 pub mod tasks;
+pub mod tls;

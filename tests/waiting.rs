@@ -19,6 +19,7 @@ fn config(waiter_ttl: Duration, max_waiters: usize) -> ServerConfig {
         wait: WaitConfig {
             waiter_ttl,
             max_waiters,
+            ..WaitConfig::default()
         },
         ..fast_keepalive()
     }

@@ -1,17 +1,17 @@
-//! `leasehold status` and `leasehold release`: look at locks (named ones, or every held one),
-//! and let go of one by its token.
+//! `leasehold status`, `leasehold release` and `leasehold health`: look at locks (named ones, or
+//! every held one), let go of one by its token, and ask whether a server can serve.
 
 use std::process::ExitCode;
 
-use leasehold::client::Client;
+use leasehold::client::{Client, ConnectOptions};
 use leasehold::pb;
 
 use super::fail;
 
 /// `leasehold status [NAME...]`: who holds each named lock, or every held lock when none is
 /// named (at most the server's listing limit, with a note when there are more).
-pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode {
-    let client = match Client::connect(server).await {
+pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> ExitCode {
+    let client = match Client::connect_with(connect).await {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
@@ -75,8 +75,8 @@ pub async fn status(server: String, names: Vec<String>, json: bool) -> ExitCode 
 }
 
 /// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.
-pub async fn release(server: String, name: String, token: String) -> ExitCode {
-    let client = match Client::connect(server).await {
+pub async fn release(connect: ConnectOptions, name: String, token: String) -> ExitCode {
+    let client = match Client::connect_with(connect).await {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
@@ -85,6 +85,25 @@ pub async fn release(server: String, name: String, token: String) -> ExitCode {
         Ok(false) => {
             eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
             ExitCode::FAILURE
+        }
+        Err(error) => fail(error),
+    }
+}
+
+/// `leasehold health`: exit 0 if the server reports SERVING (Redis answers), 69 if not.
+pub async fn health(connect: ConnectOptions) -> ExitCode {
+    let client = match Client::connect_with(connect).await {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    match client.serving().await {
+        Ok(true) => {
+            println!("SERVING");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!("NOT_SERVING");
+            ExitCode::from(super::EXIT_UNAVAILABLE)
         }
         Err(error) => fail(error),
     }

@@ -8,6 +8,7 @@
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
+mod config;
 mod inspect;
 mod progress;
 mod run;
@@ -15,12 +16,15 @@ mod serve;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use leasehold::client::ClientError;
-use leasehold::server::admission::DEFAULT_MAX_LEASES_PER_CONNECTION;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use leasehold::client::{ClientError, ConnectOptions};
+use leasehold::server::MAX_REQUEST_BYTES;
+use leasehold::server::admission::{DEFAULT_MAX_LEASES, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use leasehold::store::connection::DEFAULT_MAX_IN_FLIGHT;
 use tonic::Code;
 
 /// The lock stayed taken for the whole wait (EX_TEMPFAIL).
@@ -102,6 +106,10 @@ interrupted.")]
   leasehold bench --server http://127.0.0.1:50051 --redis redis://127.0.0.1:6379
   leasehold bench --quick --json bench.json")]
     Bench(BenchArgs),
+    /// Ask a server whether it can serve (gRPC health): exit 0 if SERVING, 69 if not.
+    #[command(after_help = "Example (a container's HEALTHCHECK):
+  leasehold health --server http://127.0.0.1:50051")]
+    Health(HealthArgs),
     /// Release a lock by its token (taken with the unary Acquire call).
     #[command(after_help = "Example:
   leasehold release nightly-report 3f2a9c...")]
@@ -110,13 +118,47 @@ interrupted.")]
 
 #[derive(clap::Args)]
 struct ServerArg {
-    /// The Leasehold server.
+    /// The Leasehold server (https:// for TLS).
     #[arg(
         long,
         env = "LEASEHOLD_SERVER",
         default_value = "http://127.0.0.1:50051"
     )]
     server: String,
+    /// A file holding the bearer token to present (or set LEASEHOLD_TOKEN; never a flag, which
+    /// every user could read in the process list).
+    #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// CA (PEM) to trust for the server's certificate (https://).
+    #[arg(long, env = "LEASEHOLD_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; with --tls-key.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Client key (PEM) for mutual TLS; with --tls-cert.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl ServerArg {
+    /// How to connect: the address, TLS files read, and the token (file, else LEASEHOLD_TOKEN).
+    fn options(&self) -> Result<ConnectOptions, String> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|error| format!("cannot read {}: {error}", path.display()))
+        };
+        let token = match &self.token_file {
+            Some(path) => Some(String::from_utf8_lossy(&read(path)?).trim().to_owned()),
+            None => std::env::var("LEASEHOLD_TOKEN").ok(),
+        };
+        let mut options = ConnectOptions::new(&self.server).token(token);
+        if let Some(ca) = &self.tls_ca {
+            options = options.ca_pem(read(ca)?);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            options = options.identity_pem(read(cert)?, read(key)?);
+        }
+        Ok(options)
+    }
 }
 
 #[derive(clap::Args)]
@@ -183,6 +225,12 @@ struct BenchArgs {
 }
 
 #[derive(clap::Args)]
+struct HealthArgs {
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(clap::Args)]
 struct ReleaseArgs {
     #[command(flatten)]
     server: ServerArg,
@@ -192,62 +240,130 @@ struct ReleaseArgs {
     token: String,
 }
 
+/// `leasehold serve`'s options. Every one can also come from a `LEASEHOLD_*` variable and from
+/// the `--config` file (its key is the option's name, as `max-leases` or `max_leases`); a flag
+/// beats the variable, which beats the file, which beats the default.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Every option also reads a LEASEHOLD_* variable (shown with it) and a key of \
+the --config TOML file with the option's name (keepalive-interval = \"5s\"); flags beat variables, \
+variables beat the file, the file beats the defaults. SIGTERM or Ctrl-C: health turns NOT_SERVING, \
+every holder is told Lost (\"server shutting down\"), every lock is released, and the process exits 0 \
+within --drain. SIGHUP re-reads the TLS certificate files."
+)]
 pub struct ServeArgs {
-    /// Redis holding the locks.
+    /// A TOML file of these options (keys: the option names).
+    #[arg(long, env = "LEASEHOLD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Redis holding the locks: redis:// or rediss:// (TLS). Put a password in the variable or
+    /// the config file, or use --redis-password-file: a command line is visible to every user.
     #[arg(
         long,
         env = "LEASEHOLD_REDIS",
-        default_value = "redis://127.0.0.1:6379"
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
     )]
     redis: String,
+    /// A file whose first line is the Redis password (AUTH, or ACL with the URL's user name).
+    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
+    redis_password_file: Option<PathBuf>,
+    /// CA certificates (PEM) to trust for rediss:// instead of the system's.
+    #[arg(long, env = "LEASEHOLD_REDIS_CA")]
+    redis_ca: Option<PathBuf>,
+    /// Longest wait for one Redis command, once sent.
+    #[arg(long, env = "LEASEHOLD_REDIS_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    redis_timeout: Duration,
+    /// Redis commands in flight at once; more wait in line (the timeout starts when one is sent).
+    #[arg(long, env = "LEASEHOLD_REDIS_MAX_IN_FLIGHT", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
+    redis_max_in_flight: usize,
     /// Address to serve gRPC on.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
     /// Prefix of every Redis key the server touches.
     #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
     key_prefix: String,
+    /// TLS certificate chain (PEM) for the gRPC listener; with --tls-key.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the gRPC listener; with --tls-cert.
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) that signs client certificates: when given, clients must present one (mTLS).
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// TOML file of grants (hashed bearer tokens or certificate subjects, roles, name
+    /// prefixes); when given, every call must present a granted identity.
+    #[arg(long, env = "LEASEHOLD_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (GET /metrics); off when not given.
+    #[arg(long, env = "LEASEHOLD_METRICS")]
+    metrics: Option<SocketAddr>,
+    /// Label lease metrics by this lock-name prefix (repeatable, at most 64); others get "".
+    #[arg(long, env = "LEASEHOLD_METRICS_NAME_PREFIX", value_delimiter = ',')]
+    metrics_name_prefix: Vec<String>,
+    /// Log lines as text or as JSON objects (RUST_LOG sets the levels).
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     /// How often to ping client connections (e.g. 5s, 500ms).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEASEHOLD_KEEPALIVE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_interval: Duration,
     /// How long a ping may go unanswered before the client's leases are released.
     /// A frozen client loses its locks within keepalive-interval + keepalive-timeout.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEASEHOLD_KEEPALIVE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_timeout: Duration,
     /// Open lease streams one client connection may have; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = DEFAULT_MAX_LEASES_PER_CONNECTION)]
+    #[arg(long, env = "LEASEHOLD_MAX_LEASES_PER_CONNECTION", default_value_t = DEFAULT_MAX_LEASES_PER_CONNECTION)]
     max_leases_per_connection: usize,
+    /// Open lease streams the whole server may have; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_LEASES", default_value_t = DEFAULT_MAX_LEASES)]
+    max_leases: usize,
+    /// Largest request message in bytes; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_BYTES", default_value_t = MAX_REQUEST_BYTES)]
+    max_message_bytes: usize,
     /// Wake waiters by Redis pub/sub when a lock frees (`false`: waiters poll with backoff).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "LEASEHOLD_WAKEUPS", default_value_t = true, action = clap::ArgAction::Set)]
     wakeups: bool,
     /// How long the line keeps a waiter whose server stopped vouching for it (crashed).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEASEHOLD_WAITER_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
     waiter_ttl: Duration,
     /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
     max_waiters: usize,
-    /// Longest wait for one Redis command.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    redis_timeout: Duration,
+    /// Waiters this server accepts for one lock; past it, RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_LOCK", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_waiters_per_lock: u32,
+    /// On shutdown, how long to wait for every lease to be released before exiting.
+    #[arg(long, env = "LEASEHOLD_DRAIN", default_value = "10s", value_parser = humantime::parse_duration)]
+    drain: Duration,
 }
 
-/// Parses the command line and runs the command.
+/// How the server writes its log lines.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Parses the command line (and `serve`'s config file) and runs the command.
 pub async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "leasehold=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal: no escape codes in files and log collectors.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(problem) => return usage(problem),
+    };
+    let log_format = match &cli.command {
+        Command::Serve(args) => args.log_format,
+        _ => LogFormat::Text,
+    };
+    init_logs(log_format);
     match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::Run(args) => {
+            let connect = match args.server.options() {
+                Ok(connect) => connect,
+                Err(problem) => return usage(problem),
+            };
             run::run(run::RunOptions {
-                server: args.server.server,
+                connect,
                 name: args.name,
                 ttl: args.ttl,
                 wait: args.wait,
@@ -257,15 +373,75 @@ pub async fn main() -> ExitCode {
             })
             .await
         }
-        Command::Status(args) => inspect::status(args.server.server, args.names, args.json).await,
+        Command::Status(args) => match args.server.options() {
+            Ok(connect) => inspect::status(connect, args.names, args.json).await,
+            Err(problem) => usage(problem),
+        },
         Command::Bench(args) => run_bench(args).await,
-        Command::Release(args) => inspect::release(args.server.server, args.name, args.token).await,
+        Command::Release(args) => match args.server.options() {
+            Ok(connect) => inspect::release(connect, args.name, args.token).await,
+            Err(problem) => usage(problem),
+        },
+        Command::Health(args) => match args.server.options() {
+            Ok(connect) => inspect::health(connect).await,
+            Err(problem) => usage(problem),
+        },
+    }
+}
+
+/// The command line, with `serve --config FILE` entries added where no flag or variable gave
+/// the option. clap's own errors (and `--help`) exit here as clap prints them.
+fn parse() -> Result<Cli, String> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = Cli::command();
+    let matches = command.clone().get_matches_from(&argv);
+    let extra = match matches.subcommand() {
+        Some(("serve", serve)) => match serve.get_one::<PathBuf>("config") {
+            Some(path) => {
+                let definition = command.find_subcommand("serve").ok_or("no serve command")?;
+                config::file_args(path, definition, serve)?
+            }
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let matches = match extra.is_empty() {
+        true => matches,
+        false => command
+            .try_get_matches_from(argv.into_iter().chain(extra))
+            .map_err(|error| {
+                let error = error.to_string();
+                let first = error.lines().next().unwrap_or_default();
+                format!(
+                    "in the config file: {}",
+                    first.trim_start_matches("error: ")
+                )
+            })?,
+    };
+    Cli::from_arg_matches(&matches).map_err(|error| error.to_string())
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "leasehold=info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        // Colour only for a person at a terminal: no escape codes in files and log collectors.
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One JSON object per line, with the lease's span (lock name, lease id) in it.
+        LogFormat::Json => logs.json().with_current_span(true).init(),
     }
 }
 
 async fn run_bench(args: BenchArgs) -> ExitCode {
+    let connect = match args.server.options() {
+        Ok(connect) => connect,
+        Err(problem) => return usage(problem),
+    };
     let options = bench::BenchOptions {
-        server: args.server.server,
+        connect,
         redis: args.redis,
         held: match (args.held, args.quick) {
             (Some(held), _) => held,

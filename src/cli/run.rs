@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use leasehold::client::{Client, ClientError, LeaseGuard};
+use leasehold::client::{Client, ClientError, ConnectOptions, LeaseGuard};
 use leasehold::pb;
 
 use super::progress::StatusLine;
@@ -28,7 +28,7 @@ use super::{EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, fail, usage};
 /// What `leasehold run` needs.
 #[derive(Debug)]
 pub struct RunOptions {
-    pub server: String,
+    pub connect: ConnectOptions,
     pub name: String,
     pub ttl: Duration,
     pub wait: Duration,
@@ -45,7 +45,7 @@ pub async fn run(options: RunOptions) -> ExitCode {
     if let Err(problem) = check(&options) {
         return usage(problem);
     }
-    let client = match Client::connect(options.server.clone()).await {
+    let client = match Client::connect_with(options.connect.clone()).await {
         Ok(client) => client,
         Err(error) => return fail(error),
     };

@@ -1,47 +1,81 @@
-//! `leasehold serve`: the server process. Connects to Redis (refusing to start without it),
-//! listens, and stops cleanly on Ctrl-C or SIGTERM.
+//! `leasehold serve`: the server process. Reads its settings (flags, variables, config file),
+//! connects to Redis (refusing to start without it), listens, and stops cleanly on Ctrl-C or
+//! SIGTERM.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use leasehold::lease::waiting::WaitConfig;
-use leasehold::server::{ServerConfig, serve as serve_on};
-use leasehold::store::Store;
+use leasehold::metrics::Metrics;
+use leasehold::server::auth::AuthPolicy;
+use leasehold::server::{Listeners, ServerConfig, serve as serve_on};
+use leasehold::store::{RedisSettings, Store};
+use leasehold::tls::TlsFiles;
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::ServeArgs;
 
 /// Runs the server until a shutdown signal.
 pub async fn serve(args: ServeArgs) -> ExitCode {
-    let store = match Store::connect(&args.redis, &args.key_prefix, args.redis_timeout).await {
+    let redis_shown = redacted(&args.redis);
+    if args.redis != redis_shown && std::env::args().any(|arg| arg.contains(&args.redis)) {
+        warn!(
+            "the Redis password is on the command line, where every user can read it: use LEASEHOLD_REDIS, the config file or --redis-password-file"
+        );
+    }
+    let config = match server_config(&args) {
+        Ok(config) => config,
+        Err(problem) => return super::usage(problem),
+    };
+    let metrics = match args.metrics {
+        Some(_) => match Metrics::enabled(args.metrics_name_prefix.clone()) {
+            Ok(metrics) => metrics,
+            Err(error) => return super::usage(error),
+        },
+        None => Metrics::default(),
+    };
+    let redis = RedisSettings {
+        url: args.redis.clone(),
+        command_timeout: args.redis_timeout,
+        ca_file: args.redis_ca.clone(),
+        password_file: args.redis_password_file.clone(),
+        max_in_flight: args.redis_max_in_flight,
+    };
+    let store = match Store::connect(&redis, &args.key_prefix, metrics).await {
         Ok(store) => store,
         Err(err) => {
-            eprintln!("leasehold: cannot use Redis at {}: {err}", args.redis);
+            eprintln!("leasehold: cannot use Redis at {redis_shown}: {err}");
             return ExitCode::FAILURE;
         }
     };
-    let listener = match TcpListener::bind(args.listen).await {
+    let grpc = match TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(err) => {
             eprintln!("leasehold: cannot listen on {}: {err}", args.listen);
             return ExitCode::FAILURE;
         }
     };
-    let addr = listener.local_addr().unwrap_or(args.listen);
-    info!(%addr, redis = %args.redis, prefix = %args.key_prefix, "serving");
+    let metrics = match args.metrics {
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(err) => {
+                eprintln!("leasehold: cannot serve metrics on {addr}: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let addr = grpc.local_addr().unwrap_or(args.listen);
+    let tls = config.tls.is_some();
+    info!(%addr, redis = %redis_shown, prefix = %args.key_prefix, tls, auth = config.auth.is_some(), "serving");
     // On stdout, for scripts and tests that start us on port 0.
     println!("leasehold: listening on {addr}");
-    let config = ServerConfig {
-        keepalive_interval: args.keepalive_interval,
-        keepalive_timeout: args.keepalive_timeout,
-        max_leases_per_connection: args.max_leases_per_connection,
-        wakeups: args.wakeups,
-        wait: WaitConfig {
-            waiter_ttl: args.waiter_ttl,
-            max_waiters: args.max_waiters,
-        },
-    };
-    match serve_on(listener, store, config, shutdown_signal()).await {
+    if let Some(metrics) = metrics.as_ref().and_then(|l| l.local_addr().ok()) {
+        println!("leasehold: metrics on http://{metrics}/metrics");
+    }
+    let listeners = Listeners { grpc, metrics };
+    match serve_on(listeners, store, config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("leasehold: server failed: {err}");
@@ -50,7 +84,53 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// Ctrl-C or SIGTERM (what `docker stop` and systemd send).
+/// The server's settings from the arguments; the auth file is read and checked here.
+fn server_config(args: &ServeArgs) -> Result<ServerConfig, String> {
+    let auth = match &args.auth_file {
+        Some(path) => Some(Arc::new(AuthPolicy::load(path).map_err(|e| e.to_string())?)),
+        None => None,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.tls_client_ca.clone(),
+        }),
+        _ => None,
+    };
+    Ok(ServerConfig {
+        keepalive_interval: args.keepalive_interval,
+        keepalive_timeout: args.keepalive_timeout,
+        max_leases_per_connection: args.max_leases_per_connection,
+        max_leases: args.max_leases,
+        max_message_bytes: args.max_message_bytes,
+        wakeups: args.wakeups,
+        wait: WaitConfig {
+            waiter_ttl: args.waiter_ttl,
+            max_waiters: args.max_waiters,
+            max_waiters_per_lock: args.max_waiters_per_lock as usize,
+        },
+        drain: args.drain,
+        tls,
+        auth,
+    })
+}
+
+/// The Redis URL with its password (if any) replaced, for logs and errors.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
+    }
+}
+
+/// Ctrl-C or SIGTERM (what `docker stop`, Kubernetes and systemd send).
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -70,4 +150,19 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_never_reach_the_logs() {
+        assert_eq!(
+            redacted("redis://app:s3cret@redis:6379/0"),
+            "redis://app:***@redis:6379/0"
+        );
+        assert_eq!(redacted("rediss://s3cret@redis"), "rediss://***@redis");
+        assert_eq!(redacted("redis://redis:6379"), "redis://redis:6379");
+    }
 }

@@ -26,8 +26,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use tonic::transport::Channel;
-
 use super::{Client, ClientError};
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
@@ -48,8 +46,8 @@ fn leader(has_leader: bool, term: u64, value: Vec<u8>) -> Option<Leader> {
 }
 
 impl Client {
-    fn elections(&self) -> ElectionServiceClient<Channel> {
-        ElectionServiceClient::new(self.channel.clone())
+    fn elections(&self) -> ElectionServiceClient<super::Transport> {
+        ElectionServiceClient::new(self.transport.clone())
     }
 
     /// Joins `election` as a candidate publishing `value`. Returns at once; wait for

@@ -7,7 +7,6 @@ use tokio::time::{Instant, sleep_until};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 use super::ClientError;
 use crate::pb::lease_request::Action;
@@ -18,7 +17,7 @@ use crate::pb::{self, LeaseRequest, LeaseResponse, millis};
 /// Options of one lease; finish with [`LeaseBuilder::acquire`].
 #[derive(Debug)]
 pub struct LeaseBuilder {
-    client: LockServiceClient<Channel>,
+    client: LockServiceClient<super::Transport>,
     name: String,
     ttl: Duration,
     wait: Duration,
@@ -27,7 +26,7 @@ pub struct LeaseBuilder {
 }
 
 impl LeaseBuilder {
-    pub(super) fn new(client: LockServiceClient<Channel>, name: String) -> Self {
+    pub(super) fn new(client: LockServiceClient<super::Transport>, name: String) -> Self {
         LeaseBuilder {
             client,
             name,

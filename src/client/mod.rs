@@ -36,7 +36,10 @@ pub mod lease;
 use std::time::Duration;
 
 use tonic::Status;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, millis};
@@ -52,6 +55,9 @@ pub enum ClientError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// A bearer token that cannot be sent as a header (not ASCII).
+    #[error("the bearer token must be printable ASCII")]
+    Token,
     #[error("invalid server url {url:?}: {source}")]
     Url {
         url: String,
@@ -66,30 +72,124 @@ pub enum ClientError {
     Protocol(String),
 }
 
+/// How to reach a server: its URL, TLS (for `https://`) and a bearer token.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    url: String,
+    token: Option<String>,
+    ca_pem: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ConnectOptions {
+    /// `http://host:port`, or `https://host:port` for TLS.
+    pub fn new(url: impl Into<String>) -> Self {
+        ConnectOptions {
+            url: url.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A bearer token sent with every call (`authorization: Bearer <token>`).
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// Trust this CA (PEM) for the server's certificate instead of the system's roots.
+    pub fn ca_pem(mut self, pem: Vec<u8>) -> Self {
+        self.ca_pem = Some(pem);
+        self
+    }
+
+    /// Present this certificate and key (PEM) to the server: mutual TLS.
+    pub fn identity_pem(mut self, cert: Vec<u8>, key: Vec<u8>) -> Self {
+        self.identity = Some((cert, key));
+        self
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// The client side of every call: the connection, and the token each call carries.
+pub(crate) type Transport = InterceptedService<Channel, BearerToken>;
+
+/// Adds the bearer token, if any, to every call.
+#[derive(Clone, Debug)]
+pub(crate) struct BearerToken(Option<AsciiMetadataValue>);
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
 /// A connection to a Leasehold server. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: LockServiceClient<Channel>,
+    inner: LockServiceClient<Transport>,
     /// Shared with the election calls.
-    channel: Channel,
+    transport: Transport,
 }
 
 impl Client {
     /// Connects to `url`, e.g. `http://127.0.0.1:50051`.
     pub async fn connect(url: impl Into<String>) -> Result<Self, ClientError> {
-        let url = url.into();
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|source| ClientError::Url {
+        Client::connect_with(ConnectOptions::new(url)).await
+    }
+
+    /// Connects with TLS settings and a token.
+    pub async fn connect_with(options: ConnectOptions) -> Result<Self, ClientError> {
+        let url = options.url.clone();
+        let bad_url = |source| ClientError::Url {
             url: url.clone(),
             source,
-        })?;
+        };
+        let mut endpoint = Endpoint::from_shared(url.clone()).map_err(bad_url)?;
+        if url.starts_with("https://") || options.ca_pem.is_some() || options.identity.is_some() {
+            let mut tls = ClientTlsConfig::new().with_enabled_roots();
+            if let Some(ca) = options.ca_pem {
+                tls = tls.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = options.identity {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            endpoint = endpoint.tls_config(tls).map_err(bad_url)?;
+        }
+        let token = match options.token {
+            Some(token) => Some(
+                MetadataValue::try_from(format!("Bearer {token}"))
+                    .map_err(|_| ClientError::Token)?,
+            ),
+            None => None,
+        };
         let channel = endpoint
             .connect()
             .await
             .map_err(|source| ClientError::Connect { url, source })?;
+        let transport = InterceptedService::new(channel, BearerToken(token));
         Ok(Client {
-            inner: LockServiceClient::new(channel.clone()),
-            channel,
+            inner: LockServiceClient::new(transport.clone()),
+            transport,
         })
+    }
+
+    /// Whether the server reports SERVING on gRPC health (it can reach its Redis).
+    pub async fn serving(&self) -> Result<bool, ClientError> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let mut health = tonic_health::pb::health_client::HealthClient::new(self.transport.clone());
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        };
+        let status = health.check(request).await?.into_inner().status;
+        Ok(status == ServingStatus::Serving as i32)
     }
 
     /// Starts building a lease on `name`.

@@ -130,9 +130,10 @@ impl<H: Holding> HeldLease<H> {
     pub async fn renew(&self, ttl: Duration, clock: &mut RenewalClock) -> Renewal {
         let sent_at = Instant::now();
         if clock.expired(sent_at) {
-            return Renewal::Lost(
-                "Redis could not be reached to renew the lock before it ran out".into(),
-            );
+            return Renewal::Lost {
+                cause: "expired",
+                reason: "Redis could not be reached to renew the lock before it ran out".into(),
+            };
         }
         let Lock { locks, keys } = self.holding.lock();
         let renewal = locks.extend(keys, &self.token, ttl);
@@ -147,20 +148,24 @@ impl<H: Holding> HeldLease<H> {
             Ok(Ok(false)) => {
                 // An expiry this server saw: if the lock is free, wake the line.
                 locks.leave_in_background(keys.clone(), String::new());
-                Renewal::Lost(
-                    "the lock key was deleted or taken by another holder behind the server's back"
+                Renewal::Lost {
+                    cause: "not_held",
+                    reason: "the lock key was deleted or taken by another holder behind the server's back"
                         .into(),
-                )
+                }
             }
             Ok(Err(error)) => {
                 debug!(%error, "renewal failed; retrying");
                 clock.failed(Instant::now());
                 Renewal::Retrying
             }
-            Err(_) => Renewal::Lost(format!(
-                "Redis did not confirm a renewal before the lease ran out ({} ms)",
-                ttl.as_millis()
-            )),
+            Err(_) => Renewal::Lost {
+                cause: "expired",
+                reason: format!(
+                    "Redis did not confirm a renewal before the lease ran out ({} ms)",
+                    ttl.as_millis()
+                ),
+            },
         }
     }
 }
@@ -186,6 +191,7 @@ pub enum Renewal {
     Confirmed { valid_for: Duration },
     /// No answer from Redis; the clock says when to try again.
     Retrying,
-    /// The lease is gone, for this reason.
-    Lost(String),
+    /// The lease is gone: `cause` is a short fixed label (`expired`, `not_held`) for metrics,
+    /// `reason` the sentence the holder is told.
+    Lost { cause: &'static str, reason: String },
 }

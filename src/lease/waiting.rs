@@ -33,6 +33,9 @@ pub struct WaitConfig {
     pub waiter_ttl: Duration,
     /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
     pub max_waiters: usize,
+    /// Waiters this server accepts for one lock; past it, RESOURCE_EXHAUSTED. (One hot lock must
+    /// not take every place of `max_waiters`.)
+    pub max_waiters_per_lock: usize,
 }
 
 impl Default for WaitConfig {
@@ -40,6 +43,7 @@ impl Default for WaitConfig {
         WaitConfig {
             waiter_ttl: Duration::from_secs(10),
             max_waiters: 10_000,
+            max_waiters_per_lock: 1_000,
         }
     }
 }
@@ -79,6 +83,7 @@ impl WaitRoom {
         let task = WaitRoomTask {
             locks: locks.clone(),
             waiter_ttl: config.waiter_ttl,
+            max_per_lock: config.max_waiters_per_lock.max(1),
             next_refresh: Instant::now() + config.waiter_ttl / 3,
         };
         let commands = listen(task, by_lock);
@@ -183,6 +188,7 @@ type ByLock = Subscriptions<LockWaiters>;
 struct WaitRoomTask {
     locks: Locks,
     waiter_ttl: Duration,
+    max_per_lock: usize,
     /// When to vouch for this server's waiters again.
     next_refresh: Instant,
 }
@@ -205,11 +211,16 @@ impl Listener for WaitRoomTask {
                     members: HashMap::new(),
                     followers_woken: None,
                 };
-                let joined = by_lock.entry(&channel, new_lock).await.map(|lock| {
+                let limit = self.max_per_lock;
+                let joined = by_lock.entry(&channel, new_lock).await.and_then(|lock| {
+                    // A refused waiter leaves no empty entry: the limit is at least one.
+                    if lock.members.len() >= limit {
+                        return Err(Error::TooManyWaitersForLock { limit });
+                    }
                     let (wake, wakes) = watch::channel(());
                     let wake = Arc::new(wake);
                     lock.members.insert(waiter_id, Member { fair, wake });
-                    wakes
+                    Ok(wakes)
                 });
                 let _ = reply.send(joined);
             }

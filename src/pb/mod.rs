@@ -9,6 +9,9 @@ mod generated {
 }
 pub use generated::*;
 
+/// Every message and service of the contract, encoded, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold");
+
 use std::time::Duration;
 
 /// A duration as the proto's `uint32` milliseconds, saturating (the request limits keep real

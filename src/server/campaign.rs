@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tracing::info;
 
+use super::auth::Scope;
 use super::driver::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
 use crate::lease::held::Leadership;
@@ -67,6 +68,7 @@ impl LeaseStream for Campaign {
         "start, proclaim or resign",
         "leadership",
     );
+    const SCOPE: Scope = Scope::Election;
     type Start = pb::CampaignStart;
     /// `proclaim`'s new value.
     type Message = Vec<u8>;

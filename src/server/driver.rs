@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::admission::{ConnectionLimits, LeaseSlot};
+use super::auth::{Caller, Role, Scope};
 use super::events::{Events, ResponseStream};
 use crate::error::{Error, Result};
 use crate::lease::acquire::{Acquisition, WaitingState, acquire};
@@ -23,6 +24,7 @@ use crate::lease::held::{HeldLease, Holding, Renewal};
 use crate::lease::renewal::{RenewalClock, RenewalTrigger};
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
+use crate::metrics::{Metrics, Outcome};
 use crate::store::{Store, Token};
 use crate::tasks::Tasks;
 
@@ -32,11 +34,17 @@ pub struct Streams {
     /// Wake-ups and the fair line; `None` when wake-ups are disabled (waiters poll).
     pub room: Option<WaitRoom>,
     pub limits: ConnectionLimits,
+    /// Largest request message (`--max-message-bytes`), to name it when a stream breaks on it.
+    pub max_message_bytes: usize,
 }
 
 impl Streams {
     pub fn tasks(&self) -> &Tasks {
         self.store.connection().tasks()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        self.store.connection().metrics()
     }
 }
 
@@ -127,6 +135,8 @@ pub trait LeaseStream: Sized + Send + 'static {
     type Holding: Holding;
 
     const WORDS: Words;
+    /// Which names this kind holds, for authorisation.
+    const SCOPE: Scope;
     /// After the longest wait, wait again (candidates) instead of giving up (locks).
     const WAITS_AGAIN: bool = false;
 
@@ -166,11 +176,13 @@ pub fn open<K: LeaseStream>(
     if tasks.is_stopping() {
         return Err(Error::ShuttingDown.into());
     }
-    // Every stream that holds a lease counts against its connection's limit.
+    // Every stream that holds a lease counts against its connection's and the server's limit.
     let slot = streams.limits.admit(request.remote_addr())?;
+    let caller = Caller::of(&request);
     let (events, responses) = Events::channel();
     let driver = Driver::<K, _> {
         streams: streams.clone(),
+        caller,
         inbound: request.into_inner(),
         events,
     };
@@ -192,6 +204,8 @@ enum Waited {
 /// The task behind one stream.
 struct Driver<K: LeaseStream, S> {
     streams: Arc<Streams>,
+    /// Who opened the stream: checked against the name of its first message.
+    caller: Caller,
     inbound: S,
     events: Events<K::Response>,
 }
@@ -204,7 +218,8 @@ where
     /// Runs the stream to its end; an error becomes the stream's final status. `slot` counts
     /// the stream against its connection's limit until then. Boxed, so the task's future holds
     /// one pointer to the driver rather than copies of it.
-    async fn run(mut self: Box<Self>, slot: Option<LeaseSlot>) {
+    async fn run(mut self: Box<Self>, slot: LeaseSlot) {
+        let _open = self.streams.metrics().open_stream(K::WORDS.stream);
         if let Err(error) = self.drive().await {
             debug!(%error, stream = K::WORDS.stream, "stream ends with an error");
             self.events.essential(Err(error.into()));
@@ -221,7 +236,7 @@ where
         let span = info_span!(
             "lease",
             stream = K::WORDS.stream,
-            name = %spec.name,
+            lock = %spec.name,
             lease = lease.token().lease_id()
         );
         self.lease(&spec, &mut stream, &mut lease)
@@ -237,9 +252,15 @@ where
             () = self.streams.tasks().stopping() => return Err(Error::ShuttingDown),
         };
         match read::<K>(message) {
-            Move::Start(start) => K::open(start).map(Some),
+            Move::Start(start) => {
+                let (spec, stream) = K::open(start)?;
+                // Before any Redis command: a refused name is never touched.
+                self.caller
+                    .allow(K::SCOPE, spec.name.as_str(), Role::Hold)?;
+                Ok(Some((spec, stream)))
+            }
             Move::HalfClosed => Ok(None),
-            Move::Broken(status) => Err(Error::Unreadable(status)),
+            Move::Broken(status) => Err(self.broken(status)),
             Move::NoAction => Err(no_action::<K>()),
             Move::Release => Err(before_start::<K>(K::WORDS.release)),
             Move::Other(message) => Err(before_start::<K>(K::message_name(&message))),
@@ -255,7 +276,7 @@ where
         stream: &mut K,
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<()> {
-        let (fencing_token, mut clock) = {
+        let (fencing_token, mut clock, held_for) = {
             // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
             let acquisition = loop {
                 match Box::pin(self.wait(spec, lease)).await? {
@@ -271,6 +292,12 @@ where
             let fencing_token = acquisition.fencing_token;
             let clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
             info!(fencing_token, "acquired");
+            // Counts the lease as held, and its hold time, from here to the end of the stream.
+            let metrics = self.streams.metrics();
+            let held_for = (
+                metrics.held(spec.name.as_str()),
+                matches!(K::SCOPE, Scope::Election).then(|| metrics.leading()),
+            );
             let held = Held {
                 lease,
                 spec,
@@ -289,10 +316,13 @@ where
                     return Ok(());
                 }
             }
-            (fencing_token, clock)
+            (fencing_token, clock, held_for)
         };
-        self.hold(stream, spec, fencing_token, lease, &mut clock)
-            .await
+        let held = self
+            .hold(stream, spec, fencing_token, lease, &mut clock)
+            .await;
+        drop(held_for);
+        held
     }
 
     /// Waits for the lease as `spec` allows, unless the client gives up first.
@@ -302,7 +332,11 @@ where
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<Waited> {
         let events = &self.events;
+        let metrics = self.streams.metrics();
+        let asked = Instant::now();
+        let mut counted = None;
         let waiting = acquire(lease, spec, self.streams.room.as_ref(), |state| {
+            counted.get_or_insert_with(|| metrics.waiting());
             if let Some(progress) = K::tell(Tell::Waiting(state)) {
                 events.progress(progress);
             }
@@ -310,8 +344,15 @@ where
         let attempt = tokio::select! {
             acquired = waiting => acquired,
             // A give-up leaves `lease` armed: the attempt in flight may have won just then.
-            gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks()) => return gave_up,
+            gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks(), self.streams.max_message_bytes) => return gave_up,
         };
+        let outcome = match &attempt {
+            Ok(_) => Outcome::Acquired,
+            Err(Error::LockHeld { .. }) => Outcome::Refused,
+            Err(Error::WaitExpired { .. }) => Outcome::TimedOut,
+            Err(_) => Outcome::Failed,
+        };
+        metrics.acquisition(spec.name.as_str(), outcome, asked.elapsed());
         match attempt {
             Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
             Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),
@@ -331,6 +372,7 @@ where
         inbound: &mut S,
         events: &Events<K::Response>,
         tasks: &Tasks,
+        max_message_bytes: usize,
     ) -> Result<Waited> {
         tokio::select! {
             message = inbound.next() => match read::<K>(message) {
@@ -338,7 +380,7 @@ where
                 Move::Other(message) => Err(K::refuse_while_waiting(message)),
                 Move::Start(_) => Err(second_start::<K>()),
                 Move::NoAction => Err(no_action::<K>()),
-                Move::Broken(status) => Err(Error::Unreadable(status)),
+                Move::Broken(status) => Err(broken(status, max_message_bytes)),
             },
             () = events.closed() => Ok(Waited::Gone),
             () = tasks.stopping() => Err(Error::ShuttingDown),
@@ -366,6 +408,7 @@ where
                         Err(error) => format!("server shutting down; release failed ({error}), the {held} expires by its TTL"),
                     };
                     info!("released for shutdown");
+                    self.streams.metrics().lost("shutdown");
                     self.lost(reason);
                     return Ok(());
                 }
@@ -382,6 +425,7 @@ where
                         }
                         Step::Lost(reason) => {
                             warn!(%reason, "lease lost");
+                            self.streams.metrics().lost("superseded");
                             self.lost(reason);
                             return Ok(());
                         }
@@ -390,7 +434,7 @@ where
                     // why, in case the client can still hear it.
                     Move::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
-                        return Err(Error::Unreadable(status));
+                        return Err(self.broken(status));
                     }
                     Move::Start(_) => return Err(second_start::<K>()),
                     Move::NoAction => return Err(no_action::<K>()),
@@ -401,13 +445,17 @@ where
                 }
                 due = renewals.due(clock) => match Box::pin(lease.renew(spec.ttl, clock)).await {
                     Renewal::Confirmed { valid_for } => {
+                        self.streams.metrics().renewal(true);
                         if let Some(progress) = K::tell(Tell::Extended { ttl: spec.ttl, valid_for }) {
                             self.events.progress(progress);
                         }
                     }
-                    Renewal::Retrying => {}
-                    Renewal::Lost(reason) => {
+                    Renewal::Retrying => self.streams.metrics().renewal(false),
+                    Renewal::Lost { cause, reason } => {
                         warn!(%reason, ?due, "lease lost");
+                        let metrics = self.streams.metrics();
+                        metrics.renewal(false);
+                        metrics.lost(cause);
                         self.lost(due.explain(reason));
                         return Ok(());
                     }
@@ -418,6 +466,10 @@ where
 
     fn lost(&self, reason: String) {
         self.essential(Tell::Lost(reason));
+    }
+
+    fn broken(&self, status: Status) -> Error {
+        broken(status, self.streams.max_message_bytes)
     }
 
     fn essential(&self, event: Tell<'_>) {
@@ -432,6 +484,15 @@ fn read<K: LeaseStream>(message: Option<Result<K::Request, Status>>) -> Move<K::
         None => Move::HalfClosed,
         Some(Err(status)) => Move::Broken(status),
         Some(Ok(request)) => K::read(request),
+    }
+}
+
+/// Why a stream's request could not be read: a message above the size limit is named as such
+/// (tonic reports it as OUT_OF_RANGE; it is a limit, RESOURCE_EXHAUSTED).
+fn broken(status: Status, max_message_bytes: usize) -> Error {
+    match super::message_size::oversized(&status, max_message_bytes) {
+        Some(error) => error,
+        None => Error::Unreadable(status),
     }
 }
 

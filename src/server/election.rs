@@ -6,6 +6,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::auth::{Caller, Role, Scope};
 use super::campaign::Campaign;
 use super::driver::{self, Streams};
 use super::events::ResponseStream;
@@ -120,7 +121,9 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let caller = Caller::of(&request);
         let name = LockName::parse_election(request.into_inner().election)?;
+        caller.allow(Scope::Election, name.as_str(), Role::Observe)?;
         let elections = self.elections();
         let snapshot = elections
             .retire_stale_leader(&elections.keys(name.as_str()))
@@ -140,7 +143,9 @@ impl ElectionService for ElectionServer {
         if self.tasks().is_stopping() {
             return Err(Error::ShuttingDown.into());
         }
+        let caller = Caller::of(&request);
         let name = LockName::parse_election(request.into_inner().election)?;
+        caller.allow(Scope::Election, name.as_str(), Role::Observe)?;
         let keys = self.elections().keys(name.as_str());
         // Subscribed before reading, so no change after the read is missed.
         let watch = self.observers.watch(&keys).await?;

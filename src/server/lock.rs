@@ -6,6 +6,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span};
 
+use super::auth::{Caller, Role, Scope};
 use super::driver::{self, Streams};
 use super::events::ResponseStream;
 use super::lock_stream::LockStream;
@@ -29,9 +30,11 @@ impl LockServer {
         LockServer { streams }
     }
 
-    /// The lock and the token a unary call names, both checked.
-    fn named(&self, name: String, token: String) -> Result<(Lock, Token), Error> {
+    /// The lock and the token a unary call names, both checked, and the caller allowed to hold
+    /// it.
+    fn named(&self, caller: &Caller, name: String, token: String) -> Result<(Lock, Token), Error> {
         let name = LockName::parse(name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Hold)?;
         let token = Token::from_client(spec::token(token)?);
         Ok((Lock::at(&self.streams.store, &name), token))
     }
@@ -52,12 +55,14 @@ impl LockService for LockServer {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let caller = Caller::of(&request);
         let spec = LeaseSpec::try_from(request.into_inner())?;
+        caller.allow(Scope::Lock, spec.name.as_str(), Role::Hold)?;
         // Claimed before the attempt: if it fails without an answer, or this call is cancelled
         // mid-command, the attempt may still land in Redis, and is let go on drop.
         let lock = Lock::at(&self.streams.store, &spec.name);
         let mut lease = HeldLease::claim(lock, Token::random());
-        let span = info_span!("acquire", name = %spec.name, lease = lease.token().lease_id());
+        let span = info_span!("acquire", lock = %spec.name, lease = lease.token().lease_id());
         let room = self.streams.room.as_ref();
         let outcome = acquire(&lease, &spec, room, |_| {}).instrument(span).await;
         let response = match outcome {
@@ -89,8 +94,9 @@ impl LockService for LockServer {
         &self,
         request: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let (lock, token) = self.named(request.name, request.token)?;
+        let (lock, token) = self.named(&caller, request.name, request.token)?;
         let ttl = spec::ttl(request.ttl_ms)?;
         let sent_at = Instant::now();
         let extended = lock.locks.extend(&lock.keys, &token, ttl).await?;
@@ -109,8 +115,9 @@ impl LockService for LockServer {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let (lock, token) = self.named(request.name, request.token)?;
+        let (lock, token) = self.named(&caller, request.name, request.token)?;
         let released = lock.release(&token).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
@@ -119,7 +126,9 @@ impl LockService for LockServer {
         &self,
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
+        let caller = Caller::of(&request);
         let name = LockName::parse(request.into_inner().name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
         let locks = &self.streams.store.locks;
         let response = match locks.describe(&locks.keys(name.as_str())).await? {
             LockState::Free => pb::DescribeResponse::default(),
@@ -141,6 +150,9 @@ impl LockService for LockServer {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
+        let caller = Caller::of(&request);
+        // Listing shows names: admins only, and each sees the names under its prefixes.
+        caller.has(Role::Admin)?;
         let limit = match request.into_inner().limit {
             0 => MAX_LISTED,
             limit => usize::try_from(limit).map_or(MAX_LISTED, |l| l.min(MAX_LISTED)),
@@ -148,6 +160,7 @@ impl LockService for LockServer {
         let (held, truncated) = self.streams.store.locks.held(limit).await?;
         let locks = held
             .into_iter()
+            .filter(|(name, _)| caller.sees(Scope::Lock, name))
             .filter_map(|(name, state)| match state {
                 LockState::Free => None,
                 LockState::Held {

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use super::auth::Scope;
 use super::driver::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
 use crate::error::{Error, Result};
 use crate::lease::held::Lock;
@@ -52,6 +53,7 @@ impl LeaseStream for LockStream {
     type Message = Infallible;
     type Holding = Lock;
     const WORDS: Words = Words::new("lease", "acquire", "release", "acquire or release", "lock");
+    const SCOPE: Scope = Scope::Lock;
 
     fn read(request: LeaseRequest) -> Move<pb::LeaseAcquire, Infallible> {
         match request.action {

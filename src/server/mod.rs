@@ -1,7 +1,11 @@
 //! The gRPC layer: a thin face over the lease layer.
 //!
 //! - [`serve`] (here): run the server until a shutdown signal, then let every lease go.
-//! - [`admission`]: how many leases one client connection may hold open.
+//! - [`listener`]: plain TCP, or TLS with certificates reloaded on SIGHUP or change.
+//! - [`auth`]: bearer tokens and certificate subjects, granted roles on name prefixes.
+//! - [`admission`]: how many leases one client connection, and the server, may hold open.
+//! - [`message_size`]: the request size limit, answered as a limit.
+//! - [`health`]: `grpc.health.v1` following Redis; [`exporter`]: Prometheus `/metrics`.
 //! - [`events`]: the non-blocking sending side of a response stream.
 //! - [`driver`]: the one driver of every stream that holds a lease.
 //! - [`lock_stream`], [`campaign`]: the two kinds of held-lease stream, declared for the driver.
@@ -10,18 +14,24 @@
 //! Errors become gRPC statuses in one place: `From<Error> for Status` in [`crate::error`].
 
 pub mod admission;
+pub mod auth;
 pub mod campaign;
 pub mod driver;
 pub mod election;
 pub mod events;
+pub mod exporter;
+pub mod health;
+pub mod listener;
 pub mod lock;
 pub mod lock_stream;
+pub mod message_size;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
@@ -32,18 +42,38 @@ use crate::lease::waiting::{WaitConfig, WaitRoom};
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
 use crate::store::Store;
-use admission::{ConnectionLimits, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use crate::tls::TlsFiles;
+use admission::{ConnectionLimits, DEFAULT_MAX_LEASES, DEFAULT_MAX_LEASES_PER_CONNECTION};
+use auth::{AuthPolicy, Authenticate};
 use driver::Streams;
 use election::ElectionServer;
+use health::HealthMonitor;
+use listener::ReloadableTls;
 use lock::LockServer;
+use message_size::NameTheLimit;
 
-/// Largest request message: a lock request is a few hundred bytes, an election's value at most
-/// 64 KiB; anything bigger is refused early.
+/// Default largest request message: a lock request is a few hundred bytes, an election's value
+/// at most 64 KiB; anything bigger is refused before it is decoded.
 pub const MAX_REQUEST_BYTES: usize = MAX_ELECTION_VALUE_BYTES + 1024;
 /// HTTP/2 streams per connection beyond the lease limit, for unary calls and refusals.
 const STREAM_HEADROOM: u32 = 256;
-/// How long shutdown waits for leases to let go before giving up (they then expire by TTL).
+/// Default for how long shutdown waits for leases to let go (they then expire by TTL).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the server listens: gRPC, and Prometheus `/metrics` if wanted.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub metrics: Option<TcpListener>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(grpc: TcpListener) -> Self {
+        Listeners {
+            grpc,
+            metrics: None,
+        }
+    }
+}
 
 /// Settings of the gRPC side of the server.
 #[derive(Clone, Debug)]
@@ -55,10 +85,20 @@ pub struct ServerConfig {
     pub keepalive_timeout: Duration,
     /// Open `Lease` streams one client connection may have; past it, RESOURCE_EXHAUSTED.
     pub max_leases_per_connection: usize,
+    /// Open held-lease streams the whole server may have; past it, RESOURCE_EXHAUSTED.
+    pub max_leases: usize,
+    /// Largest request message; past it, RESOURCE_EXHAUSTED.
+    pub max_message_bytes: usize,
     /// Wake waiters by pub/sub (`true`), or let them poll with backoff.
     pub wakeups: bool,
-    /// The fair line and the waiter limit.
+    /// The fair line and the waiter limits.
     pub wait: WaitConfig,
+    /// How long shutdown waits for every lease to let go before the process may exit.
+    pub drain: Duration,
+    /// TLS on the gRPC listener (mutual when it names a client CA).
+    pub tls: Option<TlsFiles>,
+    /// Who may call; `None`: everyone may do everything.
+    pub auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Default for ServerConfig {
@@ -67,22 +107,31 @@ impl Default for ServerConfig {
             keepalive_interval: Duration::from_secs(5),
             keepalive_timeout: Duration::from_secs(5),
             max_leases_per_connection: DEFAULT_MAX_LEASES_PER_CONNECTION,
+            max_leases: DEFAULT_MAX_LEASES,
+            max_message_bytes: MAX_REQUEST_BYTES,
             wakeups: true,
             wait: WaitConfig::default(),
+            drain: SHUTDOWN_GRACE,
+            tls: None,
+            auth: None,
         }
     }
 }
 
-/// Serves on `listener` until `shutdown` completes. On shutdown every lease lets go and tells
-/// its client `Lost`; the server waits (bounded) for every task it started, then closes its
-/// Redis connections, so nothing of it is left running when this returns.
+/// Serves on `listeners` until `shutdown` completes. On shutdown health turns NOT_SERVING, no
+/// new connection is accepted, every lease lets go and tells its client `Lost`; the server waits
+/// (up to `config.drain`) for every task it started, then closes its Redis connections, so
+/// nothing of it is left running when this returns.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     store: Store,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
+    let listeners = listeners.into();
     let tasks = store.connection().tasks().clone();
+    // Unusable certificates refuse the start, before anything runs.
+    let tls = config.tls.clone().map(ReloadableTls::load).transpose()?;
     let room = if config.wakeups {
         Some(WaitRoom::start(&store.locks, config.wait.clone()).await?)
     } else {
@@ -91,7 +140,11 @@ pub async fn serve(
     let streams = Arc::new(Streams {
         store: store.clone(),
         room,
-        limits: ConnectionLimits::new(config.max_leases_per_connection),
+        limits: ConnectionLimits::with_server_limit(
+            config.max_leases_per_connection,
+            config.max_leases,
+        ),
+        max_message_bytes: config.max_message_bytes,
     });
     let elections = ElectionServer::start(streams.clone()).await?;
     let locks = LockServer::new(streams);
@@ -111,20 +164,53 @@ pub async fn serve(
             tasks.stop();
         }
     };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = Server::builder()
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let monitor = HealthMonitor::start(reporter, store.connection().clone()).await;
+    tasks.spawn(monitor.run());
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|error| Error::invalid(format!("reflection: {error}")))?;
+    if let Some(listener) = listeners.metrics {
+        exporter::start(listener, store.connection().metrics().clone(), &tasks);
+    }
+    let authenticate = Authenticate(config.auth.clone());
+    let limit = NameTheLimit {
+        limit: config.max_message_bytes,
+    };
+    let max_bytes = config.max_message_bytes;
+    let router = Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_timeout))
         .max_concurrent_streams(max_streams)
-        .add_service(LockServiceServer::new(locks).max_decoding_message_size(MAX_REQUEST_BYTES))
-        .add_service(
-            ElectionServiceServer::new(elections).max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
-        .serve_with_incoming_shutdown(incoming, signal)
-        .await
-        .map_err(Error::Serve);
+        .layer(tower::util::MapResponseLayer::new(
+            move |response: http::Response<tonic::body::Body>| limit.rewrite(response),
+        ))
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(InterceptedService::new(
+            LockServiceServer::new(locks).max_decoding_message_size(max_bytes),
+            authenticate.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            ElectionServiceServer::new(elections).max_decoding_message_size(max_bytes),
+            authenticate,
+        ));
+    let served = match tls {
+        Some(tls) => {
+            tasks.spawn(tls.clone().watch(tasks.clone()));
+            let incoming = listener::tls_incoming(listeners.grpc, tls, &tasks);
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+        None => {
+            let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+    }
+    .map_err(Error::Serve);
     tasks.stop();
-    let remaining = tasks.finish(SHUTDOWN_GRACE).await;
+    let remaining = tasks.finish(config.drain).await;
     if remaining > 0 {
         warn!(
             remaining,

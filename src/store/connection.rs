@@ -2,17 +2,78 @@
 //! work that must outlive the stream that asked for it.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::time::Instant;
 use tracing::{Instrument, info, warn};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::tasks::Tasks;
+
+/// Default for `--redis-max-in-flight`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1_000;
+
+/// How to reach Redis, and how hard to use it.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://` or `rediss://` (TLS); a password may be in it, or in `password_file`.
+    pub url: String,
+    /// Longest wait for one command, once sent.
+    pub command_timeout: Duration,
+    /// CA certificates (PEM) trusted for `rediss://`, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// A file whose first line is the Redis password (AUTH, or ACL with the URL's user name), so
+    /// that it never appears on a command line or in a process list.
+    pub password_file: Option<PathBuf>,
+    /// Commands in flight at once. More wait in line for a place, and the command timeout only
+    /// starts once a command is sent: a burst of acquisitions queues instead of timing out.
+    pub max_in_flight: usize,
+}
+
+impl RedisSettings {
+    /// Defaults for everything but the URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            command_timeout: Duration::from_secs(2),
+            ca_file: None,
+            password_file: None,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+
+    /// The fred configuration: URL, password file, CA file.
+    fn config(&self) -> Result<Config> {
+        let mut config = Config::from_url(&self.url).map_err(Error::redis("url parse"))?;
+        if let Some(path) = &self.password_file {
+            let password = std::fs::read_to_string(path).map_err(|error| {
+                Error::invalid(format!(
+                    "cannot read the Redis password file {}: {error}",
+                    path.display()
+                ))
+            })?;
+            config.password = Some(password.lines().next().unwrap_or_default().to_owned());
+        }
+        if let Some(path) = &self.ca_file {
+            if config.tls.is_none() {
+                return Err(Error::invalid(format!(
+                    "a Redis CA file ({}) needs a rediss:// URL",
+                    path.display()
+                )));
+            }
+            let client = crate::tls::client_config(path)?;
+            config.tls = Some(fred::types::config::TlsConnector::from(client).into());
+        }
+        Ok(config)
+    }
+}
 
 /// A connection to Redis. Cheap to clone: one pointer, since every lease keeps one for its
 /// whole life.
@@ -24,6 +85,9 @@ struct Shared {
     /// Kept to open pub/sub connections with the same settings.
     config: Config,
     command_timeout: Duration,
+    /// Places for commands in flight (see [`RedisSettings::max_in_flight`]).
+    in_flight: Semaphore,
+    metrics: Metrics,
     /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
     /// Redis that dropped the connection may have restarted empty or failed over.
     reconnects: watch::Receiver<u64>,
@@ -34,8 +98,9 @@ struct Shared {
 impl Connection {
     /// Connects, and fails at once if Redis cannot be reached, so a misconfigured server refuses
     /// to start instead of refusing every request.
-    pub async fn open(url: &str, command_timeout: Duration, tasks: Tasks) -> Result<Self> {
-        let config = Config::from_url(url).map_err(Error::redis("url parse"))?;
+    pub async fn open(settings: &RedisSettings, metrics: Metrics, tasks: Tasks) -> Result<Self> {
+        let command_timeout = settings.command_timeout;
+        let config = settings.config()?;
         let client = Builder::from_config(config.clone())
             .with_connection_config(|c| {
                 c.connection_timeout = command_timeout;
@@ -56,6 +121,8 @@ impl Connection {
             client,
             config,
             command_timeout,
+            in_flight: Semaphore::new(settings.max_in_flight.max(1)),
+            metrics,
             reconnects,
             tasks,
         }));
@@ -83,6 +150,11 @@ impl Connection {
     /// The server's background tasks and shutdown signal.
     pub fn tasks(&self) -> &Tasks {
         &self.0.tasks
+    }
+
+    /// The server's metrics (every layer reaches them through its connection).
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
     }
 
     /// A new connection for pub/sub (a subscribed connection can run nothing else), with the same
@@ -126,12 +198,23 @@ impl Connection {
     }
 
     /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.
+    /// The call first waits its turn among the commands in flight; the timeout starts when it
+    /// is sent.
     pub async fn bounded<T>(
         &self,
         context: &'static str,
         call: impl Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T> {
-        bounded(self.0.command_timeout, context, call).await
+        let _place = self
+            .0
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        let sent = Instant::now();
+        let answer = bounded(self.0.command_timeout, context, call).await;
+        self.0.metrics.redis_round_trip(sent.elapsed());
+        answer
     }
 
     /// Runs `call` as a background task of the server, for exits that cannot wait for Redis: a
@@ -155,6 +238,13 @@ impl Connection {
             }
             .instrument(span),
         );
+    }
+
+    /// Whether Redis answers a PING within the command timeout. Not queued behind the commands
+    /// in flight: it asks whether Redis is there, not how busy we are.
+    pub async fn reachable(&self) -> bool {
+        let ping = self.0.client.ping::<Value>(None);
+        bounded(self.0.command_timeout, "ping", ping).await.is_ok()
     }
 
     /// Closes the connection: for the end of `serve`, once every lease has let go.

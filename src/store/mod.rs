@@ -16,15 +16,14 @@ pub mod locks;
 pub mod subscriptions;
 pub mod token;
 
-use std::time::Duration;
-
-pub use connection::Connection;
+pub use connection::{Connection, RedisSettings};
 pub use elections::{ElectionKeys, Elections};
 pub use keys::LockKeys;
 pub use locks::Locks;
 pub use token::Token;
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::tasks::Tasks;
 
 /// Everything a server keeps in one Redis: the connection and its key spaces. Cheap to clone.
@@ -35,15 +34,15 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects to `url` and loads every key space's scripts under `prefix`. Fails at once if
+    /// Connects to Redis and loads every key space's scripts under `prefix`. Fails at once if
     /// Redis cannot be reached or the prefix would break the hash tags.
-    pub async fn connect(url: &str, prefix: &str, command_timeout: Duration) -> Result<Self> {
+    pub async fn connect(settings: &RedisSettings, prefix: &str, metrics: Metrics) -> Result<Self> {
         if prefix.contains(['{', '}']) {
             return Err(Error::invalid(format!(
                 "key prefix {prefix:?} must not contain '{{' or '}}': they would break the hash tags"
             )));
         }
-        let connection = Connection::open(url, command_timeout, Tasks::new()).await?;
+        let connection = Connection::open(settings, metrics, Tasks::new()).await?;
         let locks = Locks::open(&connection, prefix).await?;
         let elections = Elections::open(&connection, prefix).await?;
         Ok(Store { locks, elections })

@@ -2,6 +2,7 @@
 //! in-process or as a child process, a gRPC client helper and a TCP proxy that can freeze.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod chaos;
 pub mod proxy;
 
@@ -17,7 +18,7 @@ use leasehold::pb::lease_response::Event;
 use leasehold::pb::lock_service_client::LockServiceClient;
 use leasehold::pb::{LeaseAcquire, LeaseRelease, LeaseRequest, LeaseResponse};
 use leasehold::server::{ServerConfig, serve};
-use leasehold::store::Store;
+use leasehold::store::{RedisSettings, Store};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -190,7 +191,9 @@ impl TestServer {
     }
 
     pub async fn start_with(redis: &RedisServer, prefix: &str, config: ServerConfig) -> Self {
-        let store = Store::connect(&redis.url(), prefix, Duration::from_secs(1))
+        let mut settings = RedisSettings::new(redis.url());
+        settings.command_timeout = Duration::from_secs(1);
+        let store = Store::connect(&settings, prefix, Default::default())
             .await
             .expect("connect store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -246,6 +249,7 @@ impl Drop for TestServer {
 /// The real `leasehold` binary as a child process, for tests that kill or pause it.
 pub struct ServerProcess {
     child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
     pub addr: SocketAddr,
 }
 
@@ -268,18 +272,41 @@ impl ServerProcess {
             })
             .spawn()
             .expect("start leasehold");
-        let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listening line");
+        stdout.read_line(&mut line).expect("read listening line");
         let addr = line
             .trim()
             .strip_prefix("leasehold: listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .expect("address");
-        ServerProcess { child, addr }
+        ServerProcess {
+            child,
+            stdout,
+            addr,
+        }
+    }
+
+    /// The next line the server prints on stdout (after the listening line).
+    pub fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read a line");
+        line.trim().to_owned()
+    }
+
+    /// Waits for the process to exit by itself, up to `limit`: its status, or `None`.
+    pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = tokio::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if started.elapsed() > limit {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub fn url(&self) -> String {

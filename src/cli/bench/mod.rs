@@ -21,7 +21,7 @@ use fred::types::scripts::Script;
 use serde_json::json;
 use tokio::time::Instant;
 
-use leasehold::client::Client;
+use leasehold::client::{Client, ConnectOptions};
 use leasehold::store::Token;
 
 mod figures;
@@ -34,7 +34,7 @@ use paths::{BenchError, RELEASE_SCRIPT, direct_redis, lease_stream, unary, unexp
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    pub server: String,
+    pub connect: ConnectOptions,
     pub redis: String,
     /// A smoke run in well under a minute, for CI: figures from it are not to be judged.
     pub quick: bool,
@@ -101,7 +101,7 @@ async fn uncontended_section(
     progress: &Progress,
 ) -> Result<serde_json::Value, BenchError> {
     let operations = if options.quick { 200 } else { 5_000 };
-    let client = Client::connect(options.server.clone()).await?;
+    let client = Client::connect_with(options.connect.clone()).await?;
     progress.say("uncontended: direct Redis");
     let direct = direct_redis(redis, operations).await?;
     progress.say("uncontended: Lease stream");
@@ -142,7 +142,7 @@ async fn contention_section(
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for &clients in contenders {
         progress.say(&format!("contention: {clients} clients, Lease stream"));
-        let stream = contention(&options.server, clients, window).await?;
+        let stream = contention(&options.connect, clients, window).await?;
         progress.say(&format!("contention: {clients} clients, polling"));
         let polling = polling_contention(&options.redis, clients, window).await?;
         progress.clear();
@@ -179,7 +179,7 @@ async fn many_section(
 ) -> Result<serde_json::Value, BenchError> {
     let names = if options.quick { 100 } else { 1_000 };
     progress.say(&format!("many locks: {names} clients on {names} names"));
-    let many = many_locks(&options.server, names).await?;
+    let many = many_locks(&options.connect, names).await?;
     progress.clear();
     println!(
         "\n## Many locks: {names} clients, one distinct name each, acquire + release at once\n"
@@ -294,7 +294,7 @@ impl Contention {
 
 /// `clients` loop on one lock for `window` through the fair `Lease` stream.
 async fn contention(
-    server: &str,
+    server: &ConnectOptions,
     clients: usize,
     window: Duration,
 ) -> Result<Contention, BenchError> {
@@ -303,7 +303,7 @@ async fn contention(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let client = Client::connect(server.to_owned()).await?;
+        let client = Client::connect_with(server.clone()).await?;
         let name = name.clone();
         tasks.push(tokio::spawn(async move {
             let (mut waits, mut holdings) = (Vec::new(), Vec::new());
@@ -390,8 +390,8 @@ async fn polling_contention(
 }
 
 /// `names` clients, each acquiring and releasing its own name once, all at once.
-async fn many_locks(server: &str, names: usize) -> Result<Figures, BenchError> {
-    let client = Client::connect(server.to_owned()).await?;
+async fn many_locks(server: &ConnectOptions, names: usize) -> Result<Figures, BenchError> {
+    let client = Client::connect_with(server.clone()).await?;
     let prefix = format!("bench-many-{}", Token::random().lease_id());
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -438,7 +438,7 @@ async fn held_leases(
     let rss_before = options.server_pid.and_then(rss_bytes);
     let mut clients = Vec::new();
     for _ in 0..count.div_ceil(LEASES_PER_CONNECTION) {
-        clients.push(Client::connect(options.server.clone()).await?);
+        clients.push(Client::connect_with(options.connect.clone()).await?);
     }
     let prefix = format!("bench-held-{}", Token::random().lease_id());
     let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));

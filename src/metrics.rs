@@ -1,0 +1,298 @@
+//! Prometheus metrics of one server: what an operator needs to see what leases do.
+//!
+//! One registry per server (no process-wide globals), so two servers in one process, as in the
+//! tests, never mix their figures. Off by default: a disabled [`Metrics`] is `None` inside, and
+//! every call on it is a branch and nothing else.
+//!
+//! Labels are outcomes and reasons, never lock names: a name per label value would grow without
+//! bound. An operator may opt in to a bounded list of name prefixes (`--metrics-name-prefix`);
+//! a lease whose name starts with one is labelled with it, every other with `""`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// At most this many opted-in name prefixes: each multiplies the series of two metrics.
+pub const MAX_NAME_PREFIXES: usize = 64;
+
+/// How an acquisition ended, the `outcome` label of `leasehold_acquisitions_total`.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    Acquired,
+    /// Taken, and the caller asked not to wait.
+    Refused,
+    /// Still taken when the wait ran out.
+    TimedOut,
+    /// Redis failed, or the server stopped.
+    Failed,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Refused => "refused",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// A server's metrics; cheap to clone. `Metrics::default()` is off.
+#[derive(Clone, Default)]
+pub struct Metrics(Option<Arc<Registered>>);
+
+struct Registered {
+    registry: Registry,
+    prefixes: Vec<String>,
+    leases_held: IntGaugeVec,
+    waiters: IntGauge,
+    acquisitions: IntCounterVec,
+    wait_seconds: Histogram,
+    hold_seconds: Histogram,
+    renewals: IntCounter,
+    renewal_failures: IntCounter,
+    lost: IntCounterVec,
+    redis_seconds: Histogram,
+    open_streams: IntGaugeVec,
+    elections_led: IntGauge,
+}
+
+impl Metrics {
+    /// Metrics on, labelling leases by the longest of `prefixes` their name starts with.
+    pub fn enabled(prefixes: Vec<String>) -> Result<Self, prometheus::Error> {
+        if prefixes.len() > MAX_NAME_PREFIXES {
+            return Err(prometheus::Error::Msg(format!(
+                "at most {MAX_NAME_PREFIXES} metric name prefixes, got {}",
+                prefixes.len()
+            )));
+        }
+        let registry = Registry::new();
+        let seconds = |name: &str, help: &str, buckets: Vec<f64>| {
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+        };
+        let registered = Registered {
+            prefixes,
+            leases_held: IntGaugeVec::new(
+                Opts::new("leasehold_leases_held", "Leases held by open streams now."),
+                &["prefix"],
+            )?,
+            waiters: IntGauge::new("leasehold_waiters", "Streams waiting for a lock now.")?,
+            acquisitions: IntCounterVec::new(
+                Opts::new(
+                    "leasehold_acquisitions_total",
+                    "Acquisition attempts, by outcome.",
+                ),
+                &["outcome", "prefix"],
+            )?,
+            wait_seconds: seconds(
+                "leasehold_acquire_wait_seconds",
+                "From the acquire request to its outcome.",
+                prometheus::exponential_buckets(0.0005, 4.0, 12)?,
+            )?,
+            hold_seconds: seconds(
+                "leasehold_hold_seconds",
+                "How long leases were held, from acquired to released or lost.",
+                prometheus::exponential_buckets(0.01, 4.0, 12)?,
+            )?,
+            renewals: IntCounter::new("leasehold_renewals_total", "Renewals Redis confirmed.")?,
+            renewal_failures: IntCounter::new(
+                "leasehold_renewal_failures_total",
+                "Renewals that failed (Redis unreachable or slow, or the key not ours).",
+            )?,
+            lost: IntCounterVec::new(
+                Opts::new("leasehold_leases_lost_total", "Leases lost, by reason."),
+                &["reason"],
+            )?,
+            redis_seconds: seconds(
+                "leasehold_redis_round_trip_seconds",
+                "Redis command round trips, from sent to answered.",
+                prometheus::exponential_buckets(0.0001, 3.0, 12)?,
+            )?,
+            open_streams: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_open_streams",
+                    "Open held-lease streams, by kind.",
+                ),
+                &["kind"],
+            )?,
+            elections_led: IntGauge::new(
+                "leasehold_elections_led",
+                "Elections whose leader holds its stream on this server.",
+            )?,
+            registry,
+        };
+        let r = &registered;
+        let collectors: [Box<dyn prometheus::core::Collector>; 11] = [
+            Box::new(r.leases_held.clone()),
+            Box::new(r.waiters.clone()),
+            Box::new(r.acquisitions.clone()),
+            Box::new(r.wait_seconds.clone()),
+            Box::new(r.hold_seconds.clone()),
+            Box::new(r.renewals.clone()),
+            Box::new(r.renewal_failures.clone()),
+            Box::new(r.lost.clone()),
+            Box::new(r.redis_seconds.clone()),
+            Box::new(r.open_streams.clone()),
+            Box::new(r.elections_led.clone()),
+        ];
+        for collector in collectors {
+            r.registry.register(collector)?;
+        }
+        Ok(Metrics(Some(Arc::new(registered))))
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The Prometheus text exposition of every metric; `None` when off.
+    pub fn render(&self) -> Option<String> {
+        let registered = self.0.as_ref()?;
+        TextEncoder::new()
+            .encode_to_string(&registered.registry.gather())
+            .ok()
+    }
+
+    /// One Redis command's round trip.
+    pub fn redis_round_trip(&self, took: Duration) {
+        if let Some(r) = &self.0 {
+            r.redis_seconds.observe(took.as_secs_f64());
+        }
+    }
+
+    /// An acquisition of `name` ended with `outcome`, `waited` after it was asked for.
+    pub fn acquisition(&self, name: &str, outcome: Outcome, waited: Duration) {
+        if let Some(r) = &self.0 {
+            r.acquisitions
+                .with_label_values(&[outcome.label(), r.prefix_of(name)])
+                .inc();
+            r.wait_seconds.observe(waited.as_secs_f64());
+        }
+    }
+
+    /// One renewal's result.
+    pub fn renewal(&self, confirmed: bool) {
+        if let Some(r) = &self.0 {
+            match confirmed {
+                true => r.renewals.inc(),
+                false => r.renewal_failures.inc(),
+            }
+        }
+    }
+
+    /// A lease was lost; `reason` is a short fixed label (`not_held`, `expired`, `shutdown`).
+    pub fn lost(&self, reason: &'static str) {
+        if let Some(r) = &self.0 {
+            r.lost.with_label_values(&[reason]).inc();
+        }
+    }
+
+    /// An open stream of `kind` ("lease", "campaign"), counted until the guard drops.
+    pub fn open_stream(&self, kind: &'static str) -> Counted {
+        Counted::new(
+            self.0
+                .as_ref()
+                .map(|r| r.open_streams.with_label_values(&[kind])),
+        )
+    }
+
+    /// A stream waiting for its lock, counted until the guard drops.
+    pub fn waiting(&self) -> Counted {
+        Counted::new(self.0.as_ref().map(|r| r.waiters.clone()))
+    }
+
+    /// A leader's stream, counted until the guard drops.
+    pub fn leading(&self) -> Counted {
+        Counted::new(self.0.as_ref().map(|r| r.elections_led.clone()))
+    }
+
+    /// A lease of `name` just taken: counted as held, and its hold time recorded, until the
+    /// guard drops.
+    pub fn held(&self, name: &str) -> HeldFor {
+        HeldFor(self.0.as_ref().map(|r| {
+            let gauge = r.leases_held.with_label_values(&[r.prefix_of(name)]);
+            gauge.inc();
+            (gauge, r.hold_seconds.clone(), Instant::now())
+        }))
+    }
+}
+
+impl Registered {
+    fn prefix_of(&self, name: &str) -> &str {
+        self.prefixes
+            .iter()
+            .filter(|prefix| name.starts_with(prefix.as_str()))
+            .max_by_key(|prefix| prefix.len())
+            .map_or("", String::as_str)
+    }
+}
+
+/// One count in a gauge, given back on drop.
+pub struct Counted(Option<IntGauge>);
+
+impl Counted {
+    fn new(gauge: Option<IntGauge>) -> Self {
+        if let Some(gauge) = &gauge {
+            gauge.inc();
+        }
+        Counted(gauge)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(gauge) = &self.0 {
+            gauge.dec();
+        }
+    }
+}
+
+/// A held lease: counted, and its hold time observed, until dropped.
+pub struct HeldFor(Option<(IntGauge, Histogram, Instant)>);
+
+impl Drop for HeldFor {
+    fn drop(&mut self) {
+        if let Some((gauge, hold_seconds, since)) = &self.0 {
+            gauge.dec();
+            hold_seconds.observe(since.elapsed().as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_by_the_longest_opted_in_prefix_and_nothing_else() {
+        let metrics = Metrics::enabled(vec!["billing/".into(), "billing/eu/".into()]).unwrap();
+        metrics.acquisition("billing/eu/run", Outcome::Acquired, Duration::ZERO);
+        metrics.acquisition("reports/x", Outcome::Refused, Duration::ZERO);
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains(
+                r#"leasehold_acquisitions_total{outcome="acquired",prefix="billing/eu/"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"leasehold_acquisitions_total{outcome="refused",prefix=""} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains("reports/x"), "{text}");
+    }
+
+    #[test]
+    fn off_renders_nothing_and_guards_do_nothing() {
+        let metrics = Metrics::default();
+        let _held = metrics.held("a");
+        let _open = metrics.open_stream("lease");
+        assert!(metrics.render().is_none());
+        assert!(Metrics::enabled(vec![String::new(); MAX_NAME_PREFIXES + 1]).is_err());
+    }
+}

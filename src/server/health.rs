@@ -1,0 +1,84 @@
+//! gRPC health checking (`grpc.health.v1.Health`) that means something: SERVING while Redis
+//! answers, NOT_SERVING when it does not, and NOT_SERVING from the moment shutdown begins, so a
+//! load balancer or a Kubernetes probe stops sending new work to a server that cannot hold it.
+
+use std::time::Duration;
+
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tracing::{info, warn};
+
+use crate::pb::election_service_server::ElectionServiceServer;
+use crate::pb::lock_service_server::LockServiceServer;
+use crate::store::Connection;
+
+/// How often Redis is asked. With the command timeout (2 s by default) a Redis that goes away
+/// shows as NOT_SERVING within about three seconds.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keeps the health status of the server ("") and of both services in line with Redis.
+pub struct HealthMonitor {
+    reporter: HealthReporter,
+    connection: Connection,
+}
+
+impl HealthMonitor {
+    /// Reports SERVING (the store connected moments ago) before the server takes its first
+    /// call, so no probe ever finds the services unknown.
+    pub async fn start(reporter: HealthReporter, connection: Connection) -> Self {
+        let monitor = HealthMonitor {
+            reporter,
+            connection,
+        };
+        monitor.report(ServingStatus::Serving).await;
+        monitor
+    }
+
+    /// Runs until shutdown begins, then reports NOT_SERVING for good.
+    pub async fn run(self) {
+        let tasks = self.connection.tasks().clone();
+        let mut serving = Some(true);
+        let mut ticks = tokio::time::interval(CHECK_INTERVAL);
+        loop {
+            tokio::select! {
+                () = tasks.stopping() => break,
+                _ = ticks.tick() => {}
+            }
+            let reachable = tokio::select! {
+                () = tasks.stopping() => break,
+                reachable = self.connection.reachable() => reachable,
+            };
+            if serving != Some(reachable) {
+                match reachable {
+                    true => info!("Redis answers: health SERVING"),
+                    false => warn!("Redis does not answer: health NOT_SERVING"),
+                }
+                self.report(status(reachable)).await;
+                serving = Some(reachable);
+            }
+        }
+        self.report(ServingStatus::NotServing).await;
+    }
+
+    async fn report(&self, status: ServingStatus) {
+        let reporter = &self.reporter;
+        reporter.set_service_status("", status).await;
+        reporter
+            .set_service_status(service_name::<LockServiceServer<()>>(), status)
+            .await;
+        reporter
+            .set_service_status(service_name::<ElectionServiceServer<()>>(), status)
+            .await;
+    }
+}
+
+fn status(serving: bool) -> ServingStatus {
+    match serving {
+        true => ServingStatus::Serving,
+        false => ServingStatus::NotServing,
+    }
+}
+
+fn service_name<S: tonic::server::NamedService>() -> &'static str {
+    S::NAME
+}
