@@ -1,5 +1,7 @@
 # Build: docker build -t leasehold .
 # Run:   docker run --rm -p 50051:50051 -e LEASEHOLD_REDIS=redis://redis:6379 leasehold
+# compose.yaml runs Redis and two replicas. scripts/check-containers.sh runs this file's build
+# stage as a script, and checks compose.yaml, on machines without a Docker engine (CI).
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
@@ -15,7 +17,11 @@ COPY --from=build /src/target/release/leasehold /usr/local/bin/leasehold
 USER leasehold
 EXPOSE 50051
 ENV LEASEHOLD_LISTEN=0.0.0.0:50051
-# SIGTERM (docker stop) releases every lease before the process exits.
+# gRPC health (SERVING while Redis answers), through the binary itself: no extra probe tool.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["leasehold", "health", "--server", "http://127.0.0.1:50051"]
+# SIGTERM (docker stop): health turns NOT_SERVING, every holder is told Lost, every lock is
+# released, and the process exits 0 within --drain (10s; docker stop's own grace is 10s too).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["leasehold"]
 CMD ["serve"]

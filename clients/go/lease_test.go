@@ -39,6 +39,18 @@ func start(t *testing.T) (*grpc.ClientConn, int) {
 
 // startServer is start, also returning the leasehold server's process (to freeze it).
 func startServer(t *testing.T) (*grpc.ClientConn, int, *os.Process) {
+	addr, port, process := launch(t)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, port, process
+}
+
+// launch starts redis-server and the leasehold binary (with extra serve arguments): the
+// server's address, Redis's port, and the server's process.
+func launch(t *testing.T, extra ...string) (string, int, *os.Process) {
 	port := freePort(t)
 	redis := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
@@ -54,8 +66,9 @@ func startServer(t *testing.T) (*grpc.ClientConn, int, *os.Process) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	binary := os.Getenv("LEASEHOLD_BIN")
-	server := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--redis",
-		"redis://127.0.0.1:"+strconv.Itoa(port))
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--redis",
+		"redis://127.0.0.1:" + strconv.Itoa(port)}, extra...)
+	server := exec.Command(binary, args...)
 	stdout, err := server.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -69,12 +82,7 @@ func startServer(t *testing.T) (*grpc.ClientConn, int, *os.Process) {
 		t.Fatalf("server did not start: %q %v", line, err)
 	}
 	addr := strings.TrimSpace(strings.TrimPrefix(line, "leasehold: listening on "))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn, port, server.Process
+	return addr, port, server.Process
 }
 
 func TestLeaseHoldsExcludesAndReleases(t *testing.T) {

@@ -28,7 +28,7 @@ from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grp
 
 __all__ = [
     "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "lease", "campaign",
-    "leader", "observe",
+    "leader", "observe", "connect",
 ]
 
 #: Where the server is, unless told: ``LEASEHOLD_SERVER`` (as the CLI reads it) or the default.
@@ -145,6 +145,54 @@ class Lease(_LeaseState):
         self._outbox.put(None)  # half-close
         self._released.wait(timeout)
         return self._was_held and not self.lost.is_set()
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call (also on plaintext channels, where
+    grpc's own call credentials are refused)."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        metadata = list(details.metadata or []) + [self._header]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._with_token(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._with_token(details), requests)
+
+
+def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
+            root_certificates: Optional[bytes] = None, private_key: Optional[bytes] = None,
+            certificate_chain: Optional[bytes] = None, tls: Optional[bool] = None) -> grpc.Channel:
+    """A channel to a Leasehold server, for the `channel=` argument of every call.
+
+    TLS when `tls` is true, or when any certificate is given: `root_certificates` (PEM) to trust
+    for the server, `private_key` and `certificate_chain` (PEM) for mutual TLS. `token` is sent
+    as a bearer token with every call (the server's --auth-file grants it).
+    """
+    secure = tls if tls is not None else any(
+        part is not None for part in (root_certificates, private_key, certificate_chain))
+    if secure:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=root_certificates, private_key=private_key,
+            certificate_chain=certificate_chain)
+        channel = grpc.secure_channel(server, credentials)
+    else:
+        channel = grpc.insecure_channel(server)
+    if token is not None:
+        channel = grpc.intercept_channel(channel, _BearerToken(token))
+    return channel
 
 
 @contextmanager

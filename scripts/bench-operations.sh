@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# What TLS, auth and metrics cost on uncontended acquire + release (BENCHMARKS.md): four servers
+# of one release build on one Redis (plaintext; TLS; a bearer token checked against an auth file;
+# metrics on), measured by `leasehold bench --only uncontended` in alternating rounds, each
+# figure a ratio against the plaintext server's in the same round.
+# Usage: scripts/bench-operations.sh [ROUNDS] [LEASEHOLD_BINARY]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/redis.sh
+ensure_redis_server_installed
+rounds=${1:-3}
+binary=${2:-target/release/leasehold}
+[ -x "$binary" ] || cargo build --release --bin leasehold
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
+pids+=($!)
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=bench-ca \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+  -keyout "$work/server.key" -out "$work/server.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$work/ext"
+openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+  -days 1 -extfile "$work/ext" -out "$work/server.pem" 2>/dev/null
+printf 'bench-token' > "$work/token"
+printf '[[grant]]\nname = "bench"\ntoken_sha256 = "%s"\nrole = "admin"\nlocks = [""]\nelections = [""]\n' \
+  "$(printf bench-token | sha256sum | cut -d' ' -f1)" > "$work/auth.toml"
+
+start() { # name, serve args...
+  local name=$1; shift
+  "$binary" serve --listen 127.0.0.1:0 --redis "redis://127.0.0.1:$port" "$@" >"$work/$name.out" 2>/dev/null &
+  pids+=($!)
+  until grep -q "listening on" "$work/$name.out" 2>/dev/null; do sleep 0.05; done
+  sed -n 's/leasehold: listening on //p' "$work/$name.out"
+}
+plain=$(start plain)
+tls=$(start tls --tls-cert "$work/server.pem" --tls-key "$work/server.key")
+auth=$(start auth --auth-file "$work/auth.toml")
+metrics=$(start metrics --metrics 127.0.0.1:0)
+
+bench() { # name, bench args...
+  local name=$1 round=$2; shift 2
+  "$binary" bench --only uncontended --redis "redis://127.0.0.1:$port" --json "$work/$name-$round.json" "$@" >/dev/null
+}
+for round in $(seq 1 "$rounds"); do
+  bench plain "$round" --server "http://$plain"
+  bench tls "$round" --server "https://localhost:${tls##*:}" --tls-ca "$work/ca.pem"
+  LEASEHOLD_TOKEN=bench-token bench auth "$round" --server "http://$auth"
+  bench metrics "$round" --server "http://$metrics"
+done
+python3 - "$work" "$rounds" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+def p50(name, round, path):
+    figures = json.load(open(f"{work}/{name}-{round}.json"))["uncontended"]
+    return next(f for f in figures if f["path"].startswith(path))["p50_us"]
+print("| server | Lease stream p50 vs plaintext | unary Acquire+Release p50 vs plaintext |")
+print("| --- | --- | --- |")
+for name in ("tls", "auth", "metrics"):
+    cells = []
+    for path in ("Lease stream", "unary"):
+        ratios = [p50(name, r, path) / p50("plain", r, path) for r in range(1, rounds + 1)]
+        cells.append(f"{statistics.median(ratios):.3f}x (rounds: {', '.join(f'{x:.3f}' for x in ratios)})")
+    print(f"| {name} | {cells[0]} | {cells[1]} |")
+PY

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Checks the Dockerfile and compose.yaml where no Docker engine runs (CI, these machines):
+#  1. the Dockerfile's build stage, run as a script: its COPY lines fill a fresh context (so a
+#     file the build needs but the Dockerfile forgets fails here), then its RUN lines run in it;
+#  2. the final stage: a non-root USER, and its HEALTHCHECK command, run as written against the
+#     binary just built, says healthy with Redis up and unhealthy with Redis down;
+#  3. compose.yaml: Redis and at least two replicas, every LEASEHOLD_* variable one that
+#     `leasehold serve` reads, and the replicas started with their environment share one Redis
+#     (a lock taken through one is refused through the other).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/redis.sh
+ensure_redis_server_installed
+ensure_python_venv
+
+work=target/container-check
+rm -rf "$work/context" && mkdir -p "$work/context"
+
+# 1. The build stage, as a script.
+python3 - "$work/stage.sh" <<'PY'
+import shlex, sys
+lines, stage = open("Dockerfile").read().replace("\\\n", " ").splitlines(), []
+for line in lines:
+    words = line.split()
+    if not words or words[0].startswith("#"):
+        continue
+    if words[0] == "FROM" and stage:
+        break  # the build stage ends at the next FROM
+    if words[0] == "COPY" and not any(w.startswith("--from") for w in words):
+        *sources, dest = words[1:]
+        # Docker's rules: a folder's contents go into dest; files go into dest if it is a
+        # folder (ends in / or several sources), else become dest.
+        for source in sources:
+            src, dst = f"$ROOT/{source}", shlex.quote(dest)
+            stage.append(f'if [ -d "{src}" ]; then mkdir -p {dst} && cp -r "{src}/." {dst}; '
+                         f'else mkdir -p "$(dirname {dst}/x)" && cp "{src}" {dst}; fi')
+    elif words[0] == "RUN":
+        stage.append(line.split(None, 1)[1])
+    elif words[0] == "FROM":
+        stage.append("# " + line)
+open(sys.argv[1], "w").write("set -euxo pipefail\n" + "\n".join(stage) + "\n")
+PY
+echo "--- the Dockerfile's build stage as a script:"; cat "$work/stage.sh"
+(cd "$work/context" && ROOT="$OLDPWD" CARGO_TARGET_DIR="$OLDPWD/$work/target" bash "$OLDPWD/$work/stage.sh")
+binary="$work/target/release/leasehold"
+[ -x "$binary" ]
+
+# 2. The final stage: non-root, and the HEALTHCHECK as written.
+grep -Eq '^USER +[a-z]' Dockerfile || { echo "the final image must not run as root" >&2; exit 1; }
+[ "$(grep -E '^USER ' Dockerfile | tail -n1 | awk '{print $2}')" != root ]
+healthcheck=$(python3 -c '
+import json, re
+text = open("Dockerfile").read().replace("\\\n", " ")
+cmd = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])", text, re.M).group(1)
+print(" ".join(json.loads(cmd)[1:]))')
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+  --pidfile "$PWD/$work/redis.pid" --logfile "$PWD/$work/redis.log" --dir "$PWD/$work"
+cleanup() {
+  [ -n "${servers:-}" ] && kill $servers 2>/dev/null || true
+  [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null || true
+}
+trap cleanup EXIT
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+
+start_replica() { # env file -> "pid addr"
+  env -i PATH="$PATH" $(cat "$1") LEASEHOLD_REDIS="redis://127.0.0.1:$port" \
+    LEASEHOLD_LISTEN=127.0.0.1:0 LEASEHOLD_METRICS=127.0.0.1:0 "$binary" serve >"$1.out" 2>"$1.err" &
+  local pid=$!
+  until grep -q "listening on" "$1.out" 2>/dev/null; do sleep 0.05; kill -0 "$pid"; done
+  echo "$pid $(sed -n 's/leasehold: listening on //p' "$1.out")"
+}
+
+# 3. compose.yaml: its replicas' environments, started for real against one Redis.
+"target/py-venv/bin/python" -c 'import yaml' 2>/dev/null || {
+  [ -x target/py-venv/bin/python ] || python3 -m venv target/py-venv
+  target/py-venv/bin/pip install -q --disable-pip-version-check pyyaml
+}
+"$binary" serve --help > "$work/serve-help.txt"
+target/py-venv/bin/python - "$work" <<'PY'
+import re, sys, yaml
+work = sys.argv[1]
+compose = yaml.safe_load(open("compose.yaml"))
+services = compose["services"]
+known = set(re.findall(r"env: (LEASEHOLD_[A-Z_]+)", open(f"{work}/serve-help.txt").read()))
+replicas = [n for n, s in services.items() if s.get("build") == "."]
+assert any("redis" in s.get("image", "") for s in services.values()), "no Redis service"
+assert len(replicas) >= 2, f"two replicas wanted, found {replicas}"
+ports = [p.split(":")[0] for n in replicas for p in services[n].get("ports", [])]
+assert len(ports) == len(set(ports)), f"host ports used twice: {ports}"
+for name in replicas:
+    env = services[name]["environment"]
+    unknown = set(env) - known
+    assert not unknown, f"{name}: variables leasehold serve does not read: {unknown}"
+    assert services[name].get("depends_on"), f"{name}: starts before Redis"
+    with open(f"{work}/{name}.env", "w") as out:
+        out.write(" ".join(f"{k}={v}" for k, v in env.items() if k not in
+                           ("LEASEHOLD_REDIS", "LEASEHOLD_LISTEN", "LEASEHOLD_METRICS")))
+print("compose.yaml:", ", ".join(replicas), "use only variables leasehold serve reads")
+PY
+servers=""
+addrs=()
+for env in "$work"/leasehold-*.env; do
+  read -r pid addr < <(start_replica "$env")
+  servers="$servers $pid"; addrs+=("$addr")
+done
+for addr in "${addrs[@]}"; do
+  eval "$binary ${healthcheck/http:\/\/127.0.0.1:50051/http://$addr}" >/dev/null
+done
+echo "HEALTHCHECK passes on every replica"
+token=$("$binary" run --server "http://${addrs[0]}" shared -- sh -c \
+  "\"$binary\" run --server http://${addrs[1]} shared -- true; echo \$?" | tail -n1)
+[ "$token" = 75 ] || { echo "a lock held through one replica was taken through the other ($token)" >&2; exit 1; }
+echo "a lock held through one replica is refused through the other"
+kill "$(cat "$work/redis.pid")"
+rm -f "$work/redis.pid"
+# Health follows Redis within a few seconds: ask again until it fails, for at most 20 s.
+for _ in $(seq 1 40); do
+  if ! eval "$binary ${healthcheck/http:\/\/127.0.0.1:50051/http://${addrs[0]}}" >/dev/null 2>&1; then
+    echo "HEALTHCHECK fails once Redis is gone"
+    exit 0
+  fi
+  sleep 0.5
+done
+echo "HEALTHCHECK still passes 20 s after Redis went away" >&2
+exit 1
