@@ -1,6 +1,7 @@
 //! Running it in production: health that follows Redis, reflection, Prometheus metrics, TLS and
 //! mutual TLS with certificate rotation, authorisation by token and by certificate, graceful
-//! shutdown, the config file, and a burst over the Redis in-flight limit.
+//! shutdown, the config file, limits, and JSON logs. (The burst over the Redis in-flight limit
+//! has a test binary of its own, tests/burst.rs, so no other test competes with it for the CPU.)
 
 mod support;
 
@@ -617,67 +618,6 @@ fn read_listen_url(child: &mut std::process::Child) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_over_the_in_flight_limit_waits_in_line_instead_of_failing() {
-    let redis = RedisServer::start();
-    // Few places and a short Redis timeout: every command must wait its turn, and no command's
-    // wait in line may count against its timeout.
-    let mut settings = RedisSettings::new(redis.url());
-    settings.command_timeout = Duration::from_secs(2);
-    settings.max_in_flight = 32;
-    let store = Store::connect(&settings, "burst:", Default::default())
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(leasehold::server::serve(
-        listener,
-        store,
-        ServerConfig::default(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let mut clients = Vec::new();
-    for _ in 0..20 {
-        clients.push(Client::connect(url.clone()).await.unwrap());
-    }
-    let burst = (0..20_000).map(|i| {
-        let client = clients[i % clients.len()].clone();
-        async move {
-            client
-                .acquire_once(format!("burst-{i}"), Duration::from_secs(30))
-                .await
-        }
-    });
-    let answers = futures_join_all(burst).await;
-    let failed: Vec<_> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
-    assert!(
-        failed.is_empty(),
-        "{} failed, e.g. {:?}",
-        failed.len(),
-        failed.first()
-    );
-    assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|r| r.acquired)));
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
-}
-
-/// Runs every future at once (on the runtime's tasks), in order of the input.
-async fn futures_join_all<F, T>(futures: impl Iterator<Item = F>) -> Vec<T>
-where
-    F: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut answers = Vec::with_capacity(handles.len());
-    for handle in handles {
-        answers.push(handle.await.unwrap());
-    }
-    answers
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_limit_answers_resource_exhausted_naming_itself() {
     let redis = RedisServer::start();
     let direct = redis.client().await;
@@ -782,4 +722,260 @@ async fn json_logs_carry_the_lease_span_and_never_a_full_token() {
     guard.release().await.unwrap();
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A redis-server speaking only TLS (certificate from `ca`), with an ACL user `leasehold` whose
+/// password is `password`; killed on drop.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl TlsRedis {
+    fn start(dir: &TempDir, ca: &TestCa, password: &str) -> Self {
+        let issued = ca.server();
+        let (cert, key) = (
+            dir.write("redis.pem", &issued.cert),
+            dir.write("redis.key", &issued.key),
+        );
+        let ca_file = dir.write("redis-ca.pem", &ca.pem());
+        let port = free_port();
+        // ACL users need a config file: on the command line, a rule's spaces split it.
+        let acl = dir.write(
+            "redis.conf",
+            &format!("user leasehold on >{password} ~* &* +@all\nuser default off\n"),
+        );
+        let child = std::process::Command::new("redis-server")
+            .arg(&acl)
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .arg("--tls-ca-cert-file")
+            .arg(&ca_file)
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server with TLS");
+        // Ready when the TLS port accepts connections.
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < SETTLE,
+                "redis-server (TLS) did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TlsRedis { child, port }
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_a_private_ca_and_an_acl_password_from_a_file() {
+    let dir = TempDir::new("rediss");
+    let ca = TestCa::new("redis ca");
+    let redis = TlsRedis::start(&dir, &ca, "acl-s3cret");
+    let url = format!("rediss://leasehold@127.0.0.1:{}", redis.port);
+    let ca_file = dir.write("trusted.pem", &ca.pem());
+    let password_file = dir.write("password", "acl-s3cret\n");
+
+    let mut settings = RedisSettings::new(&url);
+    settings.ca_file = Some(ca_file.clone());
+    settings.password_file = Some(password_file.clone());
+    Store::connect(&settings, "tls:", Default::default())
+        .await
+        .expect("rediss:// with the CA file and the password file");
+
+    // The real binary: a lease through it lands in the TLS Redis.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis", &url])
+        .arg("--redis-ca")
+        .arg(&ca_file)
+        .arg("--redis-password-file")
+        .arg(&password_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = Client::connect(read_listen_url(&mut child)).await.unwrap();
+    let guard = client.lease("over-tls").acquire().await.unwrap();
+    assert!(client.describe("over-tls").await.unwrap().held);
+    guard.release().await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Without the CA, or with a wrong password, the server refuses to start, and says why
+    // without showing the password.
+    let wrong = dir.write("wrong", "not-it\n");
+    for (ca, password, expect) in [
+        (None, &password_file, "cannot use Redis"),
+        (Some(&ca_file), &wrong, "cannot use Redis"),
+    ] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--redis",
+                &url,
+                "--redis-timeout",
+                "1s",
+            ])
+            .arg("--redis-password-file")
+            .arg(password);
+        if let Some(ca) = ca {
+            command.arg("--redis-ca").arg(ca);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expect), "{stderr}");
+        assert!(
+            !stderr.contains("acl-s3cret") && !stderr.contains("not-it"),
+            "{stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_passes_a_token_and_tls_settings() {
+    let redis = RedisServer::start();
+    let ca = TestCa::new("cli ca");
+    let dir = TempDir::new("cli");
+    let issued = ca.server();
+    let tls = TlsFiles {
+        cert: dir.write("server.pem", &issued.cert),
+        key: dir.write("server.key", &issued.key),
+        client_ca: None,
+    };
+    let policy = AuthPolicy::load(&grants(&dir)).unwrap();
+    let server = server_with(&redis, Some(tls), Some(policy)).await;
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let token_file = dir.write("token", "billing-secret\n");
+    let url = format!("https://127.0.0.1:{}", server.addr.port());
+    let leasehold = |args: &[&str], token_file: Option<&std::path::Path>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(args)
+            .args(["--server", &url, "--tls-ca"])
+            .arg(&ca_file)
+            .env_remove("LEASEHOLD_TOKEN");
+        if let Some(token_file) = token_file {
+            command.arg("--token-file").arg(token_file);
+        }
+        command.output().unwrap()
+    };
+
+    let ran = {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(["run", "--server", &url, "--tls-ca"])
+            .arg(&ca_file)
+            .args([
+                "billing/cli",
+                "--",
+                "sh",
+                "-c",
+                "echo $LEASEHOLD_FENCING_TOKEN",
+            ])
+            .env("LEASEHOLD_TOKEN", "billing-secret");
+        command.output().unwrap()
+    };
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&ran.stdout)
+            .trim()
+            .parse::<u64>()
+            .is_ok()
+    );
+
+    let outside = leasehold(&["status", "reports/x"], Some(&token_file));
+    assert_eq!(outside.status.code(), Some(77));
+    assert!(String::from_utf8_lossy(&outside.stderr).contains("not allowed"));
+    let anonymous = leasehold(&["status", "billing/cli"], None);
+    assert_eq!(anonymous.status.code(), Some(77));
+    let health = leasehold(&["health"], None);
+    assert!(
+        health.status.success(),
+        "{}",
+        String::from_utf8_lossy(&health.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&health.stdout).trim(), "SERVING");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rereads_the_certificates() {
+    let redis = RedisServer::start();
+    let (old_ca, new_ca) = (TestCa::new("old ca"), TestCa::new("new ca"));
+    let dir = TempDir::new("sighup");
+    let old = old_ca.server();
+    let cert = dir.write("server.pem", &old.cert);
+    let key = dir.write("server.key", &old.key);
+    let server = ServerProcess::start(
+        &redis,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let url = format!("https://127.0.0.1:{}", server.addr.port());
+    let with_ca = |ca: &TestCa| ConnectOptions::new(&url).ca_pem(ca.pem().into_bytes());
+    works(with_ca(&old_ca), "before").await.unwrap();
+
+    // New files with the old modification times: only the signal can make the server look.
+    let times: Vec<_> = [&cert, &key]
+        .iter()
+        .map(|path| std::fs::metadata(path).unwrap().modified().unwrap())
+        .collect();
+    let new = new_ca.server();
+    dir.write("server.pem", &new.cert);
+    dir.write("server.key", &new.key);
+    for (path, time) in [&cert, &key].iter().zip(times) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(time)
+            .unwrap();
+    }
+    signal(server.pid(), "HUP");
+    let started = tokio::time::Instant::now();
+    while works(with_ca(&new_ca), "after").await.is_err() {
+        assert!(
+            started.elapsed() < SETTLE,
+            "SIGHUP did not reload the certificates"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -35,6 +35,8 @@ pub const EXIT_LOST: u8 = 76;
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// An argument was refused, here or by the server (EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
+/// The server did not recognise the caller, or its grant does not cover the call (EX_NOPERM).
+pub const EXIT_NOPERM: u8 = 77;
 
 /// A refused argument: one plain sentence, and the usage status.
 fn usage(problem: impl std::fmt::Display) -> ExitCode {
@@ -55,6 +57,10 @@ fn fail(error: ClientError) -> ExitCode {
         Code::Unavailable => {
             eprintln!("leasehold: the server is unavailable: {message}");
             ExitCode::from(EXIT_UNAVAILABLE)
+        }
+        Code::Unauthenticated | Code::PermissionDenied => {
+            eprintln!("leasehold: not allowed: {message}");
+            ExitCode::from(EXIT_NOPERM)
         }
         Code::ResourceExhausted => {
             eprintln!("leasehold: the server is at a limit: {message}");
@@ -92,7 +98,8 @@ enum Command {
 The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
 was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 64 if an argument
-is refused; 69 if the server could not be reached or could not serve the request; 130/143 when
+is refused; 69 if the server could not be reached or could not serve the request; 77 if the server
+did not accept the token or certificate, or the grant does not cover the lock; 130/143 when
 interrupted.")]
     Run(RunArgs),
     /// Show who holds locks: the named ones, or every held lock.

@@ -7,6 +7,8 @@
 //!   then SIGKILL after `--grace`);
 //! - [`EXIT_USAGE`](super::EXIT_USAGE) (64) when an argument is refused (here, or by the server);
 //! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or could not serve it;
+//! - [`EXIT_NOPERM`](super::EXIT_NOPERM) (77) when the server refused the token or certificate, or
+//!   the grant does not cover the lock;
 //! - 130 / 143 when interrupted by SIGINT / SIGTERM (the command is stopped, the lock released).
 
 use std::process::ExitCode;
