@@ -239,12 +239,7 @@ async fn tls_and_mutual_tls_accept_good_certificates_and_refuse_others() {
     let redis = RedisServer::start();
     let (ca, stranger) = (TestCa::new("leasehold test ca"), TestCa::new("stranger ca"));
     let dir = TempDir::new("tls");
-    let issued = ca.server();
-    let files = TlsFiles {
-        cert: dir.write("server.pem", &issued.cert),
-        key: dir.write("server.key", &issued.key),
-        client_ca: None,
-    };
+    let files = ca.server_files(&dir, None);
     let server = server_with(&redis, Some(files.clone()), None).await;
     works(https(&server).ca_pem(ca.pem().into_bytes()), "tls")
         .await
@@ -259,10 +254,7 @@ async fn tls_and_mutual_tls_accept_good_certificates_and_refuse_others() {
     server.stop().await;
 
     // Mutual TLS: a client certificate from the client CA, or nothing.
-    let mutual = TlsFiles {
-        client_ca: Some(dir.write("clients.pem", &ca.pem())),
-        ..files
-    };
+    let mutual = ca.server_files(&dir, Some(&ca));
     let server = server_with(&redis, Some(mutual), None).await;
     let client = ca.client("worker-1");
     let with_identity = https(&server)
@@ -290,12 +282,7 @@ async fn a_rotated_certificate_serves_new_connections_while_old_leases_live_on()
     let direct = redis.client().await;
     let (old_ca, new_ca) = (TestCa::new("old ca"), TestCa::new("new ca"));
     let dir = TempDir::new("rotate");
-    let old = old_ca.server();
-    let files = TlsFiles {
-        cert: dir.write("server.pem", &old.cert),
-        key: dir.write("server.key", &old.key),
-        client_ca: None,
-    };
+    let files = old_ca.server_files(&dir, None);
     let server = server_with(&redis, Some(files), None).await;
     let before = Client::connect_with(https(&server).ca_pem(old_ca.pem().into_bytes()))
         .await
@@ -487,12 +474,7 @@ async fn a_client_certificate_subject_stands_in_for_a_token() {
     let redis = RedisServer::start();
     let ca = TestCa::new("clients ca");
     let dir = TempDir::new("subject");
-    let issued = ca.server();
-    let tls = TlsFiles {
-        cert: dir.write("server.pem", &issued.cert),
-        key: dir.write("server.key", &issued.key),
-        client_ca: Some(dir.write("clients.pem", &ca.pem())),
-    };
+    let tls = ca.server_files(&dir, Some(&ca));
     let policy = AuthPolicy::load(&grants(&dir)).unwrap();
     let server = server_with(&redis, Some(tls), Some(policy)).await;
     let as_cert = |cn: &str| {
@@ -867,12 +849,7 @@ async fn the_command_line_passes_a_token_and_tls_settings() {
     let redis = RedisServer::start();
     let ca = TestCa::new("cli ca");
     let dir = TempDir::new("cli");
-    let issued = ca.server();
-    let tls = TlsFiles {
-        cert: dir.write("server.pem", &issued.cert),
-        key: dir.write("server.key", &issued.key),
-        client_ca: None,
-    };
+    let tls = ca.server_files(&dir, None);
     let policy = AuthPolicy::load(&grants(&dir)).unwrap();
     let server = server_with(&redis, Some(tls), Some(policy)).await;
     let ca_file = dir.write("ca.pem", &ca.pem());
@@ -937,9 +914,7 @@ async fn sighup_rereads_the_certificates() {
     let redis = RedisServer::start();
     let (old_ca, new_ca) = (TestCa::new("old ca"), TestCa::new("new ca"));
     let dir = TempDir::new("sighup");
-    let old = old_ca.server();
-    let cert = dir.write("server.pem", &old.cert);
-    let key = dir.write("server.key", &old.key);
+    let TlsFiles { cert, key, .. } = old_ca.server_files(&dir, None);
     let server = ServerProcess::start(
         &redis,
         &[

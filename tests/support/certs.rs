@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use leasehold::tls::TlsFiles;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair,
@@ -31,6 +32,17 @@ impl TestCa {
 
     pub fn pem(&self) -> String {
         self.issuer.pem()
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost, written to `dir` as the listener's
+    /// files (`server.pem`, `server.key`); clients must present a certificate `clients` signed.
+    pub fn server_files(&self, dir: &TempDir, clients: Option<&TestCa>) -> TlsFiles {
+        let issued = self.server();
+        TlsFiles {
+            cert: dir.write("server.pem", &issued.cert),
+            key: dir.write("server.key", &issued.key),
+            client_ca: clients.map(|ca| dir.write("clients.pem", &ca.pem())),
+        }
     }
 
     /// A server certificate for 127.0.0.1 and localhost.
