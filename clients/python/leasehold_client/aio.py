@@ -23,7 +23,7 @@ from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grp
 
 from . import _SILENT, DEFAULT_SERVER, Leader, NotAcquired, _leader, _LeaseState, _millis
 
-__all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe"]
+__all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
 
 
 class AsyncLease(_LeaseState):
@@ -95,6 +95,52 @@ class AsyncLease(_LeaseState):
             except asyncio.TimeoutError:
                 self._call.cancel()
         return self._was_held and not self.lost.is_set()
+
+
+class _WithToken:
+    """Adds ``authorization: Bearer <token>`` to a call's metadata."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        metadata = aio.Metadata(*(details.metadata or aio.Metadata()).items(), self._header)
+        return details._replace(metadata=metadata)
+
+
+# One class per kind of call: grpc.aio files each interceptor under the first kind it is.
+class _TokenUnaryUnary(_WithToken, aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, details, request):
+        return await continuation(self._with_token(details), request)
+
+
+class _TokenUnaryStream(_WithToken, aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, details, request):
+        return await continuation(self._with_token(details), request)
+
+
+class _TokenStreamStream(_WithToken, aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, details, request_iterator):
+        return await continuation(self._with_token(details), request_iterator)
+
+
+def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
+            root_certificates: Optional[bytes] = None, private_key: Optional[bytes] = None,
+            certificate_chain: Optional[bytes] = None, tls: Optional[bool] = None) -> aio.Channel:
+    """An asyncio channel to a Leasehold server, for the ``channel=`` argument of every call:
+    the same options as :func:`leasehold_client.connect`."""
+    interceptors = None
+    if token is not None:
+        interceptors = [kind(token) for kind in (_TokenUnaryUnary, _TokenUnaryStream,
+                                                 _TokenStreamStream)]
+    secure = tls if tls is not None else any(
+        part is not None for part in (root_certificates, private_key, certificate_chain))
+    if secure:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=root_certificates, private_key=private_key,
+            certificate_chain=certificate_chain)
+        return aio.secure_channel(server, credentials, interceptors=interceptors)
+    return aio.insecure_channel(server, interceptors=interceptors)
 
 
 @asynccontextmanager

@@ -75,3 +75,20 @@ def test_tls_with_the_server_ca(redis_port, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+
+
+def test_the_asyncio_client_passes_a_token_too(auth_server):
+    import asyncio
+
+    from leasehold_client import aio as lh_aio
+
+    async def main():
+        async with lh_aio.connect(auth_server, token="py-secret") as channel:
+            async with lh_aio.lease("py/async", channel=channel) as held:
+                assert held.fencing_token > 0
+            with pytest.raises(grpc.RpcError) as refused:
+                async with lh_aio.lease("other/async", channel=channel):
+                    pass
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+    asyncio.run(main())

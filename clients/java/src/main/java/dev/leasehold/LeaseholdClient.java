@@ -1,9 +1,17 @@
 package dev.leasehold;
 
+import io.grpc.ChannelCredentials;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
 import io.grpc.Status;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
 import java.time.Duration;
 import java.util.Optional;
 import java.util.concurrent.Executors;
@@ -46,6 +54,68 @@ public final class LeaseholdClient implements AutoCloseable {
   /** Connects in plaintext to {@code target}, e.g. {@code 127.0.0.1:50051}. */
   public static LeaseholdClient connect(String target) {
     return new LeaseholdClient(ManagedChannelBuilder.forTarget(target).usePlaintext().build());
+  }
+
+  /**
+   * Connects to {@code target} with TLS and a bearer token as {@code options} say: TLS when it
+   * names a CA or a client certificate, or asks for TLS; the token with every call.
+   */
+  public static LeaseholdClient connect(String target, Options options) throws IOException {
+    ChannelCredentials credentials = InsecureChannelCredentials.create();
+    if (options.tls || options.caPem != null || options.certPem != null) {
+      TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+      if (options.caPem != null) {
+        tls.trustManager(new ByteArrayInputStream(options.caPem));
+      }
+      if (options.certPem != null) {
+        tls.keyManager(
+            new ByteArrayInputStream(options.certPem), new ByteArrayInputStream(options.keyPem));
+      }
+      credentials = tls.build();
+    }
+    ManagedChannelBuilder<?> builder = Grpc.newChannelBuilder(target, credentials);
+    if (options.token != null) {
+      Metadata headers = new Metadata();
+      headers.put(
+          Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER),
+          "Bearer " + options.token);
+      builder.intercept(MetadataUtils.newAttachHeadersInterceptor(headers));
+    }
+    return new LeaseholdClient(builder.build());
+  }
+
+  /** How to reach a server: TLS, and a bearer token (the server's --auth-file grants it). */
+  public static final class Options {
+    private String token;
+    private boolean tls;
+    private byte[] caPem;
+    private byte[] certPem;
+    private byte[] keyPem;
+
+    /** Sends {@code token} with every call as {@code authorization: Bearer <token>}. */
+    public Options token(String token) {
+      this.token = token;
+      return this;
+    }
+
+    /** TLS, trusting the system's roots unless {@link #caPem} names a CA. */
+    public Options tls() {
+      this.tls = true;
+      return this;
+    }
+
+    /** TLS, trusting only this CA (PEM) for the server's certificate. */
+    public Options caPem(byte[] pem) {
+      this.caPem = pem;
+      return this;
+    }
+
+    /** Presents this certificate and key (PEM; the key in PKCS#8) to the server: mutual TLS. */
+    public Options identityPem(byte[] certPem, byte[] keyPem) {
+      this.certPem = certPem;
+      this.keyPem = keyPem;
+      return this;
+    }
   }
 
   /** Starts building a lease on lock {@code name}. */

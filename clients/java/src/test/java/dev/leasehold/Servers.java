@@ -16,6 +16,11 @@ final class Servers implements AutoCloseable {
   private final Process server;
 
   Servers() throws IOException, InterruptedException {
+    this(new String[0]);
+  }
+
+  /** With {@code extra} arguments for {@code leasehold serve}. */
+  Servers(String... extra) throws IOException, InterruptedException {
     try (ServerSocket socket = new ServerSocket(0)) {
       redisPort = socket.getLocalPort();
     }
@@ -31,9 +36,10 @@ final class Servers implements AutoCloseable {
       Thread.sleep(20);
     }
     String binary = System.getenv().getOrDefault("LEASEHOLD_BIN", "../../target/debug/leasehold");
-    server = new ProcessBuilder(binary, "serve", "--listen", "127.0.0.1:0",
-        "--redis", "redis://127.0.0.1:" + redisPort)
-        .redirectError(ProcessBuilder.Redirect.DISCARD).start();
+    java.util.List<String> command = new java.util.ArrayList<>(java.util.List.of(
+        binary, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:" + redisPort));
+    command.addAll(java.util.List.of(extra));
+    server = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.DISCARD).start();
     String line = new BufferedReader(new InputStreamReader(server.getInputStream())).readLine();
     if (line == null || !line.startsWith("leasehold: listening on ")) {
       throw new IllegalStateException("server did not start: " + line);
