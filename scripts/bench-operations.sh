@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
 ensure_redis_server_installed
-rounds=${1:-3}
+rounds=${1:-5}
 binary=${2:-target/release/leasehold}
 [ -x "$binary" ] || cargo build --release --bin leasehold
 work=$(mktemp -d)
@@ -36,6 +36,7 @@ start() { # name, serve args...
   local name=$1; shift
   "$binary" serve --listen 127.0.0.1:0 --redis "redis://127.0.0.1:$port" "$@" >"$work/$name.out" 2>/dev/null &
   pids+=($!)
+  echo $! > "$work/$name.pid"
   until grep -q "listening on" "$work/$name.out" 2>/dev/null; do sleep 0.05; done
   sed -n 's/leasehold: listening on //p' "$work/$name.out"
 }
@@ -44,9 +45,15 @@ tls=$(start tls --tls-cert "$work/server.pem" --tls-key "$work/server.key")
 auth=$(start auth --auth-file "$work/auth.toml")
 metrics=$(start metrics --metrics 127.0.0.1:0)
 
-bench() { # name, bench args...
+cpu_ticks() { # a process's user + system CPU, in clock ticks
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+bench() { # name, round, bench args...: figures as JSON, and the server's CPU ticks meanwhile
   local name=$1 round=$2; shift 2
+  local pid; pid=$(cat "$work/$name.pid")
+  local before; before=$(cpu_ticks "$pid")
   "$binary" bench --only uncontended --redis "redis://127.0.0.1:$port" --json "$work/$name-$round.json" "$@" >/dev/null
+  echo $(( $(cpu_ticks "$pid") - before )) > "$work/$name-$round.cpu"
 }
 for round in $(seq 1 "$rounds"); do
   bench plain "$round" --server "http://$plain"
@@ -60,12 +67,29 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 def p50(name, round, path):
     figures = json.load(open(f"{work}/{name}-{round}.json"))["uncontended"]
     return next(f for f in figures if f["path"].startswith(path))["p50_us"]
-print("| server | Lease stream p50 vs plaintext | unary Acquire+Release p50 vs plaintext |")
+def cost(name, round, path):
+    # Each run measures direct Redis in the same seconds: the path's p50 over it cancels what
+    # the shared machine did to that run as a whole.
+    return p50(name, round, path) / p50(name, round, "direct")
+print("p50 per acquire + release, each over direct Redis in its own run, then over plaintext's;")
+print(f"median of {rounds} alternating rounds (each round's ratio in brackets).")
+print()
+print("| server | Lease stream vs plaintext | unary Acquire+Release vs plaintext |")
 print("| --- | --- | --- |")
 for name in ("tls", "auth", "metrics"):
     cells = []
     for path in ("Lease stream", "unary"):
-        ratios = [p50(name, r, path) / p50("plain", r, path) for r in range(1, rounds + 1)]
-        cells.append(f"{statistics.median(ratios):.3f}x (rounds: {', '.join(f'{x:.3f}' for x in ratios)})")
+        ratios = [cost(name, r, path) / cost("plain", r, path) for r in range(1, rounds + 1)]
+        cells.append(f"{statistics.median(ratios):.3f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
     print(f"| {name} | {cells[0]} | {cells[1]} |")
+print()
+print("Server CPU (user + system) while serving one bench run (the stream and the unary path), over")
+print("the plaintext server's in the same round:")
+print()
+print("| server | CPU vs plaintext | rounds |")
+print("| --- | --- | --- |")
+cpu = lambda name, r: int(open(f"{work}/{name}-{r}.cpu").read())
+for name in ("tls", "auth", "metrics"):
+    ratios = [cpu(name, r) / cpu("plain", r) for r in range(1, rounds + 1)]
+    print(f"| {name} | {statistics.median(ratios):.3f}x | {', '.join(f'{x:.3f}' for x in ratios)} |")
 PY

@@ -501,8 +501,22 @@ async fn a_client_certificate_subject_stands_in_for_a_token() {
 async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the_drain() {
     let redis = RedisServer::start();
     let direct = redis.client().await;
-    let mut server = ServerProcess::start(&redis, &["--drain", "5s"]);
+    let mut server = ServerProcess::start(&redis, &["--drain", "3s"]);
     let client = Client::connect(server.url()).await.unwrap();
+    // A load balancer's health watch: it must hear NOT_SERVING, and it must not hold the process
+    // past the drain (it never ends by itself).
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.next().await.unwrap().unwrap().status;
+    assert_eq!(first, ServingStatus::Serving as i32);
     let mut guards = Vec::new();
     for i in 0..20 {
         guards.push(client.lease(format!("job-{i}")).acquire().await.unwrap());
@@ -514,14 +528,19 @@ async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the
     leader.elected().await.unwrap();
 
     signal(server.pid(), "TERM");
+    let told = within(SETTLE, "NOT_SERVING", watch.next()).await;
+    assert_eq!(
+        told.unwrap().unwrap().status,
+        ServingStatus::NotServing as i32
+    );
     for guard in &guards {
         let reason = within(SETTLE, "Lost after SIGTERM", guard.lost()).await;
         assert!(reason.starts_with("server shutting down"), "{reason}");
     }
     let status = server
-        .exited_within(Duration::from_secs(5))
+        .exited_within(Duration::from_secs(4))
         .await
-        .expect("still running after the drain");
+        .expect("still running a second after the 3 s drain");
     assert!(status.success(), "{status:?}");
     for i in 0..20 {
         assert_eq!(get(&direct, &lock_key(&format!("job-{i}"))).await, None);

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -154,13 +155,16 @@ pub async fn serve(
     let max_streams = u32::try_from(config.max_leases_per_connection)
         .unwrap_or(u32::MAX)
         .saturating_add(STREAM_HEADROOM);
+    // When shutdown began: the drain is one deadline from then, for everything that follows.
+    let stopped_at = std::sync::OnceLock::new();
     let signal = {
-        let tasks = tasks.clone();
+        let (tasks, stopped_at) = (tasks.clone(), &stopped_at);
         async move {
             tokio::select! {
                 () = shutdown => info!("shutting down: releasing every lease"),
                 () = tasks.stopping() => {}
             }
+            stopped_at.get_or_init(Instant::now);
             tasks.stop();
         }
     };
@@ -197,20 +201,38 @@ pub async fn serve(
             ElectionServiceServer::new(elections).max_decoding_message_size(max_bytes),
             authenticate,
         ));
-    let served = match tls {
-        Some(tls) => {
-            tasks.spawn(tls.clone().watch(tasks.clone()));
-            let incoming = listener::tls_incoming(listeners.grpc, tls, &tasks);
-            router.serve_with_incoming_shutdown(incoming, signal).await
+    let serving = async {
+        match tls {
+            Some(tls) => {
+                tasks.spawn(tls.clone().watch(tasks.clone()));
+                let incoming = listener::tls_incoming(listeners.grpc, tls, &tasks);
+                router.serve_with_incoming_shutdown(incoming, signal).await
+            }
+            None => {
+                let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
+                router.serve_with_incoming_shutdown(incoming, signal).await
+            }
         }
-        None => {
-            let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
-            router.serve_with_incoming_shutdown(incoming, signal).await
+    };
+    // tonic's graceful stop waits for every open call, and some never end by themselves (a
+    // health `Watch`, an `Observe`, a hung client): past the drain they are cut, so the
+    // process always exits within it.
+    let drain_ends = async {
+        tasks.stopping().await;
+        let since = *stopped_at.get_or_init(Instant::now);
+        tokio::time::sleep_until(since + config.drain).await;
+    };
+    let served = tokio::select! {
+        served = serving => served.map_err(Error::Serve),
+        () = drain_ends => {
+            warn!(drain = ?config.drain, "calls still open at the end of the drain; closing them");
+            Ok(())
         }
-    }
-    .map_err(Error::Serve);
+    };
     tasks.stop();
-    let remaining = tasks.finish(config.drain).await;
+    let since = *stopped_at.get_or_init(Instant::now);
+    let left = config.drain.saturating_sub(since.elapsed());
+    let remaining = tasks.finish(left).await;
     if remaining > 0 {
         warn!(
             remaining,
