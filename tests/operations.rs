@@ -593,6 +593,25 @@ async fn a_config_file_is_honoured_and_flags_and_variables_override_it() {
     let _ = child.kill();
     let _ = child.wait();
 
+    // `serve --help` documents every option with its variable (and so its config key).
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let options: Vec<&str> = help
+        .split("\n      --")
+        .skip(1)
+        .filter(|block| !block.starts_with("help"))
+        .collect();
+    assert!(options.len() >= 25, "{help}");
+    for block in options {
+        assert!(
+            block.contains("[env: LEASEHOLD_"),
+            "an option without its variable: {block}"
+        );
+    }
+
     // A key that is no option is refused, naming it.
     let typo = dir.write("typo.toml", "max-leeses = 5\n");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
