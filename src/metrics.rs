@@ -32,6 +32,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How an acquisition attempt's result counts.
+    pub fn of<T>(attempt: &crate::error::Result<T>) -> Self {
+        use crate::error::Error;
+        match attempt {
+            Ok(_) => Outcome::Acquired,
+            Err(Error::LockHeld { .. }) => Outcome::Refused,
+            Err(Error::WaitExpired { .. }) => Outcome::TimedOut,
+            Err(_) => Outcome::Failed,
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Outcome::Acquired => "acquired",

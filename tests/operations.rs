@@ -166,7 +166,12 @@ async fn metrics_move_as_leases_come_and_go() {
     until_metric(&addr, "leasehold_renewals_total", 2.0).await;
 
     // Deleted behind the server's back: lost, by reason.
-    let other = client.lease("reports/x").acquire().await.unwrap();
+    let other = client
+        .lease("reports/x")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
     until_metric(&addr, r#"leasehold_leases_held{prefix=""}"#, 1.0).await;
     let _: i64 = fred::prelude::KeysInterface::del(&direct, lock_key("reports/x"))
         .await
@@ -193,6 +198,21 @@ async fn metrics_move_as_leases_come_and_go() {
     leader.elected().await.unwrap();
     until_metric(&addr, "leasehold_elections_led", 1.0).await;
     until_metric(&addr, r#"leasehold_open_streams{kind="campaign"}"#, 1.0).await;
+    let observer = client.observe("vote").await.unwrap();
+    until_metric(&addr, r#"leasehold_open_streams{kind="observe"}"#, 1.0).await;
+    drop(observer);
+    // Unary calls count too.
+    let once = client
+        .acquire_once("billing/once", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(once.acquired);
+    until_metric(
+        &addr,
+        r#"leasehold_acquisitions_total{outcome="acquired",prefix="billing/"}"#,
+        2.0,
+    )
+    .await;
     // No lock name is ever a label.
     let text: Vec<String> = scrape(&addr).await.into_keys().collect();
     assert!(!text.iter().any(|sample| sample.contains("reports/x")));

@@ -346,13 +346,7 @@ where
             // A give-up leaves `lease` armed: the attempt in flight may have won just then.
             gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks(), self.streams.max_message_bytes) => return gave_up,
         };
-        let outcome = match &attempt {
-            Ok(_) => Outcome::Acquired,
-            Err(Error::LockHeld { .. }) => Outcome::Refused,
-            Err(Error::WaitExpired { .. }) => Outcome::TimedOut,
-            Err(_) => Outcome::Failed,
-        };
-        metrics.acquisition(spec.name.as_str(), outcome, asked.elapsed());
+        metrics.acquisition(spec.name.as_str(), Outcome::of(&attempt), asked.elapsed());
         match attempt {
             Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
             Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),

@@ -151,6 +151,7 @@ impl ElectionService for ElectionServer {
         let watch = self.observers.watch(&keys).await?;
         let first = self.elections().retire_stale_leader(&keys).await?;
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
+        let counted = self.streams.metrics().open_stream("observe");
         let follower = follow(
             self.elections().clone(),
             keys,
@@ -159,7 +160,10 @@ impl ElectionService for ElectionServer {
             tx,
             self.tasks().clone(),
         );
-        self.tasks().spawn(follower);
+        self.tasks().spawn(async move {
+            follower.await;
+            drop(counted);
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -15,6 +15,7 @@ use crate::lease::acquire::acquire;
 use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
+use crate::metrics::Outcome;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
 use crate::store::locks::LockState;
@@ -64,7 +65,10 @@ impl LockService for LockServer {
         let mut lease = HeldLease::claim(lock, Token::random());
         let span = info_span!("acquire", lock = %spec.name, lease = lease.token().lease_id());
         let room = self.streams.room.as_ref();
+        let asked = Instant::now();
         let outcome = acquire(&lease, &spec, room, |_| {}).instrument(span).await;
+        let metrics = self.streams.metrics();
+        metrics.acquisition(spec.name.as_str(), Outcome::of(&outcome), asked.elapsed());
         let response = match outcome {
             Ok(acquired) => pb::AcquireResponse {
                 acquired: true,
