@@ -18,6 +18,7 @@ USER leasehold
 EXPOSE 50051
 ENV LEASEHOLD_LISTEN=0.0.0.0:50051
 # gRPC health (SERVING while Redis answers), through the binary itself: no extra probe tool.
+# With --tls-cert, override it: leasehold health --server https://localhost:50051 --tls-ca CA.pem
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["leasehold", "health", "--server", "http://127.0.0.1:50051"]
 # SIGTERM (docker stop): health turns NOT_SERVING, every holder is told Lost, every lock is
