@@ -51,7 +51,8 @@ impl RedisSettings {
 
     /// The fred configuration: URL, password file, CA file.
     fn config(&self) -> Result<Config> {
-        let mut config = Config::from_url(&self.url).map_err(Error::redis("url parse"))?;
+        let url = cluster_url(&self.url);
+        let mut config = Config::from_url(&url).map_err(Error::redis("url parse"))?;
         if let Some(path) = &self.password_file {
             let password = std::fs::read_to_string(path).map_err(|error| {
                 Error::invalid(format!(
@@ -295,6 +296,38 @@ impl ReconnectWatcher {
     }
 }
 
+/// `redis-cluster://a:1,b:2,c:3` (the form operators write, as `redis-cli` lists nodes) as fred
+/// reads it: `redis-cluster://a:1?node=b:2&node=c:3`. Any other URL is returned as it is.
+fn cluster_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    if !scheme.ends_with("-cluster") {
+        return url.to_owned();
+    }
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let mut nodes = hosts.split(',').filter(|node| !node.is_empty());
+    let Some(first) = nodes.next() else {
+        return url.to_owned();
+    };
+    let others: Vec<String> = nodes.map(|node| format!("node={node}")).collect();
+    if others.is_empty() {
+        return url.to_owned();
+    }
+    let joiner = if tail.contains('?') { "&" } else { "?" };
+    format!(
+        "{scheme}://{credentials}{first}{tail}{joiner}{}",
+        others.join("&")
+    )
+}
+
 async fn run_id(client: &Client, timeout: Duration) -> Result<String> {
     let info: String = bounded(
         timeout,
@@ -325,4 +358,26 @@ async fn bounded<T>(
 /// run on their own validity clocks and report `Lost` when it runs out.
 fn reconnect_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_url;
+
+    #[test]
+    fn cluster_node_lists_become_fred_s_node_parameters() {
+        assert_eq!(
+            cluster_url("redis-cluster://a:1,b:2,c:3"),
+            "redis-cluster://a:1?node=b:2&node=c:3"
+        );
+        assert_eq!(
+            cluster_url("rediss-cluster://u:p@a:1,b:2?x=y"),
+            "rediss-cluster://u:p@a:1?x=y&node=b:2"
+        );
+        assert_eq!(cluster_url("redis://a:1"), "redis://a:1");
+        assert_eq!(
+            cluster_url("redis-cluster://a:1?node=b:2"),
+            "redis-cluster://a:1?node=b:2"
+        );
+    }
 }

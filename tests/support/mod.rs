@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod chaos;
+pub mod cluster;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -191,7 +192,12 @@ impl TestServer {
     }
 
     pub async fn start_with(redis: &RedisServer, prefix: &str, config: ServerConfig) -> Self {
-        let mut settings = RedisSettings::new(redis.url());
+        Self::start_at(&redis.url(), prefix, config).await
+    }
+
+    /// A server on the Redis (or Redis Cluster) at `url`.
+    pub async fn start_at(url: &str, prefix: &str, config: ServerConfig) -> Self {
+        let mut settings = RedisSettings::new(url);
         settings.command_timeout = Duration::from_secs(1);
         let store = Store::connect(&settings, prefix, Default::default())
             .await

@@ -1,0 +1,143 @@
+//! A Redis Cluster of the test's own: primaries and replicas on free loopback ports, formed by
+//! `redis-cli --cluster create`, every process killed on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::free_port;
+
+pub struct RedisCluster {
+    nodes: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// `primaries` primaries with `replicas` replicas each; returns once every node says the
+    /// cluster is ok.
+    pub fn start(primaries: usize, replicas: usize) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-test-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let mut nodes = Vec::new();
+        for _ in 0..primaries * (1 + replicas) {
+            let port = free_port();
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            nodes.push((port, child));
+        }
+        let cluster = RedisCluster { nodes, dir };
+        for (port, _) in &cluster.nodes {
+            cluster.until(*port, &["ping"], |out| out == "PONG");
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        for (port, _) in &cluster.nodes {
+            cluster.until(*port, &["cluster", "info"], |out| {
+                out.contains("cluster_state:ok")
+            });
+        }
+        cluster
+    }
+
+    /// Runs `redis-cli -p port args…` until `done` accepts its output (at most 20 s).
+    fn until(&self, port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        while !done(&cli(port, args)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis node {port} never answered {args:?} as expected"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis-cluster://` with every node, as operators write it.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis-cluster://{}", nodes.join(","))
+    }
+
+    /// A direct cluster client, to look at keys behind the server's back.
+    pub async fn client(&self) -> fred::prelude::Client {
+        use fred::prelude::*;
+        let (first, others) = self.nodes.split_first().expect("nodes");
+        let others: Vec<String> = others
+            .iter()
+            .map(|(port, _)| format!("node=127.0.0.1:{port}"))
+            .collect();
+        let url = format!("redis-cluster://127.0.0.1:{}?{}", first.0, others.join("&"));
+        let client = Builder::from_config(Config::from_url(&url).expect("url"))
+            .build()
+            .expect("client");
+        client.init().await.expect("connect to the test cluster");
+        client
+    }
+
+    /// The ports of the nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .map(|(port, _)| *port)
+            .filter(|port| cli(*port, &["role"]).starts_with("master"))
+            .collect()
+    }
+
+    /// How many keys the node on `port` holds.
+    pub fn keys_on(&self, port: u16) -> usize {
+        cli(port, &["dbsize"]).parse().unwrap_or(0)
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
