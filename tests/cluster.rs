@@ -39,6 +39,11 @@ async fn a_thousand_locks_spread_over_every_primary_and_hand_over_by_wake_ups() 
         );
     }
 
+    // Listing scans every primary, each holding only its own slots' keys.
+    let listed = holders.list(0).await.unwrap();
+    assert_eq!(listed.locks.len(), 1_000);
+    assert!(!listed.truncated);
+
     // A waiter on every tenth lock. The holders' TTL (30 s) is far longer than the waiters'
     // wait (10 s): only a wake-up can hand a lock over in time.
     let waiters = Client::connect(server.url()).await.unwrap();
@@ -122,4 +127,79 @@ async fn elections_hand_over_on_a_cluster() {
     })
     .await;
     assert_eq!(seen.value, b"b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_never_leaves_a_silent_overlap_and_its_replica_takes_over() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let direct = cluster.client().await;
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    // Longer than a failover (node timeout 2 s, then the replica's election): fred holds every
+    // command while it reconnects to the cluster, so a shorter TTL would lose leases on the
+    // healthy primaries too (see README).
+    let ttl = Duration::from_secs(10);
+    let mut held = Vec::new();
+    for i in 0..60 {
+        let name = format!("killed-{i}");
+        let guard = client
+            .lease(name.as_str())
+            .ttl(ttl)
+            .acquire()
+            .await
+            .unwrap();
+        held.push((name, guard));
+    }
+    let victim = cluster.primaries()[0];
+    let (on_victim, elsewhere): (Vec<_>, Vec<_>) = held
+        .into_iter()
+        .partition(|(name, _)| cluster.holds(victim, &lock_key(name)));
+    assert!(!on_victim.is_empty() && !elsewhere.is_empty());
+    let tokens: Vec<Option<String>> = {
+        let mut tokens = Vec::new();
+        for (name, _) in &on_victim {
+            tokens.push(get(&direct, &lock_key(name)).await);
+        }
+        tokens
+    };
+
+    cluster.kill(victim);
+    cluster.until_failed_over(3);
+    // The promoted replica serves new acquisitions in the dead primary's slots, once the server
+    // has learnt the new topology.
+    for i in 0..30 {
+        let name = format!("after-{i}");
+        let started = tokio::time::Instant::now();
+        loop {
+            match client.lease(name.as_str()).ttl(ttl).acquire().await {
+                Ok(guard) => {
+                    guard.release().await.unwrap();
+                    break;
+                }
+                Err(error) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(15),
+                        "{name} still refused after the failover: {error}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    // Leases on the dead primary either live on (the replica had their key, with their token)
+    // or were told Lost; never held in the client's eyes while the key says otherwise.
+    for ((name, guard), token) in on_victim.iter().zip(&tokens) {
+        if !guard.is_lost() {
+            let now = get(&direct, &lock_key(name)).await;
+            if now.as_ref() != token.as_ref() {
+                let reason = within(ttl, "Lost", guard.lost()).await;
+                assert!(!reason.is_empty(), "{name}");
+            }
+        }
+    }
+    // The others went on through it.
+    for (name, guard) in &elsewhere {
+        assert!(!guard.is_lost(), "{name} was lost: {}", guard.lost().await);
+        assert!(get(&direct, &lock_key(name)).await.is_some(), "{name}");
+    }
 }

@@ -274,24 +274,27 @@ impl Locks {
     }
 
     /// The locks held under this prefix, at most `limit`, found by `SCAN` (at most
-    /// [`MAX_SCAN_PAGES`] pages of [`SCAN_PAGE`] keys, so a huge key space bounds the time, not
-    /// only the answer). `true`: more locks may be held than returned.
+    /// [`MAX_SCAN_PAGES`] pages of [`SCAN_PAGE`] keys in all, so a huge key space bounds the
+    /// time, not only the answer). On a cluster every primary is scanned, since each holds only
+    /// its own slots' keys. `true`: more locks may be held than returned.
     pub async fn held(&self, limit: usize) -> Result<(Vec<(String, LockState)>, bool)> {
-        let pattern = lock_key_pattern(&self.0.prefix);
         let client = self.connection().client();
-        let mut cursor = "0".to_owned();
         let mut names = Vec::new();
-        for _ in 0..MAX_SCAN_PAGES {
-            let scan = client.scan_page(cursor, pattern.as_str(), Some(SCAN_PAGE), None);
-            let (next, keys): (String, Vec<String>) =
-                self.connection().bounded("scan", scan).await?;
-            names.extend(keys.iter().filter_map(|key| lock_name(&self.0.prefix, key)));
-            cursor = next;
-            if cursor == "0" || names.len() > limit {
-                break;
+        let mut pages = 0;
+        let mut complete = true;
+        if client.is_clustered() {
+            let primaries = client
+                .cached_cluster_state()
+                .map(|state| state.unique_primary_nodes())
+                .unwrap_or_default();
+            for primary in primaries {
+                let node = client.with_cluster_node(primary);
+                complete &= self.scan(&node, limit, &mut pages, &mut names).await?;
             }
+        } else {
+            complete = self.scan(client, limit, &mut pages, &mut names).await?;
         }
-        let truncated = cursor != "0" || names.len() > limit;
+        let truncated = !complete || names.len() > limit;
         let mut held = Vec::with_capacity(names.len().min(limit));
         for name in names.into_iter().take(limit) {
             // Released since the scan saw it: not held any more, so not listed.
@@ -300,6 +303,33 @@ impl Locks {
             }
         }
         Ok((held, truncated))
+    }
+
+    /// Scans one node for lock keys into `names`, counting `pages` against the budget; `true`
+    /// if the node's scan ran to its end.
+    async fn scan(
+        &self,
+        node: &impl KeysInterface,
+        limit: usize,
+        pages: &mut usize,
+        names: &mut Vec<String>,
+    ) -> Result<bool> {
+        let pattern = lock_key_pattern(&self.0.prefix);
+        let mut cursor = "0".to_owned();
+        loop {
+            if *pages >= MAX_SCAN_PAGES || names.len() > limit {
+                return Ok(false);
+            }
+            *pages += 1;
+            let scan = node.scan_page(cursor, pattern.as_str(), Some(SCAN_PAGE), None);
+            let (next, keys): (String, Vec<String>) =
+                self.connection().bounded("scan", scan).await?;
+            names.extend(keys.iter().filter_map(|key| lock_name(&self.0.prefix, key)));
+            cursor = next;
+            if cursor == "0" {
+                return Ok(true);
+            }
+        }
     }
 
     /// Reads who holds the lock.

@@ -67,6 +67,13 @@ impl RedisCluster {
                 out.contains("cluster_state:ok")
             });
         }
+        // A replica that has not finished its first sync refuses to fail over (its data is
+        // "too old"): wait for every replication link.
+        for (port, _) in &cluster.nodes {
+            cluster.until(*port, &["info", "replication"], |out| {
+                out.contains("role:master") || out.contains("master_link_status:up")
+            });
+        }
         cluster
     }
 
@@ -101,7 +108,10 @@ impl RedisCluster {
             .map(|(port, _)| format!("node=127.0.0.1:{port}"))
             .collect();
         let url = format!("redis-cluster://127.0.0.1:{}?{}", first.0, others.join("&"));
+        // Bounded calls, and reconnects: it must outlive a failover without hanging a test.
         let client = Builder::from_config(Config::from_url(&url).expect("url"))
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
+            .set_policy(ReconnectPolicy::new_constant(0, 100))
             .build()
             .expect("client");
         client.init().await.expect("connect to the test cluster");
@@ -115,6 +125,48 @@ impl RedisCluster {
             .map(|(port, _)| *port)
             .filter(|port| cli(*port, &["role"]).starts_with("master"))
             .collect()
+    }
+
+    /// Whether the node on `port` holds `key` (not a replica's copy: ask primaries).
+    pub fn holds(&self, port: u16, key: &str) -> bool {
+        cli(port, &["exists", key]) == "1"
+    }
+
+    /// Kills the node on `port` (SIGKILL).
+    pub fn kill(&mut self, port: u16) {
+        if let Some((_, child)) = self.nodes.iter_mut().find(|(p, _)| *p == port) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits (at most 30 s) until a replica has taken over from a killed primary: every live
+    /// node says the cluster is ok and `primaries` live primaries answer.
+    pub fn until_failed_over(&self, primaries: usize) {
+        let started = Instant::now();
+        loop {
+            let live: Vec<u16> = self
+                .nodes
+                .iter()
+                .map(|(port, _)| *port)
+                .filter(|port| cli(*port, &["ping"]) == "PONG")
+                .collect();
+            let ok = live
+                .iter()
+                .all(|port| cli(*port, &["cluster", "info"]).contains("cluster_state:ok"));
+            let masters = live
+                .iter()
+                .filter(|port| cli(**port, &["role"]).starts_with("master"))
+                .count();
+            if ok && masters == primaries {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the cluster did not fail over"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// How many keys the node on `port` holds.
