@@ -51,7 +51,7 @@ impl RedisSettings {
 
     /// The fred configuration: URL, password file, CA file.
     fn config(&self) -> Result<Config> {
-        let url = cluster_url(&self.url);
+        let url = node_list_url(&self.url);
         let mut config = Config::from_url(&url).map_err(Error::redis("url parse"))?;
         if let Some(path) = &self.password_file {
             let password = std::fs::read_to_string(path).map_err(|error| {
@@ -296,13 +296,18 @@ impl ReconnectWatcher {
     }
 }
 
-/// `redis-cluster://a:1,b:2,c:3` (the form operators write, as `redis-cli` lists nodes) as fred
-/// reads it: `redis-cluster://a:1?node=b:2&node=c:3`. Any other URL is returned as it is.
-fn cluster_url(url: &str) -> String {
+/// The node lists operators write, as fred reads them:
+/// - `redis-cluster://a:1,b:2,c:3` -> `redis-cluster://a:1?node=b:2&node=c:3`;
+/// - `redis-sentinel://a:1,b:2/service` -> `redis-sentinel://a:1?node=b:2&sentinelServiceName=service`
+///   (a number after the slash stays the database, as fred reads it).
+///
+/// Any other URL is returned as it is.
+fn node_list_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    if !scheme.ends_with("-cluster") {
+    let sentinel = scheme.ends_with("-sentinel");
+    if !sentinel && !scheme.ends_with("-cluster") {
         return url.to_owned();
     }
     let (authority, tail) = match rest.find(['/', '?']) {
@@ -317,15 +322,27 @@ fn cluster_url(url: &str) -> String {
     let Some(first) = nodes.next() else {
         return url.to_owned();
     };
-    let others: Vec<String> = nodes.map(|node| format!("node={node}")).collect();
-    if others.is_empty() {
+    let mut params: Vec<String> = nodes.map(|node| format!("node={node}")).collect();
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
+    };
+    let mut path = path.to_owned();
+    if sentinel {
+        let name = path.trim_start_matches('/');
+        if !name.is_empty() && name.parse::<u8>().is_err() {
+            params.push(format!("sentinelServiceName={name}"));
+            path.clear();
+        }
+    }
+    if params.is_empty() {
         return url.to_owned();
     }
-    let joiner = if tail.contains('?') { "&" } else { "?" };
-    format!(
-        "{scheme}://{credentials}{first}{tail}{joiner}{}",
-        others.join("&")
-    )
+    let query = match query {
+        Some(query) => format!("{query}&{}", params.join("&")),
+        None => params.join("&"),
+    };
+    format!("{scheme}://{credentials}{first}{path}?{query}")
 }
 
 async fn run_id(client: &Client, timeout: Duration) -> Result<String> {
@@ -362,22 +379,30 @@ fn reconnect_policy() -> ReconnectPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::cluster_url;
+    use super::node_list_url;
 
     #[test]
-    fn cluster_node_lists_become_fred_s_node_parameters() {
+    fn node_lists_become_fred_s_parameters() {
         assert_eq!(
-            cluster_url("redis-cluster://a:1,b:2,c:3"),
+            node_list_url("redis-cluster://a:1,b:2,c:3"),
             "redis-cluster://a:1?node=b:2&node=c:3"
         );
         assert_eq!(
-            cluster_url("rediss-cluster://u:p@a:1,b:2?x=y"),
+            node_list_url("rediss-cluster://u:p@a:1,b:2?x=y"),
             "rediss-cluster://u:p@a:1?x=y&node=b:2"
         );
-        assert_eq!(cluster_url("redis://a:1"), "redis://a:1");
+        assert_eq!(node_list_url("redis://a:1"), "redis://a:1");
         assert_eq!(
-            cluster_url("redis-cluster://a:1?node=b:2"),
+            node_list_url("redis-cluster://a:1?node=b:2"),
             "redis-cluster://a:1?node=b:2"
+        );
+        assert_eq!(
+            node_list_url("redis-sentinel://a:1,b:2,c:3/leasehold"),
+            "redis-sentinel://a:1?node=b:2&node=c:3&sentinelServiceName=leasehold"
+        );
+        assert_eq!(
+            node_list_url("redis-sentinel://a:1/2?sentinelServiceName=s"),
+            "redis-sentinel://a:1/2?sentinelServiceName=s"
         );
     }
 }

@@ -6,6 +6,7 @@ pub mod certs;
 pub mod chaos;
 pub mod cluster;
 pub mod proxy;
+pub mod sentinel;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};

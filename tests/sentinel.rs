@@ -1,0 +1,62 @@
+//! Behind Sentinel (one primary, one replica, three Sentinels): the server follows a failover,
+//! a lease whose key the replica never received is told Lost, and fencing tokens after the
+//! failover are above every token before it.
+
+mod support;
+
+use std::time::Duration;
+
+use leasehold::client::Client;
+use support::sentinel::RedisSentinel;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_follows_a_failover_and_a_lease_the_replica_missed_is_lost() {
+    let mut redis = RedisSentinel::start();
+    let server = TestServer::start_at(&redis.url(), "leasehold:", fast_keepalive()).await;
+    let client = Client::connect(server.url()).await.unwrap();
+    // Longer than the failover (1 s down-after, then the Sentinels' election and promotion).
+    let ttl = Duration::from_secs(10);
+
+    let replicated = client.lease("replicated").ttl(ttl).acquire().await.unwrap();
+    within(Duration::from_secs(5), "the key on the replica", async {
+        while !redis.holds(redis.replica, &lock_key("replicated")) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    // The replica frozen and its replication link cut (a frozen process still receives into its
+    // socket): this lease's key reaches only the primary, which then dies.
+    redis.signal(redis.replica, "STOP");
+    redis.cut_replication();
+    let missed = client.lease("missed").ttl(ttl).acquire().await.unwrap();
+    let before = replicated.fencing_token().max(missed.fencing_token());
+    let primary = redis.primary;
+    redis.kill(primary);
+    redis.signal(redis.replica, "CONT");
+    redis.until_promoted();
+
+    // The key the new primary never had: its lease is told Lost.
+    let reason = within(ttl + Duration::from_secs(5), "Lost", missed.lost()).await;
+    assert!(reason.contains("deleted or taken"), "{reason}");
+    // New acquisitions work on the new primary, with fencing tokens above every earlier one.
+    let started = tokio::time::Instant::now();
+    let after = loop {
+        match client.lease("missed").ttl(ttl).acquire().await {
+            Ok(guard) => break guard,
+            Err(error) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "no acquisition after the failover: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(after.fencing_token() > before);
+    // The replicated lease went on through it, unless told otherwise; never both.
+    if !replicated.is_lost() {
+        assert!(redis.holds(redis.replica, &lock_key("replicated")));
+    }
+}

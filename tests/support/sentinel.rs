@@ -1,0 +1,195 @@
+//! A primary, a replica and three Sentinels of the test's own, on free loopback ports; every
+//! process killed on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::free_port;
+
+/// The name the Sentinels monitor.
+pub const SERVICE: &str = "leasehold";
+
+pub struct RedisSentinel {
+    pub primary: u16,
+    pub replica: u16,
+    sentinels: Vec<u16>,
+    children: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-test-sentinel-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (primary, replica) = (free_port(), free_port());
+        let mut children = vec![
+            (primary, redis(&dir, primary, &[])),
+            (
+                replica,
+                redis(
+                    &dir,
+                    replica,
+                    &["--replicaof", "127.0.0.1", &primary.to_string()],
+                ),
+            ),
+        ];
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let config = dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n\
+                     sentinel down-after-milliseconds {SERVICE} 1000\n\
+                     sentinel failover-timeout {SERVICE} 5000\n",
+                    dir.display()
+                ),
+            )
+            .expect("sentinel config");
+            let child = Command::new("redis-server")
+                .arg(&config)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            children.push((port, child));
+            sentinels.push(port);
+        }
+        let setup = RedisSentinel {
+            primary,
+            replica,
+            sentinels,
+            children,
+            dir,
+        };
+        setup.until(replica, &["info", "replication"], |out| {
+            out.contains("master_link_status:up")
+        });
+        for sentinel in &setup.sentinels {
+            setup.until(*sentinel, &["sentinel", "replicas", SERVICE], |out| {
+                out.contains(&replica.to_string())
+            });
+            setup.until(*sentinel, &["sentinel", "sentinels", SERVICE], |out| {
+                out.matches("127.0.0.1").count() >= 2
+            });
+        }
+        setup
+    }
+
+    /// `redis-sentinel://` with every Sentinel and the service name, as operators write it.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis-sentinel://{}/{SERVICE}", nodes.join(","))
+    }
+
+    /// The port the Sentinels name as the primary now.
+    pub fn current_primary(&self) -> Option<u16> {
+        let answer = cli(
+            self.sentinels[0],
+            &["sentinel", "get-master-addr-by-name", SERVICE],
+        );
+        answer
+            .lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+    }
+
+    /// Waits (at most 30 s) until the Sentinels have promoted the replica.
+    pub fn until_promoted(&self) {
+        let started = Instant::now();
+        while self.current_primary() != Some(self.replica)
+            || !cli(self.replica, &["role"]).starts_with("master")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the Sentinels did not promote the replica"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self, port: u16) {
+        if let Some((_, child)) = self.children.iter_mut().find(|(p, _)| *p == port) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` (STOP, CONT) to the node on `port`.
+    pub fn signal(&self, port: u16, signal: &str) {
+        if let Some((_, child)) = self.children.iter().find(|(p, _)| *p == port) {
+            super::signal(child.id(), signal);
+        }
+    }
+
+    /// Closes the primary's connections to its replicas: writes from now on reach no replica
+    /// until one reconnects.
+    pub fn cut_replication(&self) {
+        cli(self.primary, &["client", "kill", "type", "replica"]);
+    }
+
+    /// Whether the node on `port` holds `key`.
+    pub fn holds(&self, port: u16, key: &str) -> bool {
+        cli(port, &["exists", key]) == "1"
+    }
+
+    fn until(&self, port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        while !done(&cli(port, args)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "node {port} never answered {args:?} as expected"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn redis(dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server")
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for (port, child) in &mut self.children {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = port;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
