@@ -18,7 +18,8 @@ binary=${2:-target/release/leasehold}
 [ -x "$binary" ] || cargo build --release --bin leasehold
 work=$(mktemp -d)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
+# Servers start in command substitutions (subshells): their pids are kept in files.
+cleanup() { kill "${pids[@]}" $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -40,7 +41,6 @@ printf '[[grant]]\nname = "bench"\ntoken_sha256 = "%s"\nrole = "admin"\nlocks = 
 start() { # name, serve args...
   local name=$1; shift
   "$binary" serve --listen 127.0.0.1:0 --redis "redis://127.0.0.1:$port" "$@" >"$work/$name.out" 2>/dev/null &
-  pids+=($!)
   echo $! > "$work/$name.pid"
   until grep -q "listening on" "$work/$name.out" 2>/dev/null; do sleep 0.05; done
   sed -n 's/leasehold: listening on //p' "$work/$name.out"
