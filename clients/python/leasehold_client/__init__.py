@@ -172,6 +172,19 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
         return continuation(self._with_token(details), requests)
 
 
+def _credentials(tls: Optional[bool], root_certificates: Optional[bytes],
+                 private_key: Optional[bytes], certificate_chain: Optional[bytes]
+                 ) -> Optional[grpc.ChannelCredentials]:
+    """TLS credentials when `tls` is true, or when any certificate is given; else None."""
+    secure = tls if tls is not None else any(
+        part is not None for part in (root_certificates, private_key, certificate_chain))
+    if not secure:
+        return None
+    return grpc.ssl_channel_credentials(root_certificates=root_certificates,
+                                        private_key=private_key,
+                                        certificate_chain=certificate_chain)
+
+
 def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
             root_certificates: Optional[bytes] = None, private_key: Optional[bytes] = None,
             certificate_chain: Optional[bytes] = None, tls: Optional[bool] = None) -> grpc.Channel:
@@ -181,12 +194,8 @@ def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
     for the server, `private_key` and `certificate_chain` (PEM) for mutual TLS. `token` is sent
     as a bearer token with every call (the server's --auth-file grants it).
     """
-    secure = tls if tls is not None else any(
-        part is not None for part in (root_certificates, private_key, certificate_chain))
-    if secure:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=root_certificates, private_key=private_key,
-            certificate_chain=certificate_chain)
+    credentials = _credentials(tls, root_certificates, private_key, certificate_chain)
+    if credentials is not None:
         channel = grpc.secure_channel(server, credentials)
     else:
         channel = grpc.insecure_channel(server)

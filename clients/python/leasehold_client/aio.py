@@ -21,7 +21,8 @@ import grpc
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-from . import _SILENT, DEFAULT_SERVER, Leader, NotAcquired, _leader, _LeaseState, _millis
+from . import (_SILENT, DEFAULT_SERVER, Leader, NotAcquired, _credentials, _leader,
+               _LeaseState, _millis)
 
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
 
@@ -133,12 +134,8 @@ def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
     if token is not None:
         interceptors = [kind(token) for kind in (_TokenUnaryUnary, _TokenUnaryStream,
                                                  _TokenStreamStream)]
-    secure = tls if tls is not None else any(
-        part is not None for part in (root_certificates, private_key, certificate_chain))
-    if secure:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=root_certificates, private_key=private_key,
-            certificate_chain=certificate_chain)
+    credentials = _credentials(tls, root_certificates, private_key, certificate_chain)
+    if credentials is not None:
         return aio.secure_channel(server, credentials, interceptors=interceptors)
     return aio.insecure_channel(server, interceptors=interceptors)
 
