@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::{free_port, redis_cli as cli, until_redis_cli as until};
 
 pub struct RedisCluster {
     nodes: Vec<(u16, Child)>,
@@ -46,7 +46,7 @@ impl RedisCluster {
         }
         let cluster = RedisCluster { nodes, dir };
         for (port, _) in &cluster.nodes {
-            cluster.until(*port, &["ping"], |out| out == "PONG");
+            until(*port, &["ping"], |out| out == "PONG");
         }
         let addresses: Vec<String> = cluster
             .nodes
@@ -63,30 +63,18 @@ impl RedisCluster {
             .expect("redis-cli");
         assert!(created.success(), "redis-cli --cluster create failed");
         for (port, _) in &cluster.nodes {
-            cluster.until(*port, &["cluster", "info"], |out| {
+            until(*port, &["cluster", "info"], |out| {
                 out.contains("cluster_state:ok")
             });
         }
         // A replica that has not finished its first sync refuses to fail over (its data is
         // "too old"): wait for every replication link.
         for (port, _) in &cluster.nodes {
-            cluster.until(*port, &["info", "replication"], |out| {
+            until(*port, &["info", "replication"], |out| {
                 out.contains("role:master") || out.contains("master_link_status:up")
             });
         }
         cluster
-    }
-
-    /// Runs `redis-cli -p port args…` until `done` accepts its output (at most 20 s).
-    fn until(&self, port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
-        let started = Instant::now();
-        while !done(&cli(port, args)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "redis node {port} never answered {args:?} as expected"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// `redis-cluster://` with every node, as operators write it.
@@ -173,15 +161,6 @@ impl RedisCluster {
     pub fn keys_on(&self, port: u16) -> usize {
         cli(port, &["dbsize"]).parse().unwrap_or(0)
     }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 impl Drop for RedisCluster {

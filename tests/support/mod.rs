@@ -56,6 +56,28 @@ fn answers_ping(port: u16) -> bool {
         && &reply == b"+PONG\r\n"
 }
 
+/// `redis-cli -p port args…`, its output trimmed ("" if it could not run).
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `redis-cli -p port args…` until `done` accepts its output (at most 20 s).
+pub fn until_redis_cli(port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
+    let started = std::time::Instant::now();
+    while !done(&redis_cli(port, args)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "redis node {port} never answered {args:?} as expected"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts redis-server on `port` and waits until it answers; `None` if it exited (port taken).
 fn spawn_redis(port: u16, dir: &PathBuf) -> Option<Child> {
     std::fs::create_dir_all(dir).expect("temp dir");

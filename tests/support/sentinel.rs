@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::free_port;
+use super::{free_port, redis_cli as cli, until_redis_cli as until};
 
 /// The name the Sentinels monitor.
 pub const SERVICE: &str = "leasehold";
@@ -70,14 +70,14 @@ impl RedisSentinel {
             children,
             dir,
         };
-        setup.until(replica, &["info", "replication"], |out| {
+        until(replica, &["info", "replication"], |out| {
             out.contains("master_link_status:up")
         });
         for sentinel in &setup.sentinels {
-            setup.until(*sentinel, &["sentinel", "replicas", SERVICE], |out| {
+            until(*sentinel, &["sentinel", "replicas", SERVICE], |out| {
                 out.contains(&replica.to_string())
             });
-            setup.until(*sentinel, &["sentinel", "sentinels", SERVICE], |out| {
+            until(*sentinel, &["sentinel", "sentinels", SERVICE], |out| {
                 out.matches("127.0.0.1").count() >= 2
             });
         }
@@ -144,17 +144,6 @@ impl RedisSentinel {
     pub fn holds(&self, port: u16, key: &str) -> bool {
         cli(port, &["exists", key]) == "1"
     }
-
-    fn until(&self, port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
-        let started = Instant::now();
-        while !done(&cli(port, args)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "node {port} never answered {args:?} as expected"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 fn redis(dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
@@ -168,15 +157,6 @@ fn redis(dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server")
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 impl Drop for RedisSentinel {
