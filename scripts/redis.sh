@@ -41,6 +41,15 @@ ensure_python_venv() {
   fi
 }
 
+# The Python client's TLS test makes its certificates with the openssl command.
+ensure_openssl_installed() {
+  if ! command -v openssl >/dev/null 2>&1; then
+    echo "openssl is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
+}
+
 ensure_java_maven_installed() {
   if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     echo "Java or Maven is missing: installing them with apt-get" >&2
