@@ -30,6 +30,12 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// Redlock: contenders split the primaries and none got a majority.
+    #[error(
+        "lock {name:?}: no majority of the Redlock primaries agreed on a holder (contention); try again"
+    )]
+    NoMajority { name: String },
+
     /// Redis answered with an error, or the connection failed.
     #[error("redis {context} failed: {source}")]
     Redis {
@@ -43,6 +49,22 @@ pub enum Error {
     RedisTimeout {
         context: &'static str,
         timeout: Duration,
+    },
+
+    /// The connection is down and the command was not queued (a Redlock primary).
+    #[error("redis {context}: not connected")]
+    NotConnected { context: &'static str },
+
+    /// Too few of the Redlock primaries answered for a majority to decide.
+    #[error(
+        "redis {context}: only {answered} of {nodes} Redlock primaries answered, {needed} needed (first error: {first_error})"
+    )]
+    NoQuorum {
+        context: &'static str,
+        answered: usize,
+        nodes: usize,
+        needed: usize,
+        first_error: String,
     },
 
     /// Redis answered something our scripts never return: a bug or a foreign key.
@@ -113,10 +135,14 @@ impl From<Error> for tonic::Status {
                 tonic::Status::invalid_argument(message)
             }
             Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
-            Error::LockHeld { .. } | Error::WaitExpired { .. } => tonic::Status::aborted(message),
-            Error::Redis { .. } | Error::RedisTimeout { .. } | Error::ShuttingDown => {
-                tonic::Status::unavailable(message)
+            Error::LockHeld { .. } | Error::WaitExpired { .. } | Error::NoMajority { .. } => {
+                tonic::Status::aborted(message)
             }
+            Error::Redis { .. }
+            | Error::RedisTimeout { .. }
+            | Error::NotConnected { .. }
+            | Error::NoQuorum { .. }
+            | Error::ShuttingDown => tonic::Status::unavailable(message),
             Error::BadReply { .. } | Error::Serve(_) => tonic::Status::internal(message),
             Error::TooManyLeases { .. }
             | Error::TooManyWaiters { .. }

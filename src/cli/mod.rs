@@ -89,7 +89,7 @@ enum Command {
     /// Run the lock server.
     ///
     /// Example: leasehold serve --redis redis://127.0.0.1:6379 --listen 127.0.0.1:50051
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Hold a lock while a command runs.
     #[command(after_help = "Examples:
   leasehold run nightly-report -- ./report.sh
@@ -271,6 +271,15 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     redis: String,
+    /// Redlock instead of --redis: independent Redis primaries (an odd number, at least 3),
+    /// comma-separated. A lock is held while a majority holds it; see the README's modes.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDLOCK",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    redlock: Vec<String>,
     /// A file whose first line is the Redis password (AUTH, or ACL with the URL's user name).
     #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
     redis_password_file: Option<PathBuf>,
@@ -363,7 +372,7 @@ pub async fn main() -> ExitCode {
     };
     init_logs(log_format);
     match cli.command {
-        Command::Serve(args) => serve::serve(args).await,
+        Command::Serve(args) => serve::serve(*args).await,
         Command::Run(args) => {
             let connect = match args.server.options() {
                 Ok(connect) => connect,

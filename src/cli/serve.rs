@@ -9,6 +9,7 @@ use leasehold::lease::waiting::WaitConfig;
 use leasehold::metrics::Metrics;
 use leasehold::server::auth::AuthPolicy;
 use leasehold::server::{Listeners, ServerConfig, serve as serve_on};
+use leasehold::store::connection::redacted;
 use leasehold::store::{RedisSettings, Store};
 use leasehold::tls::TlsFiles;
 use tokio::net::TcpListener;
@@ -18,8 +19,17 @@ use super::ServeArgs;
 
 /// Runs the server until a shutdown signal.
 pub async fn serve(args: ServeArgs) -> ExitCode {
-    let redis_shown = redacted(&args.redis);
-    if args.redis != redis_shown && std::env::args().any(|arg| arg.contains(&args.redis)) {
+    let redis_shown = if args.redlock.is_empty() {
+        redacted(&args.redis)
+    } else {
+        let shown: Vec<String> = args.redlock.iter().map(|url| redacted(url)).collect();
+        format!("Redlock over {}", shown.join(","))
+    };
+    let urls = std::iter::once(&args.redis).chain(&args.redlock);
+    let passwords_shown = urls
+        .filter(|url| redacted(url) != **url)
+        .any(|url| std::env::args().any(|arg| arg.contains(url.as_str())));
+    if passwords_shown {
         warn!(
             "the Redis password is on the command line, where every user can read it: use LEASEHOLD_REDIS, the config file or --redis-password-file"
         );
@@ -41,8 +51,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         ca_file: args.redis_ca.clone(),
         password_file: args.redis_password_file.clone(),
         max_in_flight: args.redis_max_in_flight,
+        fail_fast: false,
     };
-    let store = match Store::connect(&redis, &args.key_prefix, metrics).await {
+    let store = if args.redlock.is_empty() {
+        Store::connect(&redis, &args.key_prefix, metrics).await
+    } else {
+        Store::connect_redlock(&redis, &args.redlock, &args.key_prefix, metrics).await
+    };
+    let store = match store {
         Ok(store) => store,
         Err(err) => {
             eprintln!("leasehold: cannot use Redis at {redis_shown}: {err}");
@@ -116,20 +132,6 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig, String> {
     })
 }
 
-/// The Redis URL with its password (if any) replaced, for logs and errors.
-fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((credentials, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match credentials.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
-    }
-}
-
 /// Ctrl-C or SIGTERM (what `docker stop`, Kubernetes and systemd send).
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -154,7 +156,7 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
+    use leasehold::store::connection::redacted;
 
     #[test]
     fn passwords_never_reach_the_logs() {

@@ -87,6 +87,11 @@ pub async fn acquire(
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();
     let waiter_id = format!("{:016x}", rand::random::<u64>());
+    let arrival_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        });
     // Out of line again on every way out but success (where the acquire script did it).
     let mut place = will_wait.then(|| LinePlace {
         store: store.clone(),
@@ -107,6 +112,7 @@ pub async fn acquire(
             fair: spec.fair,
             join_line: will_wait && sent_at < deadline,
             ttl: waiter_ttl,
+            arrival_us,
         };
         let outcome = store
             .try_acquire(keys, token, spec.ttl, &spec.holder, &waiter)
@@ -126,6 +132,18 @@ pub async fn acquire(
                 ttl_remaining,
                 position,
             } => (holder, ttl_remaining, position),
+            AcquireOutcome::NoMajority => {
+                let now = Instant::now();
+                if !will_wait || now >= deadline {
+                    return Err(Error::NoMajority {
+                        name: spec.name.to_string(),
+                    });
+                }
+                // Redlock: a random pause, so contenders that split the primaries do not
+                // split them again.
+                sleep(backoff.delay(None, deadline - now)).await;
+                continue;
+            }
         };
         let now = Instant::now();
         if !will_wait {

@@ -15,7 +15,7 @@ use tracing::warn;
 use crate::error::{Error, Result};
 use crate::store::elections::{Snapshot, parse_event};
 use crate::store::subscriptions::{Listener, Subscriptions, listen};
-use crate::store::{ElectionKeys, Elections};
+use crate::store::{ElectionKeys, Elections, Nodes};
 
 /// Changes an observer may fall behind by before it is resynchronised with the newest state.
 const BACKLOG: usize = 64;
@@ -56,7 +56,7 @@ impl Drop for Watch {
 impl Observers {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(elections: &Elections) -> Result<Self> {
-        let watched = Subscriptions::open(elections.connection()).await?;
+        let watched = Subscriptions::open(&Nodes::single(elections.connection().clone())).await?;
         let hub = Hub {
             elections: elections.clone(),
         };

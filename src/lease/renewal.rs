@@ -11,10 +11,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::store::Connection;
 
-/// Clock-drift allowance: Redis and this process may measure a TTL slightly differently.
-pub fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
+pub use crate::store::quorum::drift;
 
 /// The renewal schedule and validity of one held lease.
 #[derive(Debug, Clone)]

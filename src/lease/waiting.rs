@@ -79,7 +79,7 @@ pub struct WaitRoom {
 impl WaitRoom {
     /// Opens the subscriber connection and starts the task that owns it.
     pub async fn start(locks: &Locks, config: WaitConfig) -> Result<Self> {
-        let by_lock = Subscriptions::open(locks.connection()).await?;
+        let by_lock = Subscriptions::open(locks.nodes()).await?;
         let task = WaitRoomTask {
             locks: locks.clone(),
             waiter_ttl: config.waiter_ttl,

@@ -34,6 +34,18 @@ impl ElectionServer {
         Ok(ElectionServer { streams, observers })
     }
 
+    /// Elections keep their announcements in one Redis; on Redlock's primaries there is no
+    /// one Redis to trust with them, so they are refused rather than quietly weaker.
+    fn available(&self) -> Result<(), Status> {
+        if self.streams.store.is_redlock() {
+            return Err(Error::FailedPrecondition(
+                "elections are not available with --redlock; run them on a server with --redis (single, Sentinel or Cluster)".into(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     fn elections(&self) -> &Elections {
         &self.streams.store.elections
     }
@@ -121,6 +133,7 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
+        self.available()?;
         let caller = Caller::of(&request);
         let name = LockName::parse_election(request.into_inner().election)?;
         caller.allow(Scope::Election, name.as_str(), Role::Observe)?;
@@ -140,6 +153,7 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
+        self.available()?;
         if self.tasks().is_stopping() {
             return Err(Error::ShuttingDown.into());
         }
@@ -171,6 +185,7 @@ impl ElectionService for ElectionServer {
         &self,
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
+        self.available()?;
         driver::open::<Campaign>(&self.streams, request)
     }
 }

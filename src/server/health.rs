@@ -1,5 +1,5 @@
 //! gRPC health checking (`grpc.health.v1.Health`) that means something: SERVING while Redis
-//! answers, NOT_SERVING when it does not, and NOT_SERVING from the moment shutdown begins, so a
+//! answers (a majority of Redlock's primaries), NOT_SERVING when it does not, and NOT_SERVING from the moment shutdown begins, so a
 //! load balancer or a Kubernetes probe stops sending new work to a server that cannot hold it.
 
 use std::time::Duration;
@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
-use crate::store::Connection;
+use crate::store::Store;
 
 /// How often Redis is asked. With the command timeout (2 s by default) a Redis that goes away
 /// shows as NOT_SERVING within about three seconds.
@@ -19,24 +19,21 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Keeps the health status of the server ("") and of both services in line with Redis.
 pub struct HealthMonitor {
     reporter: HealthReporter,
-    connection: Connection,
+    store: Store,
 }
 
 impl HealthMonitor {
     /// Reports SERVING (the store connected moments ago) before the server takes its first
     /// call, so no probe ever finds the services unknown.
-    pub async fn start(reporter: HealthReporter, connection: Connection) -> Self {
-        let monitor = HealthMonitor {
-            reporter,
-            connection,
-        };
+    pub async fn start(reporter: HealthReporter, store: Store) -> Self {
+        let monitor = HealthMonitor { reporter, store };
         monitor.report(ServingStatus::Serving).await;
         monitor
     }
 
     /// Runs until shutdown begins, then reports NOT_SERVING for good.
     pub async fn run(self) {
-        let tasks = self.connection.tasks().clone();
+        let tasks = self.store.connection().tasks().clone();
         let mut serving = Some(true);
         let mut ticks = tokio::time::interval(CHECK_INTERVAL);
         loop {
@@ -46,7 +43,7 @@ impl HealthMonitor {
             }
             let reachable = tokio::select! {
                 () = tasks.stopping() => break,
-                reachable = self.connection.reachable() => reachable,
+                reachable = self.store.reachable() => reachable,
             };
             if serving != Some(reachable) {
                 match reachable {

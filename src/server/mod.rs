@@ -169,7 +169,7 @@ pub async fn serve(
         }
     };
     let (reporter, health) = tonic_health::server::health_reporter();
-    let monitor = HealthMonitor::start(reporter, store.connection().clone()).await;
+    let monitor = HealthMonitor::start(reporter, store.clone()).await;
     tasks.spawn(monitor.run());
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
@@ -239,6 +239,6 @@ pub async fn serve(
             "tasks still running after the shutdown grace; their leases expire by TTL"
         );
     }
-    store.connection().close().await;
+    store.close().await;
     served
 }

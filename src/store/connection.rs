@@ -35,6 +35,10 @@ pub struct RedisSettings {
     /// Commands in flight at once. More wait in line for a place, and the command timeout only
     /// starts once a command is sent: a burst of acquisitions queues instead of timing out.
     pub max_in_flight: usize,
+    /// Fail a command at once while the connection is down, instead of holding it until Redis
+    /// is back: for Redlock's primaries, where a majority answers without the missing node and a
+    /// command held for later would land long after its caller gave up.
+    pub fail_fast: bool,
 }
 
 impl RedisSettings {
@@ -46,6 +50,7 @@ impl RedisSettings {
             ca_file: None,
             password_file: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            fail_fast: false,
         }
     }
 
@@ -88,6 +93,8 @@ struct Shared {
     command_timeout: Duration,
     /// Places for commands in flight (see [`RedisSettings::max_in_flight`]).
     in_flight: Semaphore,
+    /// See [`RedisSettings::fail_fast`].
+    fail_fast: bool,
     metrics: Metrics,
     /// Counts reconnections to Redis. Leases watch it and re-check their key at once, because a
     /// Redis that dropped the connection may have restarted empty or failed over.
@@ -99,9 +106,15 @@ struct Shared {
 impl Connection {
     /// Connects, and fails at once if Redis cannot be reached, so a misconfigured server refuses
     /// to start instead of refusing every request.
+    ///
+    /// A Redlock primary ([`RedisSettings::fail_fast`]) may be down at start: the server starts
+    /// with a majority, and the connection keeps trying in the background.
     pub async fn open(settings: &RedisSettings, metrics: Metrics, tasks: Tasks) -> Result<Self> {
         let command_timeout = settings.command_timeout;
-        let config = settings.config()?;
+        let mut config = settings.config()?;
+        if settings.fail_fast {
+            config.fail_fast = false; // The first connection retries like any reconnection.
+        }
         let client = Builder::from_config(config.clone())
             .with_connection_config(|c| {
                 c.connection_timeout = command_timeout;
@@ -116,18 +129,33 @@ impl Connection {
             .set_policy(reconnect_policy())
             .build()
             .map_err(Error::redis("client setup"))?;
-        client.init().await.map_err(Error::redis("connect"))?;
+        if settings.fail_fast {
+            drop(client.connect()); // The connection task runs on without its handle.
+            if bounded(command_timeout, "connect", client.wait_for_connect())
+                .await
+                .is_err()
+            {
+                warn!(url = %redacted(&settings.url), "Redis primary unreachable at start; still trying");
+            }
+        } else {
+            client.init().await.map_err(Error::redis("connect"))?;
+        }
         let (reconnected, reconnects) = watch::channel(0);
         let connection = Connection(Arc::new(Shared {
             client,
             config,
             command_timeout,
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
+            fail_fast: settings.fail_fast,
             metrics,
             reconnects,
             tasks,
         }));
-        let run_id = connection.run_id().await?;
+        let run_id = match connection.run_id().await {
+            Ok(run_id) => run_id,
+            Err(_) if settings.fail_fast => "unknown".to_owned(),
+            Err(error) => return Err(error),
+        };
         info!(%run_id, "connected to Redis");
         // The watcher keeps only the fred client, not this connection, so it never keeps the
         // connection alive by itself; it ends with the server's shutdown signal.
@@ -166,8 +194,14 @@ impl Connection {
             .set_policy(reconnect_policy())
             .build_subscriber_client()
             .map_err(Error::redis("subscriber setup"))?;
-        self.bounded("subscriber connect", subscriber.init())
-            .await?;
+        if self.0.fail_fast {
+            // A Redlock primary: subscriptions need only a majority, so each connects in the
+            // background (the first connection retries like a reconnection), none waited for.
+            drop(subscriber.connect());
+        } else {
+            self.bounded("subscriber connect", subscriber.init())
+                .await?;
+        }
         Ok(subscriber)
     }
 
@@ -176,8 +210,17 @@ impl Connection {
         self.0.reconnects.clone()
     }
 
-    /// Loads a script into Redis's cache, so later calls can run it by SHA.
+    /// Whether the command connection is up now.
+    pub fn is_up(&self) -> bool {
+        self.0.client.is_connected()
+    }
+
+    /// Loads a script into Redis's cache, so later calls can run it by SHA. A Redlock primary
+    /// that is down is skipped: the first call after it is back loads the script (`NOSCRIPT`).
     pub async fn load(&self, script: &Script) -> Result<()> {
+        if self.0.fail_fast && !self.is_up() {
+            return Ok(());
+        }
         self.bounded("script load", script.load(&self.0.client))
             .await
     }
@@ -206,6 +249,9 @@ impl Connection {
         context: &'static str,
         call: impl Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T> {
+        if self.0.fail_fast && !self.0.client.is_connected() {
+            return Err(Error::NotConnected { context });
+        }
         let _place = self
             .0
             .in_flight
@@ -343,6 +389,20 @@ fn node_list_url(url: &str) -> String {
         None => params.join("&"),
     };
     format!("{scheme}://{credentials}{first}{path}?{query}")
+}
+
+/// The Redis URL with its password (if any) replaced, for logs and errors.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
+    }
 }
 
 async fn run_id(client: &Client, timeout: Duration) -> Result<String> {

@@ -3,14 +3,18 @@
 //! Scripts are loaded once (`SCRIPT LOAD`) when the key space is opened and run by `EVALSHA`; a
 //! Redis that lost its script cache answers `NOSCRIPT` and the script is loaded again.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::connection::Connection;
 use super::keys::{LockKeys, lock_key_pattern, lock_keys, lock_name};
+use super::quorum::{Answers, Nodes, drift};
 use super::token::Token;
 use crate::error::{Error, Result};
 
@@ -25,6 +29,10 @@ pub struct Waiter<'a> {
     pub join_line: bool,
     /// How long the line keeps this waiter without another attempt or refresh.
     pub ttl: Duration,
+    /// When the waiter arrived, in microseconds since the Unix epoch by this server's clock.
+    /// Used as its place in line on Redlock's primaries, so that every primary orders the same
+    /// waiters the same way; one Redis orders them by its own clock.
+    pub arrival_us: u64,
 }
 
 /// What an acquire attempt found.
@@ -41,6 +49,10 @@ pub enum AcquireOutcome {
         /// Place in line, 1 being next; 0 when not in line.
         position: u32,
     },
+    /// Redlock: no holder has a majority, but neither did this attempt (the primaries split
+    /// between contenders, or answered too late to leave enough validity). What it took was given
+    /// back; retry after a random delay, so that contenders do not split again.
+    NoMajority,
 }
 
 /// A lock's state as `Describe` reports it.
@@ -67,6 +79,7 @@ struct Scripts {
     describe: Script,
     leave: Script,
     refresh: Script,
+    raise_fence: Script,
 }
 
 impl Scripts {
@@ -78,11 +91,13 @@ impl Scripts {
             describe: Script::from_lua(include_str!("locks/describe.lua")),
             leave: Script::from_lua(include_str!("locks/leave.lua")),
             refresh: Script::from_lua(include_str!("locks/refresh.lua")),
+            raise_fence: Script::from_lua(include_str!("locks/raise_fence.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 7] {
         [
+            &self.raise_fence,
             &self.acquire,
             &self.extend,
             &self.release,
@@ -98,27 +113,35 @@ impl Scripts {
 pub struct Locks(Arc<Shared>);
 
 struct Shared {
-    connection: Connection,
+    nodes: Nodes,
     scripts: Scripts,
     prefix: String,
 }
 
 impl Locks {
-    /// Opens the key space under `prefix`, loading its scripts.
-    pub async fn open(connection: &Connection, prefix: &str) -> Result<Self> {
+    /// Opens the key space under `prefix` on `nodes`, loading its scripts into each.
+    pub async fn open(nodes: &Nodes, prefix: &str) -> Result<Self> {
         let scripts = Scripts::new();
-        for script in scripts.all() {
-            connection.load(script).await?;
+        for connection in nodes.all() {
+            for script in scripts.all() {
+                connection.load(script).await?;
+            }
         }
         Ok(Locks(Arc::new(Shared {
-            connection: connection.clone(),
+            nodes: nodes.clone(),
             scripts,
             prefix: prefix.to_owned(),
         })))
     }
 
+    /// The home node's connection: the server's tasks and metrics.
     pub fn connection(&self) -> &Connection {
-        &self.0.connection
+        self.0.nodes.home()
+    }
+
+    /// Every node the locks live on (one, or Redlock's primaries).
+    pub fn nodes(&self) -> &Nodes {
+        &self.0.nodes
     }
 
     /// The keys of lock `name`.
@@ -128,6 +151,11 @@ impl Locks {
 
     /// One atomic `SET NX PX` (only if the line lets this waiter go); on success also issues the
     /// next fencing token. If taken, a fair waiter keeps (or takes) its place in line.
+    ///
+    /// On Redlock's primaries the script runs on all at once: the lock is ours with a majority
+    /// and more than half the TTL of validity left (measured from before the first command
+    /// left); the token is then the highest any of them issued, written back to the counters so
+    /// that every later majority sees it. Short of that, whatever was taken is given back.
     pub async fn try_acquire(
         &self,
         keys: &LockKeys,
@@ -136,11 +164,72 @@ impl Locks {
         holder: &str,
         waiter: &Waiter<'_>,
     ) -> Result<AcquireOutcome> {
+        let nodes = &self.0.nodes;
+        let started = Instant::now();
+        let arrival = nodes.is_quorum().then_some(waiter.arrival_us);
+        let won = |outcome: &AcquireOutcome| matches!(outcome, AcquireOutcome::Acquired { .. });
+        let answers = nodes
+            .gather(
+                |_, connection| {
+                    self.try_acquire_on(connection, keys, token, ttl, holder, waiter, arrival)
+                },
+                // Short of a win, every answer is awaited: what this attempt took anywhere
+                // must be given back.
+                |answers| answers.is_majority(answers.count(won)),
+            )
+            .await;
+        let fences: Vec<u64> = answers
+            .ok
+            .iter()
+            .filter_map(|(_, outcome)| match outcome {
+                AcquireOutcome::Acquired { fencing_token } => Some(*fencing_token),
+                _ => None,
+            })
+            .collect();
+        if !nodes.is_quorum() {
+            return match answers.ok.first() {
+                Some((_, outcome)) => Ok(outcome.clone()),
+                None => Err(answers.into_error("acquire")),
+            };
+        }
+        let validity_left = ttl.saturating_sub(started.elapsed() + drift(ttl));
+        if answers.is_majority(fences.len()) && validity_left > ttl / 2 {
+            let fencing_token = fences.iter().copied().max().unwrap_or_default();
+            match self.raise_fence(keys, token, fencing_token).await {
+                Ok(()) => return Ok(AcquireOutcome::Acquired { fencing_token }),
+                Err(error) => {
+                    self.release(keys, token).await?;
+                    return Err(error);
+                }
+            }
+        }
+        if !fences.is_empty() || !answers.failed.is_empty() {
+            // Given back (also where the answer was lost but the command may have landed)
+            // before the next attempt, which reuses the token.
+            self.release(keys, token).await?;
+        }
+        if answers.unreachable() {
+            return Err(answers.into_error("acquire"));
+        }
+        Ok(held_by_majority(&answers).unwrap_or(AcquireOutcome::NoMajority))
+    }
+
+    /// One node's acquire script; `arrival` is the waiter's place in line (Redlock), or the
+    /// node's own clock when `None`.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_acquire_on(
+        &self,
+        connection: &Connection,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+        holder: &str,
+        waiter: &Waiter<'_>,
+        arrival: Option<u64>,
+    ) -> Result<AcquireOutcome> {
         const CONTEXT: &str = "acquire";
         let flag = |on: bool| Value::from(if on { "1" } else { "0" });
-        let reply: Vec<Value> = self
-            .0
-            .connection
+        let reply: Vec<Value> = connection
             .eval(
                 &self.0.scripts.acquire,
                 CONTEXT,
@@ -160,6 +249,7 @@ impl Locks {
                     flag(waiter.join_line),
                     Value::from(millis(waiter.ttl)),
                     Value::from(keys.channel.as_str()),
+                    Value::from(arrival.map(|us| us.to_string()).unwrap_or_default()),
                 ],
             )
             .await?;
@@ -186,53 +276,104 @@ impl Locks {
         }
     }
 
-    /// Resets the TTL if `token` still holds the lock. `false` means the lock is not ours.
-    pub async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<bool> {
-        let reply: i64 = self
+    /// Redlock: raises every primary's fencing counter to `fence` (counters only grow) and
+    /// records it as the holder's token where the lock is ours. Needs a majority, so that every
+    /// later majority includes a primary whose counter is at least `fence`.
+    async fn raise_fence(&self, keys: &LockKeys, token: &Token, fence: u64) -> Result<()> {
+        let answers = self
             .0
-            .connection
-            .eval(
-                &self.0.scripts.extend,
-                "extend",
-                vec![keys.lock.clone(), keys.owner.clone()],
-                vec![Value::from(token.secret()), Value::from(millis(ttl))],
+            .nodes
+            .gather(
+                |_, connection| {
+                    connection.eval::<i64>(
+                        &self.0.scripts.raise_fence,
+                        "raise fence",
+                        vec![keys.lock.clone(), keys.owner.clone(), keys.fence.clone()],
+                        vec![Value::from(token.secret()), Value::from(fence.to_string())],
+                    )
+                },
+                |answers| answers.is_majority(answers.ok.len()),
             )
-            .await?;
-        Ok(reply == 1)
+            .await;
+        if answers.is_majority(answers.ok.len()) {
+            Ok(())
+        } else {
+            Err(answers.into_error("raise fence"))
+        }
+    }
+
+    /// Resets the TTL if `token` still holds the lock. `false` means the lock is not ours (on
+    /// Redlock: not ours on enough primaries for a majority). An error means no majority
+    /// answered either way.
+    pub async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<bool> {
+        let answers = self
+            .0
+            .nodes
+            .gather(
+                |_, connection| {
+                    connection.eval::<i64>(
+                        &self.0.scripts.extend,
+                        "extend",
+                        vec![keys.lock.clone(), keys.owner.clone()],
+                        vec![Value::from(token.secret()), Value::from(millis(ttl))],
+                    )
+                },
+                |answers| {
+                    let yes = answers.count(|&reply| reply == 1);
+                    let no = answers.ok.len() - yes;
+                    answers.is_majority(yes)
+                        || answers.rules_out_majority(no + answers.failed.len())
+                },
+            )
+            .await;
+        let yes = answers.count(|&reply| reply == 1);
+        if answers.is_majority(yes) {
+            Ok(true)
+        } else if answers.rules_out_majority(answers.ok.len() - yes) {
+            Ok(false)
+        } else {
+            Err(answers.into_error("extend"))
+        }
     }
 
     /// Deletes the lock if `token` still holds it, and wakes the waiters. `false` means it was
-    /// already gone or not ours.
+    /// already gone or not ours. Redlock: on every primary, waiting for all their answers.
     pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let reply: i64 = self
+        let answers = self
             .0
-            .connection
-            .eval(
-                &self.0.scripts.release,
-                "release",
-                vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
-                vec![
-                    Value::from(token.secret()),
-                    Value::from(keys.channel.as_str()),
-                ],
+            .nodes
+            .gather(
+                |_, connection| {
+                    connection.eval::<i64>(
+                        &self.0.scripts.release,
+                        "release",
+                        vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
+                        vec![
+                            Value::from(token.secret()),
+                            Value::from(keys.channel.as_str()),
+                        ],
+                    )
+                },
+                |_| false,
             )
-            .await?;
-        Ok(reply == 1)
+            .await;
+        if answers.ok.is_empty() {
+            return Err(answers.into_error("release"));
+        }
+        Ok(answers.count(|&reply| reply == 1) > 0)
     }
 
     /// Takes `waiter_id` out of line (empty: nobody) and wakes the line if the lock is free.
     pub async fn leave(&self, keys: &LockKeys, waiter_id: &str) -> Result<()> {
-        let _: i64 = self
-            .0
-            .connection
-            .eval(
+        self.on_every_node("leave", |connection| {
+            connection.eval::<i64>(
                 &self.0.scripts.leave,
                 "leave",
                 vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
                 vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
             )
-            .await?;
-        Ok(())
+        })
+        .await
     }
 
     /// Vouches for this server's `waiters` of one lock for another `waiter_ttl`, drops waiters no
@@ -248,16 +389,35 @@ impl Locks {
             Value::from(millis(waiter_ttl)),
         ];
         args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
-        let _: i64 = self
-            .0
-            .connection
-            .eval(
+        self.on_every_node("refresh line", |connection| {
+            connection.eval::<i64>(
                 &self.0.scripts.refresh,
                 "refresh line",
                 vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
-                args,
+                args.clone(),
             )
-            .await?;
+        })
+        .await
+    }
+
+    /// Runs a best-effort line update on every node: done if any node took it (each primary
+    /// keeps its own line, and a primary that missed it catches up at the next refresh).
+    async fn on_every_node<'a, Fut>(
+        &'a self,
+        context: &'static str,
+        call: impl Fn(&'a Connection) -> Fut,
+    ) -> Result<()>
+    where
+        Fut: std::future::Future<Output = Result<i64>> + 'a,
+    {
+        let answers = self
+            .0
+            .nodes
+            .gather(|_, connection| call(connection), |_| false)
+            .await;
+        if answers.ok.is_empty() {
+            return Err(answers.into_error(context));
+        }
         Ok(())
     }
 
@@ -278,22 +438,27 @@ impl Locks {
     /// time, not only the answer). On a cluster every primary is scanned, since each holds only
     /// its own slots' keys. `true`: more locks may be held than returned.
     pub async fn held(&self, limit: usize) -> Result<(Vec<(String, LockState)>, bool)> {
-        let client = self.connection().client();
         let mut names = Vec::new();
         let mut pages = 0;
         let mut complete = true;
-        if client.is_clustered() {
-            let primaries = client
-                .cached_cluster_state()
-                .map(|state| state.unique_primary_nodes())
-                .unwrap_or_default();
-            for primary in primaries {
-                let node = client.with_cluster_node(primary);
-                complete &= self.scan(&node, limit, &mut pages, &mut names).await?;
+        for connection in self.0.nodes.all() {
+            let client = connection.client();
+            if client.is_clustered() {
+                let primaries = client
+                    .cached_cluster_state()
+                    .map(|state| state.unique_primary_nodes())
+                    .unwrap_or_default();
+                for primary in primaries {
+                    let node = client.with_cluster_node(primary);
+                    complete &= self.scan(&node, limit, &mut pages, &mut names).await?;
+                }
+            } else {
+                complete &= self.scan(client, limit, &mut pages, &mut names).await?;
             }
-        } else {
-            complete = self.scan(client, limit, &mut pages, &mut names).await?;
         }
+        // Redlock's primaries each hold a copy of every lock.
+        let mut seen = HashSet::new();
+        names.retain(|name| seen.insert(name.clone()));
         let truncated = !complete || names.len() > limit;
         let mut held = Vec::with_capacity(names.len().min(limit));
         for name in names.into_iter().take(limit) {
@@ -332,12 +497,39 @@ impl Locks {
         }
     }
 
-    /// Reads who holds the lock.
+    /// Reads who holds the lock: on Redlock, held when a majority of primaries say so (with the
+    /// highest token among them), free when enough answered to rule that out.
     pub async fn describe(&self, keys: &LockKeys) -> Result<LockState> {
-        const CONTEXT: &str = "describe";
-        let reply: Vec<Value> = self
+        let answers = self
             .0
-            .connection
+            .nodes
+            .gather(
+                |_, connection| self.describe_on(connection, keys),
+                |_| false,
+            )
+            .await;
+        let held = answers.count(|state| matches!(state, LockState::Held { .. }));
+        if answers.is_majority(held) {
+            let newest = answers
+                .ok
+                .into_iter()
+                .map(|(_, state)| state)
+                .filter(|state| matches!(state, LockState::Held { .. }))
+                .max_by_key(|state| match state {
+                    LockState::Held { fencing_token, .. } => *fencing_token,
+                    LockState::Free => 0,
+                });
+            return Ok(newest.unwrap_or(LockState::Free));
+        }
+        if answers.is_majority(answers.ok.len()) {
+            return Ok(LockState::Free);
+        }
+        Err(answers.into_error("describe"))
+    }
+
+    async fn describe_on(&self, connection: &Connection, keys: &LockKeys) -> Result<LockState> {
+        const CONTEXT: &str = "describe";
+        let reply: Vec<Value> = connection
             .eval(
                 &self.0.scripts.describe,
                 CONTEXT,
@@ -355,6 +547,41 @@ impl Locks {
             _ => Err(bad_reply(CONTEXT, &reply)),
         }
     }
+}
+
+/// Redlock: the lock as the primaries that refused this attempt see it, if a majority refused
+/// (held, or others ahead in line). The latest expiry and the farthest place in line, since the
+/// lock is only free once a majority lets go.
+fn held_by_majority(answers: &Answers<AcquireOutcome>) -> Option<AcquireOutcome> {
+    let refusals: Vec<_> = answers
+        .ok
+        .iter()
+        .filter_map(|(_, outcome)| match outcome {
+            AcquireOutcome::Held {
+                holder,
+                ttl_remaining,
+                position,
+            } => Some((holder, ttl_remaining, position)),
+            _ => None,
+        })
+        .collect();
+    if !answers.is_majority(refusals.len()) {
+        return None;
+    }
+    Some(AcquireOutcome::Held {
+        holder: refusals
+            .iter()
+            .map(|(holder, _, _)| holder.as_str())
+            .find(|holder| !holder.is_empty())
+            .unwrap_or_default()
+            .to_owned(),
+        ttl_remaining: refusals.iter().filter_map(|(_, ttl, _)| **ttl).max(),
+        position: refusals
+            .iter()
+            .map(|(_, _, position)| **position)
+            .max()
+            .unwrap_or(0),
+    })
 }
 
 fn millis(duration: Duration) -> i64 {

@@ -44,9 +44,12 @@ const SERVER_FLAGS: &[&str] = &[
     "300ms",
 ];
 
-/// The processes: a lock Redis reached only through a proxy, a resource Redis, and servers.
+/// The processes: a lock Redis reached only through a proxy, a resource Redis, and servers; in
+/// Redlock mode the lock Redis is the first of the primaries.
 pub struct Cluster {
     pub lock_redis: RedisServer,
+    /// Redlock's other primaries (none for a single Redis).
+    pub primaries: Vec<RedisServer>,
     pub resource_redis: RedisServer,
     /// The servers' only way to the lock Redis, to cut the network between them.
     pub redis_proxy: Proxy,
@@ -64,6 +67,28 @@ impl Cluster {
             .collect();
         Cluster {
             lock_redis,
+            primaries: Vec::new(),
+            resource_redis,
+            redis_proxy,
+            servers,
+        }
+    }
+
+    /// Servers on Redlock over `primaries` independent Redis (the lock Redis, through its
+    /// proxy, and `primaries - 1` more).
+    pub async fn start_redlock(servers: usize, primaries: usize) -> Self {
+        let lock_redis = RedisServer::start();
+        let resource_redis = RedisServer::start();
+        let redis_proxy = Proxy::start(([127, 0, 0, 1], lock_redis.port()).into()).await;
+        let others: Vec<RedisServer> = (1..primaries).map(|_| RedisServer::start()).collect();
+        let mut urls = vec![format!("redis://{}", redis_proxy.addr)];
+        urls.extend(others.iter().map(RedisServer::url));
+        let servers = (0..servers)
+            .map(|_| ServerProcess::start_redlock(&urls, SERVER_FLAGS))
+            .collect();
+        Cluster {
+            lock_redis,
+            primaries: others,
             resource_redis,
             redis_proxy,
             servers,

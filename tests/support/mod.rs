@@ -173,7 +173,10 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        signal(self.pid(), "CONT");
+        // Still running (maybe paused): let it go on to its kill. A killed one has exited.
+        if let Ok(None) = self.child.try_wait() {
+            signal(self.pid(), "CONT");
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -202,6 +205,13 @@ pub fn fast_keepalive() -> ServerConfig {
     }
 }
 
+/// Redis settings for in-process test servers: a short command timeout, so faults show fast.
+fn test_settings(url: &str) -> RedisSettings {
+    let mut settings = RedisSettings::new(url);
+    settings.command_timeout = Duration::from_secs(1);
+    settings
+}
+
 /// A Leasehold server running in this process; stops (gracefully) on drop or `stop`.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -220,11 +230,22 @@ impl TestServer {
 
     /// A server on the Redis (or Redis Cluster) at `url`.
     pub async fn start_at(url: &str, prefix: &str, config: ServerConfig) -> Self {
-        let mut settings = RedisSettings::new(url);
-        settings.command_timeout = Duration::from_secs(1);
-        let store = Store::connect(&settings, prefix, Default::default())
+        let store = Store::connect(&test_settings(url), prefix, Default::default())
             .await
             .expect("connect store");
+        Self::serve(store, config).await
+    }
+
+    /// A server on Redlock's independent primaries at `urls`.
+    pub async fn start_redlock(urls: &[String], config: ServerConfig) -> Self {
+        let settings = test_settings("");
+        let store = Store::connect_redlock(&settings, urls, "leasehold:", Default::default())
+            .await
+            .expect("connect to the Redlock primaries");
+        Self::serve(store, config).await
+    }
+
+    async fn serve(store: Store, config: ServerConfig) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -288,8 +309,18 @@ impl ServerProcess {
     }
 
     pub fn start_with_url(redis_url: &str, extra: &[&str]) -> Self {
+        Self::spawn(&["--redis", redis_url], extra)
+    }
+
+    /// A server on Redlock's independent primaries at `urls`.
+    pub fn start_redlock(urls: &[String], extra: &[&str]) -> Self {
+        Self::spawn(&["--redlock", &urls.join(",")], extra)
+    }
+
+    fn spawn(redis: &[&str], extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis_url])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(redis)
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

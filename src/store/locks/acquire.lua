@@ -3,7 +3,7 @@
 -- KEYS[4] line (zset: waiter id -> arrival, microseconds)  KEYS[5] waiter deadlines (zset: id -> ms)
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description  ARGV[4] waiter id
 -- ARGV[5] '1' if fair  ARGV[6] '1' to join the line if the lock is taken  ARGV[7] waiter ttl in ms
--- ARGV[8] wake-up channel
+-- ARGV[8] wake-up channel  ARGV[9] arrival in microseconds for the line ('' : this Redis's clock)
 -- Returns {1, fence} when acquired; {0, remaining ttl ms (-2: free), holder, position} when not
 -- (position 1 is next in line; 0 means not in line).
 local now = redis.call('TIME')
@@ -15,6 +15,15 @@ local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms)
 for _, waiter in ipairs(dead) do
   redis.call('ZREM', KEYS[4], waiter)
   redis.call('ZREM', KEYS[5], waiter)
+end
+
+-- Ours already: an earlier attempt with this token landed though its answer was lost.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('ZREM', KEYS[4], ARGV[4])
+  redis.call('ZREM', KEYS[5], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return {1, redis.call('HGET', KEYS[2], 'fence') or redis.call('GET', KEYS[3]) or '0'}
 end
 
 local fair = ARGV[5] == '1'
@@ -38,7 +47,12 @@ end
 local position = 0
 if fair and ARGV[6] == '1' then
   -- NX keeps the first arrival time across retries: that is the waiter's place.
-  redis.call('ZADD', KEYS[4], 'NX', now_us, ARGV[4])
+  -- Passed on as a string: Lua would write a number this large with only 14 digits.
+  local arrival = string.format('%.0f', now_us)
+  if ARGV[9] ~= '' then
+    arrival = ARGV[9]
+  end
+  redis.call('ZADD', KEYS[4], 'NX', arrival, ARGV[4])
   redis.call('ZADD', KEYS[5], now_ms + tonumber(ARGV[7]), ARGV[4])
   position = redis.call('ZRANK', KEYS[4], ARGV[4]) + 1
 end

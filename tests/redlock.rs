@@ -1,0 +1,332 @@
+//! Redlock (`--redlock`) over five independent Redis primaries, real processes on loopback: a
+//! lock lives on a majority; losing two primaries changes nothing a holder or waiter sees; losing
+//! a third refuses acquisitions (UNAVAILABLE) and tells holders `Lost` before their validity
+//! ends; a primary back empty cannot make fencing tokens go backwards; and the chaos checker
+//! finds no stale write while primaries die and come back empty.
+
+mod support;
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use leasehold::pb::lease_response::Event;
+use support::chaos::{Chaos, Cluster, TTL};
+use support::{LeaseStream, RedisServer, TestServer, fast_keepalive, lock_key, unary_acquire};
+use tokio::time::Instant;
+use tonic::Code;
+
+const PRIMARIES: usize = 5;
+
+fn primaries() -> Vec<RedisServer> {
+    (0..PRIMARIES).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(primaries: &[RedisServer]) -> Vec<String> {
+    primaries.iter().map(RedisServer::url).collect()
+}
+
+async fn clients(primaries: &[RedisServer]) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for primary in primaries {
+        clients.push(primary.client().await);
+    }
+    clients
+}
+
+/// The lock's token on each primary that answers.
+async fn tokens_on(primaries: &[RedisServer], key: &str) -> Vec<Option<String>> {
+    let mut tokens = Vec::new();
+    for client in clients(primaries).await {
+        tokens.push(client.get(key).await.expect("GET the lock key"));
+    }
+    tokens
+}
+
+#[tokio::test]
+async fn a_lock_is_taken_on_every_primary_with_one_token_and_released_on_all() {
+    let primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut holder = LeaseStream::acquire(&mut client, "report", 5_000, 0, "a").await;
+    let acquired = holder.acquired().await;
+
+    let tokens = tokens_on(&primaries, &lock_key("report")).await;
+    assert!(
+        tokens
+            .iter()
+            .all(|token| token.as_deref() == Some(&acquired.token)),
+        "every primary holds the one token: {tokens:?}"
+    );
+    for direct in clients(&primaries).await {
+        let fence: Option<u64> = direct
+            .custom(
+                fred::cmd!("HGET"),
+                vec!["leasehold:{report}:owner", "fence"],
+            )
+            .await
+            .expect("HGET");
+        assert_eq!(
+            fence,
+            Some(acquired.fencing_token),
+            "the issued token is recorded"
+        );
+    }
+
+    assert!(holder.release().await);
+    let tokens = tokens_on(&primaries, &lock_key("report")).await;
+    assert!(
+        tokens.iter().all(Option::is_none),
+        "released on all: {tokens:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_two_primaries_down_locks_are_taken_renewed_and_handed_over() {
+    let mut primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut first = LeaseStream::acquire(&mut client, "job", 600, 0, "first").await;
+    let first_token = first.acquired().await.fencing_token;
+
+    primaries[0].kill();
+    primaries[3].kill();
+
+    // Renewed every 200 ms on the three that are left: three confirmations span more than the
+    // TTL, so the lease outlived its first expiry on a majority only.
+    for _ in 0..3 {
+        match first.next().await {
+            Ok(Some(Event::Extended(_))) => {}
+            other => panic!("expected a renewal on the majority, got {other:?}"),
+        }
+    }
+
+    // A waiter (its wait far beyond the TTL) is handed the lock by the release's wake-up.
+    let mut second = LeaseStream::acquire(&mut client, "job", 600, 10_000, "second").await;
+    match second.next().await {
+        Ok(Some(Event::Waiting(_))) => {}
+        other => panic!("expected Waiting, got {other:?}"),
+    }
+    let released_at = Instant::now();
+    assert!(first.release().await);
+    let second_token = second.acquired().await.fencing_token;
+    assert!(
+        released_at.elapsed() < Duration::from_millis(500),
+        "handed over by the wake-up, not a timer: {:?}",
+        released_at.elapsed()
+    );
+    assert!(second_token > first_token);
+
+    // A new name, taken only where a majority is alive.
+    let mut other = LeaseStream::acquire(&mut client, "other", 600, 0, "third").await;
+    other.acquired().await;
+    assert!(other.release().await);
+    let left = tokens_on(&primaries[1..3], &lock_key("job")).await;
+    assert!(
+        left.iter().all(Option::is_some),
+        "held on the live primaries"
+    );
+}
+
+#[tokio::test]
+async fn waiters_on_two_servers_get_the_lock_in_arrival_order() {
+    let mut primaries = primaries();
+    let urls = urls(&primaries);
+    primaries[4].kill(); // A minority down changes nothing, even when the servers start.
+    let servers = [
+        TestServer::start_redlock(&urls, fast_keepalive()).await,
+        TestServer::start_redlock(&urls, fast_keepalive()).await,
+    ];
+    let mut clients = [servers[0].client().await, servers[1].client().await];
+    let mut holder = LeaseStream::acquire(&mut clients[0], "queue", 30_000, 0, "holder").await;
+    holder.acquired().await;
+    let mut waiters = Vec::new();
+    for (place, server) in [0, 1, 0, 1].into_iter().enumerate() {
+        let name = format!("waiter-{place}");
+        let mut waiter =
+            LeaseStream::acquire(&mut clients[server], "queue", 30_000, 20_000, &name).await;
+        match waiter.next().await {
+            Ok(Some(Event::Waiting(waiting))) => {
+                assert_eq!(waiting.position as usize, place + 1, "{name}'s place")
+            }
+            other => panic!("expected Waiting, got {other:?}"),
+        }
+        waiters.push(waiter);
+    }
+    // Each hand-off goes to the head of the line (the TTL is far beyond the waits, so only a
+    // release can hand it over); the others keep waiting.
+    assert!(holder.release().await);
+    for waiter in &mut waiters {
+        waiter.acquired().await;
+        assert!(waiter.release().await);
+    }
+}
+
+#[tokio::test]
+async fn without_a_majority_holders_are_told_lost_in_time_and_acquisitions_fail() {
+    const LEASE_TTL: Duration = Duration::from_millis(1_000);
+    let mut primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut holder = LeaseStream::acquire(&mut client, "job", 1_000, 0, "holder").await;
+    holder.acquired().await;
+    let mut last_confirmed = Instant::now();
+
+    for primary in &mut primaries[..3] {
+        primary.kill();
+    }
+    let lost_after = loop {
+        match holder.next().await {
+            Ok(Some(Event::Extended(_))) => last_confirmed = Instant::now(),
+            Ok(Some(Event::Lost(lost))) => {
+                assert!(lost.reason.contains("before"), "{}", lost.reason);
+                break last_confirmed.elapsed();
+            }
+            other => panic!("expected Lost, got {other:?}"),
+        }
+    };
+    // The server gives up at `sent_at + ttl - drift`, before any primary can expire the key;
+    // the margin covers only the message's way to the client.
+    assert!(
+        lost_after < LEASE_TTL + Duration::from_millis(50),
+        "told {lost_after:?} after the last confirmed renewal (TTL {LEASE_TTL:?})"
+    );
+
+    let refused = client
+        .acquire(unary_acquire("fresh", 1_000, 0, "late"))
+        .await
+        .expect_err("no majority, no lock");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("of 5"), "{}", refused.message());
+    let mut streamed = LeaseStream::acquire(&mut client, "fresh", 1_000, 0, "late").await;
+    assert_eq!(streamed.status().await.code(), Code::Unavailable);
+
+    // Back (empty): the lock can be taken again once the connections are up.
+    for primary in &mut primaries[..3] {
+        primary.restart_empty();
+    }
+    let started = Instant::now();
+    loop {
+        match client
+            .acquire(unary_acquire("fresh", 1_000, 0, "back"))
+            .await
+        {
+            Ok(_) => break,
+            Err(status) if status.code() == Code::Unavailable => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "still unavailable: {status:?}"
+                );
+                // Reconnection backs off up to 2 s; nothing announces it to a client.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("unexpected {status:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn fencing_tokens_stay_monotonic_when_primaries_come_back_empty() {
+    let mut primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    // One primary's counter far ahead of the others (and of every clock), as after a primary
+    // whose clock once ran fast.
+    let ahead: u64 = 1 << 52;
+    let direct = primaries[0].client().await;
+    let _: () = direct
+        .set("leasehold:{ledger}:fence", ahead, None, None, false)
+        .await
+        .expect("SET the counter");
+
+    let mut tokens = Vec::new();
+    let take = async |client: &mut _| {
+        let mut lease = LeaseStream::acquire(client, "ledger", 2_000, 0, "a").await;
+        let token = lease.acquired().await.fencing_token;
+        assert!(lease.release().await);
+        token
+    };
+    tokens.push(take(&mut client).await);
+    assert_eq!(
+        tokens[0],
+        ahead + 1,
+        "the highest counter of the majority wins"
+    );
+    // The primary that was ahead comes back empty, then two more, one at a time: only the
+    // write-back of each issued token to a majority keeps the next one above it.
+    for restarted in [0, 1, 2] {
+        primaries[restarted].restart_empty();
+        tokens.push(take(&mut client).await);
+    }
+    assert!(
+        tokens.windows(2).all(|pair| pair[1] > pair[0]),
+        "tokens went backwards: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_primaries_killed_and_back_empty() {
+    let mut chaos = Chaos::start(Cluster::start_redlock(2, PRIMARIES).await, 4).await;
+    chaos.progress(10).await;
+
+    // Two of five gone: the lock keeps changing hands.
+    chaos.cluster.primaries[0].kill();
+    chaos.cluster.primaries[1].kill();
+    let fault_at = Instant::now();
+    chaos.progress(20).await;
+    // Back empty; then, under a fresh holder, three cut off: no majority for a moment.
+    chaos.cluster.primaries[0].restart_empty();
+    chaos.cluster.primaries[1].restart_empty();
+    let holder = chaos.fresh_holder().await;
+    let cut_at = Instant::now();
+    chaos.cluster.primaries[2].kill();
+    chaos.cluster.redis_proxy.cut();
+    chaos.cluster.primaries[3].kill();
+    tokio::time::sleep(support::chaos::FAULT_FOR).await; // The fault itself.
+    chaos.cluster.redis_proxy.resume();
+    chaos.cluster.primaries[2].restart_empty();
+    chaos.progress(20).await;
+    let report = chaos.finish().await;
+
+    // Told by the end of its validity, as with one Redis gone.
+    report.assert_holder_told(&holder, cut_at, TTL + Duration::from_millis(200));
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    report.assert_safe("redlock-primaries-killed", usable_again);
+}
+
+/// `leasehold serve --redlock …` with `urls`: its exit code and what it printed on stderr.
+async fn serve_refused(urls: &[String]) -> (Option<i32>, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis-timeout",
+            "300ms",
+        ])
+        .args(["--redlock", &urls.join(",")])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .expect("serve did not give up")
+        .expect("run leasehold");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_server_refuses_to_start_on_an_even_count_or_without_a_majority() {
+    let mut primaries = primaries();
+    let (code, stderr) = serve_refused(&urls(&primaries[..4])).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("odd number"), "{stderr}");
+
+    for primary in &mut primaries[..3] {
+        primary.kill();
+    }
+    let (code, stderr) = serve_refused(&urls(&primaries)).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("only 2 of 5"), "{stderr}");
+}
