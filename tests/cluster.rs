@@ -203,3 +203,72 @@ async fn a_killed_primary_never_leaves_a_silent_overlap_and_its_replica_takes_ov
         assert!(get(&direct, &lock_key(name)).await.is_some(), "{name}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_holder_silently() {
+    let cluster = RedisCluster::start(3, 0);
+    let direct = cluster.client().await;
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let mut client = server.client().await;
+    let names = ["moved-a", "moved-b", "moved-c"];
+    let mut holders = Vec::new();
+    let mut heads = Vec::new();
+    let mut followers = Vec::new();
+    for name in names {
+        // A TTL of 3 s renews every second, so renewals run through the move.
+        let mut holder = LeaseStream::acquire(&mut client, name, 3_000, 0, "holder").await;
+        let token = holder.acquired().await.token;
+        holders.push((holder, token));
+        // The waiters' waits are long; the one behind the head can only be woken.
+        for line in [&mut heads, &mut followers] {
+            let mut waiter = LeaseStream::acquire(&mut client, name, 3_000, 30_000, "w").await;
+            match waiter.next().await {
+                Ok(Some(leasehold::pb::lease_response::Event::Waiting(_))) => {}
+                other => panic!("expected Waiting, got {other:?}"),
+            }
+            line.push(waiter);
+        }
+    }
+
+    for name in names {
+        let (from, slot) = cluster.slot_of(&lock_key(name));
+        let to = cluster
+            .primaries()
+            .into_iter()
+            .find(|port| *port != from)
+            .expect("another primary");
+        cluster.migrate_slot(slot, from, to);
+        assert_eq!(cluster.slot_of(&lock_key(name)).0, to, "{name} moved");
+    }
+
+    // Each holder still holds (its renewals found the new owner: two more confirmations) or was
+    // told Lost; never believes it holds a key that says otherwise.
+    for ((holder, token), name) in holders.iter_mut().zip(names) {
+        let mut confirmed = 0;
+        while confirmed < 2 {
+            match holder.next().await {
+                Ok(Some(leasehold::pb::lease_response::Event::Extended(_))) => confirmed += 1,
+                Ok(Some(leasehold::pb::lease_response::Event::Lost(_))) => break,
+                other => panic!("{name}: expected renewals or Lost, got {other:?}"),
+            }
+        }
+        if confirmed == 2 {
+            assert_eq!(get(&direct, &lock_key(name)).await.as_ref(), Some(&*token));
+        }
+    }
+    // Hand-overs on the new owner: holder -> head -> the one behind, by wake-ups.
+    for (((mut holder, _), mut head), mut follower) in holders.into_iter().zip(heads).zip(followers)
+    {
+        holder.send(release_request()).await;
+        let _ = holder.next_significant().await;
+        head.acquired().await;
+        let released_at = tokio::time::Instant::now();
+        assert!(head.release().await);
+        follower.acquired().await;
+        assert!(
+            released_at.elapsed() < Duration::from_secs(2),
+            "the waiter behind was handed the lock by a wake-up, not its deadline"
+        );
+        assert!(follower.release().await);
+    }
+}

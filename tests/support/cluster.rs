@@ -157,9 +157,78 @@ impl RedisCluster {
         }
     }
 
+    /// The primary serving `key`'s slot, and the slot.
+    pub fn slot_of(&self, key: &str) -> (u16, u16) {
+        let slot: u16 = cli(self.nodes[0].0, &["cluster", "keyslot", key])
+            .parse()
+            .expect("CLUSTER KEYSLOT");
+        let owner = self
+            .primaries()
+            .into_iter()
+            .find(|port| self.serves(*port, slot))
+            .expect("a primary serves the slot");
+        (owner, slot)
+    }
+
+    /// Whether the primary on `port` serves `slot`, by its own line of `CLUSTER NODES`.
+    fn serves(&self, port: u16, slot: u16) -> bool {
+        cli(port, &["cluster", "nodes"])
+            .lines()
+            .find(|line| line.contains("myself"))
+            .is_some_and(|line| {
+                line.split_whitespace()
+                    .skip(8)
+                    .any(|range| covers(range, slot))
+            })
+    }
+
+    /// Moves `slot` from the primary on `from` to the one on `to` while clients use it, as
+    /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, `MIGRATE` of its keys a batch
+    /// at a time, then the new owner announced to every primary.
+    pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        let slot = slot.to_string();
+        let from_id = cli(from, &["cluster", "myid"]);
+        let to_id = cli(to, &["cluster", "myid"]);
+        assert_eq!(
+            cli(to, &["cluster", "setslot", &slot, "importing", &from_id]),
+            "OK"
+        );
+        assert_eq!(
+            cli(from, &["cluster", "setslot", &slot, "migrating", &to_id]),
+            "OK"
+        );
+        loop {
+            let keys = cli(from, &["cluster", "getkeysinslot", &slot, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let to_port = to.to_string();
+            let mut args = vec!["migrate", "127.0.0.1", &to_port, "", "0", "5000", "keys"];
+            args.extend(keys);
+            let answer = cli(from, &args);
+            assert!(answer == "OK" || answer == "NOKEY", "MIGRATE: {answer}");
+        }
+        for port in self.primaries() {
+            assert_eq!(
+                cli(port, &["cluster", "setslot", &slot, "node", &to_id]),
+                "OK"
+            );
+        }
+    }
+
     /// How many keys the node on `port` holds.
     pub fn keys_on(&self, port: u16) -> usize {
         cli(port, &["dbsize"]).parse().unwrap_or(0)
+    }
+}
+
+/// Whether a `CLUSTER NODES` slot field (`5461-10922` or `42`) covers `slot`.
+fn covers(range: &str, slot: u16) -> bool {
+    let (low, high) = range.split_once('-').unwrap_or((range, range));
+    match (low.parse::<u16>(), high.parse::<u16>()) {
+        (Ok(low), Ok(high)) => (low..=high).contains(&slot),
+        _ => false,
     }
 }
 
