@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Uncontended acquire + release through one Leasehold server per Redis mode (single, Sentinel,
-# Cluster), each p50 over the direct-Redis p50 of its own run (against the single Redis), then
-# over single's in the same round: what a mode costs the lock path (BENCHMARKS.md).
+# What each Redis mode (single, Sentinel, Cluster, Redlock over five primaries) costs the lock
+# path, one Leasehold server per mode (BENCHMARKS.md):
+# - uncontended acquire + release, p50 over the direct-Redis p50 of its own run (against the
+#   single Redis), then over single's in the same round;
+# - hand-off p50 between two clients looping on one lock, over single's in the same round;
+# - 100,000 held leases on the cluster and on the single Redis: renewal scripts (each one round
+#   trip) per renewal period, against the goal of one per node plus one per 100 leases.
 # Usage: scripts/bench-modes.sh [ROUNDS] [LEASEHOLD_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,38 +53,76 @@ for node in "${nodes[@]}"; do
   until [[ $(redis-cli -p "${node##*:}" cluster info) == *cluster_state:ok* ]]; do sleep 0.05; done
 done
 
-start() { # name, redis url
-  "$binary" serve --listen 127.0.0.1:0 --redis "$2" >"$work/$1.out" 2>/dev/null &
+primaries=()
+for _ in 1 2 3 4 5; do
+  port=$(free_port); redis "$port"; primaries+=("redis://127.0.0.1:$port")
+done
+
+start() { # name, redis option, its value
+  "$binary" serve --listen 127.0.0.1:0 "$2" "$3" >"$work/$1.out" 2>/dev/null &
   echo $! > "$work/$1.pid"
   until grep -q "listening on" "$work/$1.out" 2>/dev/null; do sleep 0.05; done
   sed -n 's/leasehold: listening on //p' "$work/$1.out"
 }
 declare -A servers
-servers[single]=$(start single "redis://127.0.0.1:$single")
-servers[sentinel]=$(start sentinel "redis-sentinel://$(IFS=,; echo "${sentinels[*]}")/leasehold")
-servers[cluster]=$(start cluster "redis-cluster://$(IFS=,; echo "${nodes[*]}")")
+servers[single]=$(start single --redis "redis://127.0.0.1:$single")
+servers[sentinel]=$(start sentinel --redis "redis-sentinel://$(IFS=,; echo "${sentinels[*]}")/leasehold")
+servers[cluster]=$(start cluster --redis "redis-cluster://$(IFS=,; echo "${nodes[*]}")")
+servers[redlock]=$(start redlock --redlock "$(IFS=,; echo "${primaries[*]}")")
+modes=(single sentinel cluster redlock)
 
 for round in $(seq 1 "$rounds"); do
-  for mode in single sentinel cluster; do
+  for mode in "${modes[@]}"; do
     "$binary" bench --only uncontended --server "http://${servers[$mode]}" \
       --redis "redis://127.0.0.1:$single" --json "$work/$mode-$round.json" >/dev/null
+    "$binary" bench --only contention --quick --server "http://${servers[$mode]}" \
+      --redis "redis://127.0.0.1:$single" --json "$work/$mode-handoff-$round.json" >/dev/null
   done
 done
+
+# Held leases: the bench reads the renewal scripts from every primary of the Redis it is given
+# (fred's form of a cluster URL).
+held=${HELD:-100000}
+cluster_url="redis-cluster://${nodes[0]}?$(printf 'node=%s&' "${nodes[@]:1}")"
+"$binary" bench --only held --held "$held" --server "http://${servers[cluster]}" \
+  --server-pid "$(cat "$work/cluster.pid")" --redis "${cluster_url%&}" \
+  --json "$work/held-cluster.json" >/dev/null
+"$binary" bench --only held --held "$held" --server "http://${servers[single]}" \
+  --server-pid "$(cat "$work/single.pid")" --redis "redis://127.0.0.1:$single" \
+  --json "$work/held-single.json" >/dev/null
+
 python3 - "$work" "$rounds" <<'PY'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
+modes = ("single", "sentinel", "cluster", "redlock")
 def p50(mode, r, path):
     figures = json.load(open(f"{work}/{mode}-{r}.json"))["uncontended"]
     return next(f for f in figures if f["path"].startswith(path))["p50_us"]
+def handoff(mode, r):
+    rows = json.load(open(f"{work}/{mode}-handoff-{r}.json"))["contention"]
+    return next(row for row in rows if row["clients"] == 2)["stream_handoffs"]["p50_us"]
 cost = lambda mode, r, path: p50(mode, r, path) / p50(mode, r, "direct")
-print(f"p50 per acquire + release over direct Redis in its own run, then over single's; median of {rounds} rounds")
+def cell(ratios):
+    return f"{statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})"
+print(f"Each a ratio against single Redis in the same round; median of {rounds} rounds (the rounds in brackets).")
+print("Acquire + release: p50 over direct Redis in its own run, then over single's. Hand-off: p50 between two")
+print("clients looping on one lock (Lease stream), over single's.")
 print()
-print("| mode | Lease stream vs single | unary vs single | Lease stream p50 (µs, round 1) |")
-print("| --- | --- | --- | --- |")
-for mode in ("single", "sentinel", "cluster"):
+print("| mode | acquire + release, Lease stream | acquire + release, unary | hand-off | Lease stream p50 (µs, round 1) | hand-off p50 (µs, round 1) |")
+print("| --- | --- | --- | --- | --- | --- |")
+for mode in modes:
     cells = []
     for path in ("Lease stream", "unary"):
-        ratios = [cost(mode, r, path) / cost("single", r, path) for r in range(1, rounds + 1)]
-        cells.append(f"{statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
-    print(f"| {mode} | {cells[0]} | {cells[1]} | {p50(mode, 1, 'Lease stream')} |")
+        cells.append(cell([cost(mode, r, path) / cost("single", r, path) for r in range(1, rounds + 1)]))
+    cells.append(cell([handoff(mode, r) / handoff("single", r) for r in range(1, rounds + 1)]))
+    print(f"| {mode} | {' | '.join(cells)} | {p50(mode, 1, 'Lease stream')} | {handoff(mode, 1)} |")
+print()
+print("| held leases (TTL 30 s, renewal period 10 s) | nodes | renewal scripts (round trips) per period | goal: nodes + leases/100 | leases per script | server RSS per lease | server CPU |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for mode, nodes in (("cluster", 3), ("single", 1)):
+    row = json.load(open(f"{work}/held-{mode}.json"))["held_leases"][0]
+    leases, per_period = row["leases"], row["renewal_scripts_per_period"]
+    rss = row["rss_growth_bytes"] / leases if row["rss_growth_bytes"] else float("nan")
+    cpu = (row["cpu_share_of_one_core"] or 0) * 100
+    print(f"| {leases} on {mode} | {nodes} | {per_period:.0f} | {nodes + leases // 100} | {leases / max(per_period, 1):.0f} | {rss:.0f} B | {cpu:.1f}% of a core |")
 PY

@@ -439,3 +439,50 @@ async fn a_killed_servers_lock_frees_after_its_ttl() {
     let mut next = LeaseStream::acquire(&mut client, "job", 1_000, 2_000, "").await;
     assert!(next.acquired().await.fencing_token > killed_token);
 }
+
+/// Scripts Redis has run by SHA (every renewal script is one).
+async fn evalsha_calls(direct: &fred::prelude::Client) -> u64 {
+    use fred::interfaces::ClientLike;
+    let info: String = direct
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_share_scripts_and_a_lost_lease_does_not_hurt_its_batch() {
+    let (_redis, _server, direct, mut client) = setup().await;
+    let mut leases = Vec::new();
+    for i in 0..100 {
+        let mut lease =
+            LeaseStream::acquire(&mut client, &format!("batch-{i}"), 3_000, 0, "").await;
+        lease.acquired().await;
+        leases.push(lease);
+    }
+    let before = evalsha_calls(&direct).await;
+    // One lease of the batch loses its key behind the server's back.
+    let _: i64 = direct.del(lock_key("batch-50")).await.unwrap();
+    match leases[50].next_significant().await {
+        Ok(Some(Event::Lost(lost))) => {
+            assert!(lost.reason.contains("deleted or taken"), "{}", lost.reason)
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // The 99 others go on: two more renewals each.
+    for (i, lease) in leases.iter_mut().enumerate().filter(|(i, _)| *i != 50) {
+        for _ in 0..2 {
+            match lease.next().await {
+                Ok(Some(Event::Extended(_))) => {}
+                other => panic!("lease {i}: expected Extended, got {other:?}"),
+            }
+        }
+    }
+    // Renewed together on a shared grid: far fewer scripts than the 198 renewals (at least)
+    // they carried.
+    let scripts = evalsha_calls(&direct).await - before;
+    assert!(scripts < 50, "{scripts} scripts for 198 renewals");
+}

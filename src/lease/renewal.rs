@@ -3,7 +3,13 @@
 //! Validity is measured from *before* a command was sent (Redlock's rule): Redis started the
 //! TTL at some moment after `sent_at`, so `sent_at + ttl - drift` is a time by which the key has
 //! certainly not expired yet, however slow the reply was.
+//!
+//! Renewals fall due on a grid shared by every lease of the server: a lease renews at the last
+//! grid point at or before `ttl/3` after its last confirmed send, the grid's step being
+//! `ttl/30`. Leases of one TTL thus fall due together and are renewed in one batch per node
+//! (`store::renewals`), at most one step early.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -12,6 +18,21 @@ use tokio::time::{Instant, sleep_until};
 use crate::store::Connection;
 
 pub use crate::store::quorum::drift;
+
+/// Grid steps per TTL: a renewal is at most `ttl/30` early.
+const GRID_STEPS: u32 = 30;
+/// The smallest grid step: below it, batching gains nothing.
+const MIN_STEP: Duration = Duration::from_millis(5);
+
+/// The last point of the server's renewal grid of step `step` at or before `at`.
+fn on_grid(at: Instant, step: Duration) -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    let step = step.max(MIN_STEP).as_nanos();
+    let since = at.saturating_duration_since(origin).as_nanos();
+    let early = u64::try_from(since % step).unwrap_or(0);
+    at - Duration::from_nanos(early)
+}
 
 /// The renewal schedule and validity of one held lease.
 #[derive(Debug, Clone)]
@@ -37,7 +58,7 @@ impl RenewalClock {
     pub fn confirmed(&mut self, sent_at: Instant) {
         self.valid_until = sent_at + self.ttl - drift(self.ttl);
         // Every ttl/3: two renewals may fail before the lease is in danger.
-        self.next_renewal = sent_at + self.ttl / 3;
+        self.next_renewal = on_grid(sent_at + self.ttl / 3, self.ttl / GRID_STEPS).max(sent_at);
     }
 
     /// A renewal failed without an answer (Redis unreachable or slow): try again soon, but never
@@ -121,7 +142,23 @@ mod tests {
             clock.valid_until(),
             sent_at + Duration::from_millis(3000 - 32)
         );
-        assert_eq!(clock.next_renewal(), sent_at + Duration::from_millis(1000));
+        // On the grid (step ttl/30 = 100 ms), at most one step early.
+        let due = sent_at + Duration::from_millis(1000);
+        assert!(clock.next_renewal() <= due);
+        assert!(clock.next_renewal() > due - Duration::from_millis(100));
+    }
+
+    #[test]
+    fn leases_of_one_ttl_fall_due_together() {
+        let ttl = Duration::from_secs(30);
+        let start = Instant::now();
+        let due: Vec<Instant> = (0..50)
+            .map(|i| RenewalClock::new(ttl, start + Duration::from_millis(i * 7)).next_renewal())
+            .collect();
+        // 350 ms of acquisitions fall on at most two points of a 1 s grid.
+        let mut points = due.clone();
+        points.dedup();
+        assert!(points.len() <= 2, "{} points", points.len());
     }
 
     #[test]

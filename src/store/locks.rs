@@ -15,6 +15,7 @@ use fred::types::scripts::Script;
 use super::connection::Connection;
 use super::keys::{LockKeys, lock_key_pattern, lock_keys, lock_name};
 use super::quorum::{Answers, Nodes, drift};
+use super::renewals::{ExtendScripts, RenewalBatches};
 use super::token::Token;
 use crate::error::{Error, Result};
 
@@ -74,7 +75,8 @@ pub const MAX_SCAN_PAGES: usize = 1_000;
 /// The lock's scripts, each in its own `.lua` file beside this module.
 struct Scripts {
     acquire: Script,
-    extend: Script,
+    /// Shared with the renewal batches.
+    extend: Arc<ExtendScripts>,
     release: Script,
     describe: Script,
     leave: Script,
@@ -86,7 +88,10 @@ impl Scripts {
     fn new() -> Self {
         Scripts {
             acquire: Script::from_lua(include_str!("locks/acquire.lua")),
-            extend: Script::from_lua(include_str!("locks/extend.lua")),
+            extend: Arc::new(ExtendScripts {
+                one: Script::from_lua(include_str!("locks/extend.lua")),
+                many: Script::from_lua(include_str!("locks/extend_many.lua")),
+            }),
             release: Script::from_lua(include_str!("locks/release.lua")),
             describe: Script::from_lua(include_str!("locks/describe.lua")),
             leave: Script::from_lua(include_str!("locks/leave.lua")),
@@ -95,11 +100,12 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.raise_fence,
+            &self.extend.many,
             &self.acquire,
-            &self.extend,
+            &self.extend.one,
             &self.release,
             &self.describe,
             &self.leave,
@@ -114,6 +120,8 @@ pub struct Locks(Arc<Shared>);
 
 struct Shared {
     nodes: Nodes,
+    /// One renewal batcher per node, in the nodes' order.
+    renewals: Vec<RenewalBatches>,
     scripts: Scripts,
     prefix: String,
 }
@@ -127,8 +135,14 @@ impl Locks {
                 connection.load(script).await?;
             }
         }
+        let renewals = nodes
+            .all()
+            .iter()
+            .map(|connection| RenewalBatches::start(connection, scripts.extend.clone()))
+            .collect();
         Ok(Locks(Arc::new(Shared {
             nodes: nodes.clone(),
+            renewals,
             scripts,
             prefix: prefix.to_owned(),
         })))
@@ -304,29 +318,23 @@ impl Locks {
 
     /// Resets the TTL if `token` still holds the lock. `false` means the lock is not ours (on
     /// Redlock: not ours on enough primaries for a majority). An error means no majority
-    /// answered either way.
+    /// answered either way. Sent in the node's next renewal batch.
     pub async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<bool> {
+        let renewals = &self.0.renewals;
         let answers = self
             .0
             .nodes
             .gather(
-                |_, connection| {
-                    connection.eval::<i64>(
-                        &self.0.scripts.extend,
-                        "extend",
-                        vec![keys.lock.clone(), keys.owner.clone()],
-                        vec![Value::from(token.secret()), Value::from(millis(ttl))],
-                    )
-                },
+                |node, _| renewals[node].extend(&keys.lock, &keys.owner, token.secret(), ttl),
                 |answers| {
-                    let yes = answers.count(|&reply| reply == 1);
+                    let yes = answers.count(|&extended| extended);
                     let no = answers.ok.len() - yes;
                     answers.is_majority(yes)
                         || answers.rules_out_majority(no + answers.failed.len())
                 },
             )
             .await;
-        let yes = answers.count(|&reply| reply == 1);
+        let yes = answers.count(|&extended| extended);
         if answers.is_majority(yes) {
             Ok(true)
         } else if answers.rules_out_majority(answers.ok.len() - yes) {

@@ -5,6 +5,7 @@
 //! - [`locks`]: a lock's keys and scripts (`locks/*.lua`): acquire, extend, release, the line.
 //! - [`elections`]: an election's keys and scripts (`elections/*.lua`): announce, retire.
 //! - [`quorum`]: the nodes a key space lives on, and Redlock's majority rule over them.
+//! - [`renewals`]: extends that fall due together, sent as one script per node.
 //! - [`subscriptions`]: the sharded pub/sub channels a server listens to.
 //! - [`token`]: the secret that proves one acquisition.
 //!
@@ -15,6 +16,7 @@ pub mod elections;
 pub mod keys;
 pub mod locks;
 pub mod quorum;
+pub mod renewals;
 pub mod subscriptions;
 pub mod token;
 

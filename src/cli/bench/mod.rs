@@ -206,9 +206,9 @@ async fn held_section(
         "\n## Held leases (TTL 30 s, renewed every 10 s; {LEASES_PER_CONNECTION} streams per connection)\n"
     );
     println!(
-        "| leases | server RSS growth per lease | server CPU while holding | Redis CPU while holding | renewal scripts/s | per lease per TTL/3 |"
+        "| leases | server RSS growth per lease | server CPU while holding | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut held_rows = Vec::new();
     for &count in &options.held {
         progress.say(&format!("held leases: {count}"));
@@ -219,14 +219,17 @@ async fn held_section(
             .map_or("n/a (no --server-pid)".to_owned(), |bytes| {
                 format!("{:.0} B", bytes as f64 / count as f64)
             });
-        let per_ttl_third = held.renewals_per_second * (HELD_TTL / 3).as_secs_f64() / count as f64;
+        // Renewal scripts are batched (store::renewals): one script, one round trip.
+        let per_period = held.renewals_per_second * (HELD_TTL / 3).as_secs_f64();
+        let per_ttl_third = per_period / count as f64;
         let cpu = held.cpu_share.map_or("n/a".to_owned(), |share| {
             format!("{:.1}% of a core", share * 100.0)
         });
         println!(
-            "| {count} | {per_lease} | {cpu} | {:.1}% of a core | {:.1} | {per_ttl_third:.2} |",
+            "| {count} | {per_lease} | {cpu} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
             held.redis_cpu_share * 100.0,
-            held.renewals_per_second
+            held.renewals_per_second,
+            1.0 / per_ttl_third.max(f64::MIN_POSITIVE),
         );
         held_rows.push(json!({
             "leases": count,
@@ -234,7 +237,8 @@ async fn held_section(
             "cpu_share_of_one_core": held.cpu_share,
             "redis_cpu_share_of_one_core": held.redis_cpu_share,
             "renewal_scripts_per_second": held.renewals_per_second,
-            "renewals_per_lease_per_ttl_third": per_ttl_third,
+            "renewal_scripts_per_period": per_period,
+            "renewal_scripts_per_lease_per_ttl_third": per_ttl_third,
         }));
     }
 
@@ -476,28 +480,54 @@ async fn held_leases(
     })
 }
 
-/// EVALSHA calls Redis has served (every renewal is one).
-async fn script_calls(redis: &fred::prelude::Client) -> Result<u64, BenchError> {
-    let info: String = redis
-        .info(Some(fred::types::InfoKind::CommandStats))
-        .await?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0))
+/// `INFO section` of every primary: the one Redis, or each primary of a cluster.
+async fn info_of_primaries(
+    redis: &fred::prelude::Client,
+    section: fred::types::InfoKind,
+) -> Result<Vec<String>, BenchError> {
+    let primaries = match redis.cached_cluster_state() {
+        Some(state) if redis.is_clustered() => state.unique_primary_nodes(),
+        _ => return Ok(vec![redis.info(Some(section)).await?]),
+    };
+    let mut infos = Vec::with_capacity(primaries.len());
+    for primary in primaries {
+        infos.push(
+            redis
+                .with_cluster_node(primary)
+                .info(Some(section.clone()))
+                .await?,
+        );
+    }
+    Ok(infos)
 }
 
-/// CPU time (user + system) Redis has used, from `INFO cpu`.
+/// EVALSHA calls Redis has served, over every primary (each renewal script is one, and one
+/// round trip).
+async fn script_calls(redis: &fred::prelude::Client) -> Result<u64, BenchError> {
+    let infos = info_of_primaries(redis, fred::types::InfoKind::CommandStats).await?;
+    Ok(infos
+        .iter()
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        })
+        .sum())
+}
+
+/// CPU time (user + system) Redis has used, from `INFO cpu`, over every primary.
 async fn redis_cpu_seconds(redis: &fred::prelude::Client) -> Result<f64, BenchError> {
-    let info: String = redis.info(Some(fred::types::InfoKind::Cpu)).await?;
-    let field = |name: &str| -> f64 {
+    let infos = info_of_primaries(redis, fred::types::InfoKind::Cpu).await?;
+    let field = |info: &str, name: &str| -> f64 {
         info.lines()
             .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
             .and_then(|value| value.parse().ok())
             .unwrap_or(0.0)
     };
-    Ok(field("used_cpu_user") + field("used_cpu_sys"))
+    Ok(infos
+        .iter()
+        .map(|info| field(info, "used_cpu_user") + field(info, "used_cpu_sys"))
+        .sum())
 }
 
 /// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the

@@ -1,0 +1,203 @@
+//! Renewals in batches: the extends that fall due together on one node go to Redis as one
+//! script (`locks/extend_many.lua`), so holding many leases costs a few round trips per renewal
+//! period instead of one command per lease.
+//!
+//! The lease layer schedules renewals on a shared grid ([`crate::lease::renewal`]), so leases of
+//! one TTL fall due at the same instants. One task per node collects what arrives within
+//! [`LINGER`] of the first request, groups it by the node that serves each key (on a cluster:
+//! per the slot map; elsewhere: one group), and sends each group in scripts of at most
+//! [`MAX_PER_SCRIPT`] leases, without waiting for one group's answer before sending the next.
+//!
+//! No lease pays for another's trouble: a script that fails (a slot moved, a node timed out) is
+//! followed at once by one plain extend per lease of it, and each lease still bounds its own
+//! wait by its own validity.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use tokio::sync::{mpsc, oneshot};
+
+use super::connection::Connection;
+use crate::error::{Error, Result};
+
+/// How long the batch stays open after its first request: the leases due at the same instant
+/// wake within it.
+pub const LINGER: Duration = Duration::from_millis(2);
+/// Leases per script: bounds the time Redis spends in one script (about a microsecond each).
+pub const MAX_PER_SCRIPT: usize = 500;
+
+/// One lease's extend.
+pub struct Extend {
+    pub lock: String,
+    pub owner: String,
+    pub token: String,
+    pub ttl_ms: i64,
+    /// `true`: extended; `false`: not ours.
+    pub reply: oneshot::Sender<Result<bool>>,
+}
+
+/// The batching queue of one node. Cheap to clone.
+#[derive(Clone)]
+pub struct RenewalBatches {
+    queue: mpsc::UnboundedSender<Extend>,
+}
+
+/// The two scripts a batch may need.
+pub struct ExtendScripts {
+    pub many: Script,
+    pub one: Script,
+}
+
+impl RenewalBatches {
+    /// Starts the node's batching task; it ends with the server (or when every handle is gone).
+    pub fn start(connection: &Connection, scripts: std::sync::Arc<ExtendScripts>) -> Self {
+        let (queue, inbox) = mpsc::unbounded_channel();
+        let batcher = Batcher {
+            connection: connection.clone(),
+            scripts,
+        };
+        connection.tasks().spawn(batcher.run(inbox));
+        RenewalBatches { queue }
+    }
+
+    /// Extends one lease in the next batch.
+    pub async fn extend(
+        &self,
+        lock: &str,
+        owner: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Extend {
+                lock: lock.to_owned(),
+                owner: owner.to_owned(),
+                token: token.to_owned(),
+                ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                reply,
+            })
+            .map_err(|_| Error::ShuttingDown)?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+}
+
+struct Batcher {
+    connection: Connection,
+    scripts: std::sync::Arc<ExtendScripts>,
+}
+
+impl Batcher {
+    async fn run(self, mut inbox: mpsc::UnboundedReceiver<Extend>) {
+        let tasks = self.connection.tasks().clone();
+        loop {
+            let first = tokio::select! {
+                first = inbox.recv() => match first {
+                    Some(first) => first,
+                    None => return,
+                },
+                () = tasks.stopping() => return,
+            };
+            tokio::time::sleep(LINGER).await;
+            let mut batch = vec![first];
+            while let Ok(next) = inbox.try_recv() {
+                batch.push(next);
+            }
+            for group in self.by_node(batch) {
+                for chunk in chunks(group, MAX_PER_SCRIPT) {
+                    let dispatch = Dispatch {
+                        connection: self.connection.clone(),
+                        scripts: self.scripts.clone(),
+                    };
+                    tasks.spawn(dispatch.run(chunk));
+                }
+            }
+        }
+    }
+
+    /// Groups extends by the node that serves their keys: on a cluster by the slot map (keys
+    /// of one lease share a slot), elsewhere all together.
+    fn by_node(&self, batch: Vec<Extend>) -> Vec<Vec<Extend>> {
+        let client = self.connection.client();
+        let Some(slots) = client
+            .is_clustered()
+            .then(|| client.cached_cluster_state())
+            .flatten()
+        else {
+            return vec![batch];
+        };
+        let mut groups: HashMap<Option<String>, Vec<Extend>> = HashMap::new();
+        for extend in batch {
+            let slot = fred::util::redis_keyslot(extend.lock.as_bytes());
+            let node = slots.get_server(slot).map(|server| server.to_string());
+            groups.entry(node).or_default().push(extend);
+        }
+        groups.into_values().collect()
+    }
+}
+
+fn chunks(mut group: Vec<Extend>, size: usize) -> Vec<Vec<Extend>> {
+    let mut chunks = Vec::with_capacity(group.len().div_ceil(size));
+    while group.len() > size {
+        let rest = group.split_off(size);
+        chunks.push(std::mem::replace(&mut group, rest));
+    }
+    chunks.push(group);
+    chunks
+}
+
+/// One script's worth of extends on its way.
+struct Dispatch {
+    connection: Connection,
+    scripts: std::sync::Arc<ExtendScripts>,
+}
+
+impl Dispatch {
+    async fn run(self, chunk: Vec<Extend>) {
+        if let [_] = chunk.as_slice() {
+            return self.one_by_one(chunk).await;
+        }
+        let mut keys = Vec::with_capacity(chunk.len() * 2);
+        let mut args = Vec::with_capacity(chunk.len() * 2);
+        for extend in &chunk {
+            keys.push(extend.lock.clone());
+            keys.push(extend.owner.clone());
+            args.push(Value::from(extend.token.as_str()));
+            args.push(Value::from(extend.ttl_ms));
+        }
+        let replies: Result<Vec<i64>> = self
+            .connection
+            .eval(&self.scripts.many, "extend batch", keys, args)
+            .await;
+        match replies {
+            Ok(replies) if replies.len() == chunk.len() => {
+                for (extend, reply) in chunk.into_iter().zip(replies) {
+                    let _ = extend.reply.send(Ok(reply == 1));
+                }
+            }
+            // A moved slot, a timeout, an odd reply: each lease on its own, at once.
+            _ => self.one_by_one(chunk).await,
+        }
+    }
+
+    async fn one_by_one(self, chunk: Vec<Extend>) {
+        let singles = chunk.into_iter().map(|extend| {
+            let connection = self.connection.clone();
+            let scripts = self.scripts.clone();
+            async move {
+                let reply: Result<i64> = connection
+                    .eval(
+                        &scripts.one,
+                        "extend",
+                        vec![extend.lock, extend.owner],
+                        vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
+                    )
+                    .await;
+                let _ = extend.reply.send(reply.map(|reply| reply == 1));
+            }
+        });
+        futures_util::future::join_all(singles).await;
+    }
+}
