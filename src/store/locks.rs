@@ -67,6 +67,11 @@ pub enum LockState {
     },
 }
 
+/// Redlock: each primary's answer to an acquire is awaited at most ttl / this...
+const NODE_TIMEOUT_SHARE: u32 = 10;
+/// ...but never less than this (a loopback round trip under load).
+const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+
 /// Keys asked of Redis per `SCAN` call when listing held locks.
 const SCAN_PAGE: u32 = 1_000;
 /// `SCAN` calls at most per listing: 1,000,000 keys looked at.
@@ -182,10 +187,25 @@ impl Locks {
         let started = Instant::now();
         let arrival = nodes.is_quorum().then_some(waiter.arrival_us);
         let won = |outcome: &AcquireOutcome| matches!(outcome, AcquireOutcome::Acquired { .. });
+        // Redlock: a primary slower than a tenth of the TTL counts as failed for this attempt,
+        // so one slow primary cannot eat the validity the others just granted.
+        let node_timeout = nodes
+            .is_quorum()
+            .then(|| (ttl / NODE_TIMEOUT_SHARE).max(MIN_NODE_TIMEOUT));
         let answers = nodes
             .gather(
-                |_, connection| {
-                    self.try_acquire_on(connection, keys, token, ttl, holder, waiter, arrival)
+                |_, connection| async move {
+                    let attempt =
+                        self.try_acquire_on(connection, keys, token, ttl, holder, waiter, arrival);
+                    match node_timeout {
+                        None => attempt.await,
+                        Some(timeout) => tokio::time::timeout(timeout, attempt).await.unwrap_or(
+                            Err(Error::RedisTimeout {
+                                context: "acquire",
+                                timeout,
+                            }),
+                        ),
+                    }
                 },
                 // Short of a win, every answer is awaited: what this attempt took anywhere
                 // must be given back.
