@@ -45,7 +45,9 @@ until [[ $(redis-cli -p "$replica" info replication) == *master_link_status:up* 
 
 nodes=()
 for _ in 1 2 3 4 5 6; do
-  port=$(free_port); redis "$port" --cluster-enabled yes --cluster-config-file nodes.conf
+  # Its own bus port: the default (port + 10000) is past 65535 for much of the ephemeral range.
+  port=$(free_port); redis "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-port "$(free_port)"
   nodes+=("127.0.0.1:$port")
 done
 redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
@@ -59,7 +61,7 @@ for _ in 1 2 3 4 5; do
 done
 
 start() { # name, redis option, its value
-  "$binary" serve --listen 127.0.0.1:0 "$2" "$3" >"$work/$1.out" 2>/dev/null &
+  "$binary" serve --listen 127.0.0.1:0 --max-leases 200000 "$2" "$3" >"$work/$1.out" 2>/dev/null &
   echo $! > "$work/$1.pid"
   until grep -q "listening on" "$work/$1.out" 2>/dev/null; do sleep 0.05; done
   sed -n 's/leasehold: listening on //p' "$work/$1.out"

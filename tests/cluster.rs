@@ -272,3 +272,43 @@ async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_ho
         assert!(follower.release().await);
     }
 }
+
+/// Scripts run by SHA on the primary at `port` so far.
+fn evalsha_calls(port: u16) -> u64 {
+    redis_cli(port, &["info", "commandstats"])
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_go_to_each_primary_in_batches() {
+    let cluster = RedisCluster::start(3, 0);
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let name = format!("batched-{i}");
+        let mut lease = LeaseStream::acquire(&mut client, &name, 3_000, 0, "").await;
+        lease.acquired().await;
+        held.push(lease);
+    }
+    let primaries = cluster.primaries();
+    let before: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
+    // Every lease renewed once more (a renewal per second each).
+    for (i, lease) in held.iter_mut().enumerate() {
+        match lease.next().await {
+            Ok(Some(leasehold::pb::lease_response::Event::Extended(_))) => {}
+            other => panic!("lease {i}: expected Extended, got {other:?}"),
+        }
+    }
+    let scripts: u64 = primaries
+        .iter()
+        .map(|port| evalsha_calls(*port))
+        .sum::<u64>()
+        - before;
+    // 300 renewals or more, of names spread over every primary: one script per lease would be
+    // 300 or more.
+    assert!(scripts < 100, "{scripts} scripts for 300 renewals or more");
+}

@@ -11,7 +11,9 @@ use std::time::Duration;
 use fred::prelude::*;
 use leasehold::pb::lease_response::Event;
 use support::chaos::{Chaos, Cluster, TTL};
-use support::{LeaseStream, RedisServer, TestServer, fast_keepalive, lock_key, unary_acquire};
+use support::{
+    LeaseStream, RedisServer, TestServer, fast_keepalive, lock_key, unary_acquire, wait_for_line,
+};
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -159,6 +161,33 @@ async fn waiters_on_two_servers_get_the_lock_in_arrival_order() {
         waiter.acquired().await;
         assert!(waiter.release().await);
     }
+}
+
+#[tokio::test]
+async fn a_winner_refused_by_a_minority_leaves_their_lines_too() {
+    let primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut holder = LeaseStream::acquire(&mut client, "line", 30_000, 0, "holder").await;
+    holder.acquired().await;
+    let mut waiter = LeaseStream::acquire(&mut client, "line", 30_000, 20_000, "waiter").await;
+    match waiter.next().await {
+        Ok(Some(Event::Waiting(_))) => {}
+        other => panic!("expected Waiting, got {other:?}"),
+    }
+    // One primary keeps a key of someone else's (as when a release has not reached it yet): it
+    // refuses the waiter, the four others grant it.
+    let stubborn = primaries[0].client().await;
+    let _: () = stubborn
+        .set(lock_key("line"), "someone-else", None, None, false)
+        .await
+        .expect("SET");
+    assert!(holder.release().await);
+    waiter.acquired().await;
+    // Out of the stubborn primary's line as well, or it would head that line (blocking others
+    // there) until its server stopped vouching for it.
+    wait_for_line(&stubborn, "leasehold:{line}:line", 0).await;
+    assert!(waiter.release().await);
 }
 
 #[tokio::test]

@@ -230,7 +230,14 @@ impl Locks {
         if answers.is_majority(fences.len()) && validity_left > ttl / 2 {
             let fencing_token = fences.iter().copied().max().unwrap_or_default();
             match self.raise_fence(keys, token, fencing_token).await {
-                Ok(()) => return Ok(AcquireOutcome::Acquired { fencing_token }),
+                Ok(()) => {
+                    if fences.len() < nodes.all().len() && waiter.join_line {
+                        // The primaries that did not grant it still have this waiter in line,
+                        // at its head: it would block the line there until its deadline.
+                        self.leave_in_background(keys.clone(), waiter.id.to_owned());
+                    }
+                    return Ok(AcquireOutcome::Acquired { fencing_token });
+                }
                 Err(error) => {
                     self.release(keys, token).await?;
                     return Err(error);

@@ -18,6 +18,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
 
 use super::connection::Connection;
 use crate::error::{Error, Result};
@@ -159,11 +160,11 @@ impl Dispatch {
         if let [_] = chunk.as_slice() {
             return self.one_by_one(chunk).await;
         }
-        let mut keys = Vec::with_capacity(chunk.len() * 2);
-        let mut args = Vec::with_capacity(chunk.len() * 2);
+        let keys = vec![chunk[0].lock.clone()];
+        let mut args = Vec::with_capacity(chunk.len() * 4);
         for extend in &chunk {
-            keys.push(extend.lock.clone());
-            keys.push(extend.owner.clone());
+            args.push(Value::from(extend.lock.as_str()));
+            args.push(Value::from(extend.owner.as_str()));
             args.push(Value::from(extend.token.as_str()));
             args.push(Value::from(extend.ttl_ms));
         }
@@ -178,7 +179,12 @@ impl Dispatch {
                 }
             }
             // A moved slot, a timeout, an odd reply: each lease on its own, at once.
-            _ => self.one_by_one(chunk).await,
+            other => {
+                if let Err(error) = other {
+                    debug!(%error, leases = chunk.len(), "renewal batch failed; renewing one by one");
+                }
+                self.one_by_one(chunk).await
+            }
         }
     }
 

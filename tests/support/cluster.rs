@@ -35,6 +35,9 @@ impl RedisCluster {
                     "nodes.conf",
                 ])
                 .args(["--cluster-node-timeout", "2000"])
+                // A bus port of its own: the default (port + 10,000) is past 65,535 for half
+                // the ephemeral range, and may be another test's port.
+                .args(["--cluster-port", &free_port().to_string()])
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&node_dir)
