@@ -486,3 +486,42 @@ async fn renewals_share_scripts_and_a_lost_lease_does_not_hurt_its_batch() {
     let scripts = evalsha_calls(&direct).await - before;
     assert!(scripts < 50, "{scripts} scripts for 198 renewals");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_errors_is_lost_in_time_and_spares_the_rest_of_its_batch() {
+    let (_redis, _server, direct, mut client) = setup().await;
+    let mut leases = Vec::new();
+    for i in 0..100 {
+        let mut lease = LeaseStream::acquire(&mut client, &format!("err-{i}"), 1_000, 0, "").await;
+        lease.acquired().await;
+        leases.push(lease);
+    }
+    // One lock key becomes a list behind the server's back: every script that reads it fails
+    // (WRONGTYPE), the batch script included.
+    let _: i64 = direct.del(lock_key("err-7")).await.unwrap();
+    let _: i64 = fred::interfaces::ClientLike::custom(
+        &direct,
+        fred::cmd!("RPUSH"),
+        vec![lock_key("err-7"), "x".to_owned()],
+    )
+    .await
+    .unwrap();
+    let broken_at = Instant::now();
+    match leases[7].next_significant().await {
+        Ok(Some(Event::Lost(lost))) => {
+            assert!(lost.reason.contains("before"), "{}", lost.reason)
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // Told by the end of its validity (one TTL from its last confirmed renewal at the latest).
+    assert!(broken_at.elapsed() < Duration::from_millis(1_100));
+    // Its 99 batch mates were renewed meanwhile and go on.
+    for (i, lease) in leases.iter_mut().enumerate().filter(|(i, _)| *i != 7) {
+        for _ in 0..2 {
+            match lease.next().await {
+                Ok(Some(Event::Extended(_))) => {}
+                other => panic!("lease {i}: expected Extended, got {other:?}"),
+            }
+        }
+    }
+}
