@@ -223,6 +223,9 @@ struct BenchArgs {
     /// 200 with --quick].
     #[arg(long, value_delimiter = ',')]
     held: Option<Vec<usize>>,
+    /// TTL of the held leases (renewed every third of it).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    held_ttl: Duration,
     /// Run only these sections (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<bench::Section>,
@@ -464,6 +467,7 @@ async fn run_bench(args: BenchArgs) -> ExitCode {
             (None, true) => vec![200],
             (None, false) => vec![1_000, 10_000, 50_000],
         },
+        held_ttl: args.held_ttl,
         sections: args.only,
         server_pid: args.server_pid,
         quick: args.quick,

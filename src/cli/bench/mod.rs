@@ -40,6 +40,8 @@ pub struct BenchOptions {
     pub quick: bool,
     /// How many leases to hold at once in the held-leases section (one run per count).
     pub held: Vec<usize>,
+    /// Their TTL (30 s by default: renewals every 10 s).
+    pub held_ttl: Duration,
     /// The server's process id, to read its memory (RSS) from /proc; optional.
     pub server_pid: Option<u32>,
     /// Sections to run; empty for all.
@@ -63,8 +65,6 @@ impl BenchOptions {
 
 /// Lease streams per client connection in the held-leases section (the server allows 10,000).
 const LEASES_PER_CONNECTION: usize = 1_000;
-/// TTL of held leases: renewals every 10 s.
-const HELD_TTL: Duration = Duration::from_secs(30);
 /// Acquisitions in flight at once while opening held leases: a burst of 50,000 at once would
 /// measure the Redis queue (and hit the server's Redis timeout), not holding.
 const OPENING_IN_FLIGHT: usize = 500;
@@ -203,7 +203,8 @@ async fn held_section(
     progress: &Progress,
 ) -> Result<serde_json::Value, BenchError> {
     println!(
-        "\n## Held leases (TTL 30 s, renewed every 10 s; {LEASES_PER_CONNECTION} streams per connection)\n"
+        "\n## Held leases (TTL {}, renewed every third of it; {LEASES_PER_CONNECTION} streams per connection)\n",
+        humantime::format_duration(options.held_ttl)
     );
     println!(
         "| leases | server RSS growth per lease | server CPU while holding | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
@@ -220,7 +221,7 @@ async fn held_section(
                 format!("{:.0} B", bytes as f64 / count as f64)
             });
         // Renewal scripts are batched (store::renewals): one script, one round trip.
-        let per_period = held.renewals_per_second * (HELD_TTL / 3).as_secs_f64();
+        let per_period = held.renewals_per_second * (options.held_ttl / 3).as_secs_f64();
         let per_ttl_third = per_period / count as f64;
         let cpu = held.cpu_share.map_or("n/a".to_owned(), |share| {
             format!("{:.1}% of a core", share * 100.0)
@@ -233,6 +234,7 @@ async fn held_section(
         );
         held_rows.push(json!({
             "leases": count,
+            "ttl_ms": options.held_ttl.as_millis() as u64,
             "rss_growth_bytes": held.rss_growth,
             "cpu_share_of_one_core": held.cpu_share,
             "redis_cpu_share_of_one_core": held.redis_cpu_share,
@@ -451,9 +453,10 @@ async fn held_leases(
         let client = clients[i / LEASES_PER_CONNECTION].clone();
         let name = format!("{prefix}-{i}");
         let opening = opening.clone();
+        let ttl = options.held_ttl;
         tasks.push(tokio::spawn(async move {
             let _turn = opening.acquire().await;
-            client.lease(name).ttl(HELD_TTL).acquire().await
+            client.lease(name).ttl(ttl).acquire().await
         }));
     }
     let mut guards = Vec::with_capacity(count);
