@@ -215,10 +215,16 @@ impl Connection {
         self.0.client.is_connected()
     }
 
+    /// A Redlock primary that is down now: its commands fail at once (see
+    /// [`RedisSettings::fail_fast`]).
+    fn failing_fast(&self) -> bool {
+        self.0.fail_fast && !self.is_up()
+    }
+
     /// Loads a script into Redis's cache, so later calls can run it by SHA. A Redlock primary
     /// that is down is skipped: the first call after it is back loads the script (`NOSCRIPT`).
     pub async fn load(&self, script: &Script) -> Result<()> {
-        if self.0.fail_fast && !self.is_up() {
+        if self.failing_fast() {
             return Ok(());
         }
         self.bounded("script load", script.load(&self.0.client))
@@ -249,7 +255,7 @@ impl Connection {
         context: &'static str,
         call: impl Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T> {
-        if self.0.fail_fast && !self.0.client.is_connected() {
+        if self.failing_fast() {
             return Err(Error::NotConnected { context });
         }
         let _place = self

@@ -192,7 +192,7 @@ impl Locks {
         let node_timeout = nodes
             .is_quorum()
             .then(|| (ttl / NODE_TIMEOUT_SHARE).max(MIN_NODE_TIMEOUT));
-        let answers = nodes
+        let mut answers = nodes
             .gather(
                 |_, connection| async move {
                     let attempt =
@@ -212,6 +212,13 @@ impl Locks {
                 |answers| answers.is_majority(answers.count(won)),
             )
             .await;
+        if !nodes.is_quorum() {
+            // One node: at most one answer.
+            return match answers.ok.pop() {
+                Some((_, outcome)) => Ok(outcome),
+                None => Err(answers.into_error("acquire")),
+            };
+        }
         let fences: Vec<u64> = answers
             .ok
             .iter()
@@ -220,12 +227,6 @@ impl Locks {
                 _ => None,
             })
             .collect();
-        if !nodes.is_quorum() {
-            return match answers.ok.first() {
-                Some((_, outcome)) => Ok(outcome.clone()),
-                None => Err(answers.into_error("acquire")),
-            };
-        }
         let validity_left = ttl.saturating_sub(started.elapsed() + drift(ttl));
         if answers.is_majority(fences.len()) && validity_left > ttl / 2 {
             let fencing_token = fences.iter().copied().max().unwrap_or_default();
@@ -375,26 +376,18 @@ impl Locks {
     /// already gone or not ours. Redlock: on every primary, waiting for all their answers.
     pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let answers = self
-            .0
-            .nodes
-            .gather(
-                |_, connection| {
-                    connection.eval::<i64>(
-                        &self.0.scripts.release,
-                        "release",
-                        vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
-                        vec![
-                            Value::from(token.secret()),
-                            Value::from(keys.channel.as_str()),
-                        ],
-                    )
-                },
-                |_| false,
-            )
-            .await;
-        if answers.ok.is_empty() {
-            return Err(answers.into_error("release"));
-        }
+            .on_every_node("release", |connection| {
+                connection.eval::<i64>(
+                    &self.0.scripts.release,
+                    "release",
+                    vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
+                    vec![
+                        Value::from(token.secret()),
+                        Value::from(keys.channel.as_str()),
+                    ],
+                )
+            })
+            .await?;
         Ok(answers.count(|&reply| reply == 1) > 0)
     }
 
@@ -408,7 +401,8 @@ impl Locks {
                 vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
             )
         })
-        .await
+        .await?;
+        Ok(())
     }
 
     /// Vouches for this server's `waiters` of one lock for another `waiter_ttl`, drops waiters no
@@ -432,16 +426,18 @@ impl Locks {
                 args.clone(),
             )
         })
-        .await
+        .await?;
+        Ok(())
     }
 
-    /// Runs a best-effort line update on every node: done if any node took it (each primary
-    /// keeps its own line, and a primary that missed it catches up at the next refresh).
+    /// Runs `call` on every node and waits for all their answers: done if any node answered
+    /// (a release lets go wherever the lock is ours; each primary keeps its own line, and one
+    /// that missed an update catches up at the next refresh).
     async fn on_every_node<'a, Fut>(
         &'a self,
         context: &'static str,
         call: impl Fn(&'a Connection) -> Fut,
-    ) -> Result<()>
+    ) -> Result<Answers<i64>>
     where
         Fut: std::future::Future<Output = Result<i64>> + 'a,
     {
@@ -453,7 +449,7 @@ impl Locks {
         if answers.ok.is_empty() {
             return Err(answers.into_error(context));
         }
-        Ok(())
+        Ok(answers)
     }
 
     /// Takes a waiter out of line without waiting (empty id: nobody), waking the line if the lock
@@ -619,7 +615,7 @@ fn held_by_majority(answers: &Answers<AcquireOutcome>) -> Option<AcquireOutcome>
     })
 }
 
-fn millis(duration: Duration) -> i64 {
+pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
 use super::connection::Connection;
+use super::locks::millis;
 use crate::error::{Error, Result};
 
 /// How long the batch stays open after its first request: the leases due at the same instant
@@ -77,7 +78,7 @@ impl RenewalBatches {
                 lock: lock.to_owned(),
                 owner: owner.to_owned(),
                 token: token.to_owned(),
-                ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                ttl_ms: millis(ttl),
                 reply,
             })
             .map_err(|_| Error::ShuttingDown)?;
@@ -85,6 +86,8 @@ impl RenewalBatches {
     }
 }
 
+/// A node's batching task, and (cloned) each script's worth of extends on its way.
+#[derive(Clone)]
 struct Batcher {
     connection: Connection,
     scripts: std::sync::Arc<ExtendScripts>,
@@ -108,11 +111,7 @@ impl Batcher {
             }
             for group in self.by_node(batch) {
                 for chunk in chunks(group, MAX_PER_SCRIPT) {
-                    let dispatch = Dispatch {
-                        connection: self.connection.clone(),
-                        scripts: self.scripts.clone(),
-                    };
-                    tasks.spawn(dispatch.run(chunk));
+                    tasks.spawn(self.clone().send(chunk));
                 }
             }
         }
@@ -137,26 +136,9 @@ impl Batcher {
         }
         groups.into_values().collect()
     }
-}
 
-fn chunks(mut group: Vec<Extend>, size: usize) -> Vec<Vec<Extend>> {
-    let mut chunks = Vec::with_capacity(group.len().div_ceil(size));
-    while group.len() > size {
-        let rest = group.split_off(size);
-        chunks.push(std::mem::replace(&mut group, rest));
-    }
-    chunks.push(group);
-    chunks
-}
-
-/// One script's worth of extends on its way.
-struct Dispatch {
-    connection: Connection,
-    scripts: std::sync::Arc<ExtendScripts>,
-}
-
-impl Dispatch {
-    async fn run(self, chunk: Vec<Extend>) {
+    /// Sends one chunk as one script (a single extend as the plain script).
+    async fn send(self, chunk: Vec<Extend>) {
         if let [_] = chunk.as_slice() {
             return self.one_by_one(chunk).await;
         }
@@ -189,21 +171,29 @@ impl Dispatch {
     }
 
     async fn one_by_one(self, chunk: Vec<Extend>) {
-        let singles = chunk.into_iter().map(|extend| {
-            let connection = self.connection.clone();
-            let scripts = self.scripts.clone();
-            async move {
-                let reply: Result<i64> = connection
-                    .eval(
-                        &scripts.one,
-                        "extend",
-                        vec![extend.lock, extend.owner],
-                        vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
-                    )
-                    .await;
-                let _ = extend.reply.send(reply.map(|reply| reply == 1));
-            }
+        let this = &self;
+        let singles = chunk.into_iter().map(|extend| async move {
+            let reply: Result<i64> = this
+                .connection
+                .eval(
+                    &this.scripts.one,
+                    "extend",
+                    vec![extend.lock, extend.owner],
+                    vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
+                )
+                .await;
+            let _ = extend.reply.send(reply.map(|reply| reply == 1));
         });
         futures_util::future::join_all(singles).await;
     }
+}
+
+fn chunks(mut group: Vec<Extend>, size: usize) -> Vec<Vec<Extend>> {
+    let mut chunks = Vec::with_capacity(group.len().div_ceil(size));
+    while group.len() > size {
+        let rest = group.split_off(size);
+        chunks.push(std::mem::replace(&mut group, rest));
+    }
+    chunks.push(group);
+    chunks
 }
