@@ -222,10 +222,7 @@ async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_ho
         // The waiters' waits are long; the one behind the head can only be woken.
         for line in [&mut heads, &mut followers] {
             let mut waiter = LeaseStream::acquire(&mut client, name, 3_000, 30_000, "w").await;
-            match waiter.next().await {
-                Ok(Some(leasehold::pb::lease_response::Event::Waiting(_))) => {}
-                other => panic!("expected Waiting, got {other:?}"),
-            }
+            waiter.waiting().await;
             line.push(waiter);
         }
     }

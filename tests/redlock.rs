@@ -104,10 +104,7 @@ async fn with_two_primaries_down_locks_are_taken_renewed_and_handed_over() {
 
     // A waiter (its wait far beyond the TTL) is handed the lock by the release's wake-up.
     let mut second = LeaseStream::acquire(&mut client, "job", 600, 10_000, "second").await;
-    match second.next().await {
-        Ok(Some(Event::Waiting(_))) => {}
-        other => panic!("expected Waiting, got {other:?}"),
-    }
+    second.waiting().await;
     let released_at = Instant::now();
     assert!(first.release().await);
     let second_token = second.acquired().await.fencing_token;
@@ -146,12 +143,8 @@ async fn waiters_on_two_servers_get_the_lock_in_arrival_order() {
         let name = format!("waiter-{place}");
         let mut waiter =
             LeaseStream::acquire(&mut clients[server], "queue", 30_000, 20_000, &name).await;
-        match waiter.next().await {
-            Ok(Some(Event::Waiting(waiting))) => {
-                assert_eq!(waiting.position as usize, place + 1, "{name}'s place")
-            }
-            other => panic!("expected Waiting, got {other:?}"),
-        }
+        let waiting = waiter.waiting().await;
+        assert_eq!(waiting.position as usize, place + 1, "{name}'s place");
         waiters.push(waiter);
     }
     // Each hand-off goes to the head of the line (the TTL is far beyond the waits, so only a
@@ -171,10 +164,7 @@ async fn a_winner_refused_by_a_minority_leaves_their_lines_too() {
     let mut holder = LeaseStream::acquire(&mut client, "line", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut waiter = LeaseStream::acquire(&mut client, "line", 30_000, 20_000, "waiter").await;
-    match waiter.next().await {
-        Ok(Some(Event::Waiting(_))) => {}
-        other => panic!("expected Waiting, got {other:?}"),
-    }
+    waiter.waiting().await;
     // One primary keeps a key of someone else's (as when a release has not reached it yet): it
     // refuses the waiter, the four others grant it.
     let stubborn = primaries[0].client().await;

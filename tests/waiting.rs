@@ -29,14 +29,6 @@ fn line_key(name: &str) -> String {
     format!("leasehold:{{{name}}}:line")
 }
 
-/// Waits for a `Waiting` event and returns the position it reports.
-async fn waiting_position(lease: &mut LeaseStream) -> u32 {
-    match lease.next_significant().await {
-        Ok(Some(Event::Waiting(waiting))) => waiting.position,
-        other => panic!("expected Waiting, got {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_next_waiter_at_once() {
     let redis = RedisServer::start();
@@ -47,7 +39,7 @@ async fn a_release_wakes_the_next_waiter_at_once() {
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "first").await;
     holder.acquired().await;
     let mut waiter = LeaseStream::acquire(&mut client, "job", 30_000, 20_000, "second").await;
-    assert_eq!(waiting_position(&mut waiter).await, 1);
+    assert_eq!(waiter.waiting().await.position, 1);
     // Long enough for a polling waiter's backoff to have grown to its one-second cap.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
 
@@ -63,7 +55,7 @@ async fn a_release_wakes_the_next_waiter_at_once() {
         // Swap roles and go again.
         std::mem::swap(&mut holder, &mut waiter);
         waiter = LeaseStream::acquire(&mut client, "job", 30_000, 20_000, "next").await;
-        assert_eq!(waiting_position(&mut waiter).await, 1);
+        assert_eq!(waiter.waiting().await.position, 1);
     }
 }
 
@@ -87,11 +79,7 @@ async fn twenty_waiters_on_three_servers_acquire_in_arrival_order() {
         let mut lease =
             LeaseStream::acquire(&mut client, "queue", 30_000, 30_000, &format!("w{i}")).await;
         // Arrival order is when Redis put the waiter in line; wait for it before the next one.
-        assert_eq!(
-            waiting_position(&mut lease).await,
-            i as u32 + 1,
-            "waiter {i}"
-        );
+        assert_eq!(lease.waiting().await.position, i as u32 + 1, "waiter {i}");
         waiters.push((i, lease));
     }
 
@@ -132,9 +120,9 @@ async fn a_waiter_that_disconnects_leaves_the_line_at_once() {
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut first = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "first").await;
-    assert_eq!(waiting_position(&mut first).await, 1);
+    assert_eq!(first.waiting().await.position, 1);
     let mut second = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "second").await;
-    assert_eq!(waiting_position(&mut second).await, 2);
+    assert_eq!(second.waiting().await.position, 2);
 
     drop(first);
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -166,9 +154,9 @@ async fn killing_a_server_drops_its_waiters_and_the_rest_go_on() {
     let mut holder = LeaseStream::acquire(&mut on_survivor, "job", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut first = LeaseStream::acquire(&mut on_doomed, "job", 30_000, 30_000, "first").await;
-    assert_eq!(waiting_position(&mut first).await, 1);
+    assert_eq!(first.waiting().await.position, 1);
     let mut second = LeaseStream::acquire(&mut on_survivor, "job", 30_000, 30_000, "second").await;
-    assert_eq!(waiting_position(&mut second).await, 2);
+    assert_eq!(second.waiting().await.position, 2);
 
     doomed.kill(); // Its waiter cannot leave the line by itself: nobody is left to say so.
     let killed_at = Instant::now();
@@ -194,7 +182,7 @@ async fn a_lost_wake_up_still_ends_in_a_hand_over() {
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut waiter = LeaseStream::acquire(&mut client, "job", 30_000, 20_000, "waiter").await;
-    assert_eq!(waiting_position(&mut waiter).await, 1);
+    assert_eq!(waiter.waiting().await.position, 1);
 
     // Kill the server's subscriber connection, then release while it is down: the release's
     // message reaches nobody.
@@ -275,14 +263,14 @@ async fn too_many_waiters_get_resource_exhausted() {
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut first = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "").await;
-    assert_eq!(waiting_position(&mut first).await, 1);
+    assert_eq!(first.waiting().await.position, 1);
     let mut second = LeaseStream::acquire(&mut client, "other", 30_000, 30_000, "").await;
     assert!(matches!(
         second.next_significant().await,
         Ok(Some(Event::Acquired(_)))
     ));
     let mut third = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "").await;
-    assert_eq!(waiting_position(&mut third).await, 2);
+    assert_eq!(third.waiting().await.position, 2);
     let mut fourth = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "").await;
     let status = fourth.status().await;
     assert_eq!(status.code(), Code::ResourceExhausted);
@@ -321,9 +309,9 @@ async fn living_waiters_keep_their_place_past_many_waiter_ttls() {
     let mut holder = LeaseStream::acquire(&mut client, "job", 30_000, 0, "holder").await;
     holder.acquired().await;
     let mut first = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "first").await;
-    assert_eq!(waiting_position(&mut first).await, 1);
+    assert_eq!(first.waiting().await.position, 1);
     let mut second = LeaseStream::acquire(&mut client, "job", 30_000, 30_000, "second").await;
-    assert_eq!(waiting_position(&mut second).await, 2);
+    assert_eq!(second.waiting().await.position, 2);
 
     // Idle for four waiter TTLs: only the server's refresh keeps them in line.
     tokio::time::sleep(waiter_ttl * 4).await;

@@ -500,6 +500,14 @@ impl LeaseStream {
         }
     }
 
+    /// Expects `Waiting` (the lock is taken; this stream is in line) and returns it.
+    pub async fn waiting(&mut self) -> leasehold::pb::Waiting {
+        match self.next_significant().await {
+            Ok(Some(Event::Waiting(waiting))) => waiting,
+            other => panic!("expected Waiting, got {other:?}"),
+        }
+    }
+
     /// Expects `Acquired` (after any `Waiting` updates) and returns it.
     pub async fn acquired(&mut self) -> leasehold::pb::Acquired {
         loop {
