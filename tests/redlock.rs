@@ -349,3 +349,25 @@ async fn a_server_refuses_to_start_on_an_even_count_or_without_a_majority() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("only 2 of 5"), "{stderr}");
 }
+
+#[tokio::test]
+async fn elections_are_refused_with_a_reason_in_redlock_mode() {
+    let primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut elections =
+        leasehold::pb::election_service_client::ElectionServiceClient::connect(server.url())
+            .await
+            .expect("connect");
+    let refused = elections
+        .leader(leasehold::pb::LeaderRequest {
+            election: "leader".into(),
+        })
+        .await
+        .expect_err("no elections on Redlock");
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("--redlock"),
+        "{}",
+        refused.message()
+    );
+}
