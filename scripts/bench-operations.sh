@@ -11,21 +11,11 @@
 # Usage: scripts/bench-operations.sh [ROUNDS] [LEASEHOLD_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/redis.sh
-ensure_redis_server_installed
 rounds=${1:-5}
 binary=${2:-target/release/leasehold}
-[ -x "$binary" ] || cargo build --release --bin leasehold
-work=$(mktemp -d)
-pids=()
-# Servers start in command substitutions (subshells): their pids are kept in files.
-cleanup() { kill "${pids[@]}" $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+source scripts/bench-setup.sh
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >/dev/null &
-pids+=($!)
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+port=$(free_port); redis "$port"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=bench-ca \
   -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
