@@ -1,4 +1,5 @@
-//! A lease held in Redis: renewed on its clock, and let go exactly once on every way out.
+//! A lease held in Redis, and let go exactly once on every way out (its renewals are the
+//! server's [`super::scheduler`]'s).
 //!
 //! [`HeldLease`] is claimed *before* the first acquire command leaves: an attempt whose reply
 //! never came (a timeout, a client that left mid-wait) may still have landed in Redis, so from
@@ -7,12 +8,9 @@
 //! no branch of any stream can forget it.
 
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::time::{Instant, timeout_at};
-use tracing::debug;
-
-use super::renewal::RenewalClock;
+use super::scheduler::Renewable;
 use super::spec::LockName;
 use crate::error::Result;
 use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Store, Token};
@@ -89,28 +87,47 @@ impl Holding for Leadership {
 
 /// A lease that is, or may be, held.
 pub struct HeldLease<H: Holding> {
-    holding: H,
-    token: Token,
+    claim: Arc<Claim<H>>,
     /// Whether dropping this must still let go.
     armed: bool,
+}
+
+/// What a lease holds, and its token: shared with the renewal scheduler while held.
+struct Claim<H> {
+    holding: H,
+    token: Token,
+}
+
+impl<H: Holding> Renewable for Claim<H> {
+    fn lock(&self) -> &Lock {
+        self.holding.lock()
+    }
+
+    fn token(&self) -> &Token {
+        &self.token
+    }
 }
 
 impl<H: Holding> HeldLease<H> {
     /// Claims the lease for `token` before the first attempt to take it.
     pub fn claim(holding: H, token: Token) -> Self {
         HeldLease {
-            holding,
-            token,
+            claim: Arc::new(Claim { holding, token }),
             armed: true,
         }
     }
 
     pub fn holding(&self) -> &H {
-        &self.holding
+        &self.claim.holding
     }
 
     pub fn token(&self) -> &Token {
-        &self.token
+        &self.claim.token
+    }
+
+    /// What the renewal scheduler needs to keep this lease alive.
+    pub fn renewable(&self) -> Arc<dyn Renewable> {
+        self.claim.clone()
     }
 
     /// Nothing to let go on drop: Redis said the lease is someone else's, or the caller took
@@ -121,52 +138,9 @@ impl<H: Holding> HeldLease<H> {
 
     /// Lets go now. `Ok(false)`: the lease was no longer ours. On an error the drop still tries.
     pub async fn release(&mut self) -> Result<bool> {
-        let was_held = self.holding.release(&self.token).await?;
+        let was_held = self.holding().release(self.token()).await?;
         self.armed = false;
         Ok(was_held)
-    }
-
-    /// Keeps the lease alive once, if `clock` says it is time.
-    pub async fn renew(&self, ttl: Duration, clock: &mut RenewalClock) -> Renewal {
-        let sent_at = Instant::now();
-        if clock.expired(sent_at) {
-            return Renewal::Lost {
-                cause: "expired",
-                reason: "Redis could not be reached to renew the lock before it ran out".into(),
-            };
-        }
-        let Lock { locks, keys } = self.holding.lock();
-        let renewal = locks.extend(keys, &self.token, ttl);
-        match timeout_at(clock.valid_until(), renewal).await {
-            Ok(Ok(true)) => {
-                clock.confirmed(sent_at);
-                Renewal::Confirmed {
-                    valid_for: clock.valid_for(Instant::now()),
-                }
-            }
-            // Never retried into success: someone else may hold the lock now.
-            Ok(Ok(false)) => {
-                // An expiry this server saw: if the lock is free, wake the line.
-                locks.leave_in_background(keys.clone(), String::new());
-                Renewal::Lost {
-                    cause: "not_held",
-                    reason: "the lock key was deleted or taken by another holder behind the server's back"
-                        .into(),
-                }
-            }
-            Ok(Err(error)) => {
-                debug!(%error, "renewal failed; retrying");
-                clock.failed(Instant::now());
-                Renewal::Retrying
-            }
-            Err(_) => Renewal::Lost {
-                cause: "expired",
-                reason: format!(
-                    "Redis did not confirm a renewal before the lease ran out ({} ms)",
-                    ttl.as_millis()
-                ),
-            },
-        }
     }
 }
 
@@ -175,23 +149,12 @@ impl<H: Holding> Drop for HeldLease<H> {
         if !self.armed {
             return;
         }
-        let (holding, token) = (self.holding.clone(), self.token.clone());
-        let span = tracing::info_span!("release", lease = token.lease_id());
-        self.holding.lock().locks.connection().in_background(
+        let claim = self.claim.clone();
+        let span = tracing::info_span!("release", lease = claim.token.lease_id());
+        self.holding().lock().locks.connection().in_background(
             span,
             "release failed; the lease expires by its TTL",
-            async move { holding.release(&token).await.map(|_| ()) },
+            async move { claim.holding.release(&claim.token).await.map(|_| ()) },
         );
     }
-}
-
-/// What one renewal attempt came to.
-pub enum Renewal {
-    /// The lease is ours for this long from now.
-    Confirmed { valid_for: Duration },
-    /// No answer from Redis; the clock says when to try again.
-    Retrying,
-    /// The lease is gone: `cause` is a short fixed label (`expired`, `not_held`) for metrics,
-    /// `reason` the sentence the holder is told.
-    Lost { cause: &'static str, reason: String },
 }

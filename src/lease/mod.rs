@@ -4,6 +4,8 @@
 //! - [`held`]: a lease that is, or may be, held: renewal, and letting go on every way out; what
 //!   it holds per key space ([`held::Lock`], [`held::Leadership`]).
 //! - [`renewal`]: when to renew, and until when a lease is valid (measured from the send).
+//! - [`scheduler`]: the one renewal scheduler of a server: every held lease renewed on time,
+//!   in batches, without a task or timer per lease.
 //! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
@@ -14,5 +16,6 @@ pub mod acquire;
 pub mod held;
 pub mod observers;
 pub mod renewal;
+pub mod scheduler;
 pub mod spec;
 pub mod waiting;

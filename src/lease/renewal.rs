@@ -12,10 +12,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::time::{Instant, sleep_until};
-
-use crate::store::Connection;
+use tokio::time::Instant;
 
 pub use crate::store::quorum::drift;
 
@@ -68,6 +65,11 @@ impl RenewalClock {
         self.next_renewal = (now + retry).min(self.valid_until);
     }
 
+    /// Due at once: Redis reconnected and may have lost the key.
+    pub fn due_now(&mut self, now: Instant) {
+        self.next_renewal = now.min(self.valid_until);
+    }
+
     pub fn next_renewal(&self) -> Instant {
         self.next_renewal
     }
@@ -102,29 +104,6 @@ impl RenewalDue {
         match self {
             RenewalDue::Scheduled => reason,
             RenewalDue::Reconnected => format!("{reason} (found after Redis reconnected)"),
-        }
-    }
-}
-
-/// When a held lease must be renewed: on its clock's schedule, and at once after every Redis
-/// reconnection (only those after the lease was taken).
-pub struct RenewalTrigger {
-    reconnects: watch::Receiver<u64>,
-}
-
-impl RenewalTrigger {
-    pub fn new(connection: &Connection) -> Self {
-        let mut reconnects = connection.reconnects();
-        reconnects.borrow_and_update();
-        RenewalTrigger { reconnects }
-    }
-
-    /// Completes when a renewal is due. Cancel-safe: a reconnection is not forgotten if another
-    /// branch of a `select!` wins first.
-    pub async fn due(&mut self, clock: &RenewalClock) -> RenewalDue {
-        tokio::select! {
-            () = sleep_until(clock.next_renewal()) => RenewalDue::Scheduled,
-            Ok(()) = self.reconnects.changed() => RenewalDue::Reconnected,
         }
     }
 }

@@ -20,8 +20,9 @@ use super::auth::{Caller, Role, Scope};
 use super::events::{Events, ResponseStream};
 use crate::error::{Error, Result};
 use crate::lease::acquire::{Acquisition, WaitingState, acquire};
-use crate::lease::held::{HeldLease, Holding, Renewal};
-use crate::lease::renewal::{RenewalClock, RenewalTrigger};
+use crate::lease::held::{HeldLease, Holding};
+use crate::lease::renewal::RenewalClock;
+use crate::lease::scheduler::{Lost, Scheduler};
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Metrics, Outcome};
@@ -33,6 +34,8 @@ pub struct Streams {
     pub store: Store,
     /// Wake-ups and the fair line; `None` when wake-ups are disabled (waiters poll).
     pub room: Option<WaitRoom>,
+    /// Renews every held lease of the server.
+    pub scheduler: Scheduler,
     pub limits: ConnectionLimits,
     /// Largest request message (`--max-message-bytes`), to name it when a stream breaks on it.
     pub max_message_bytes: usize,
@@ -276,7 +279,7 @@ where
         stream: &mut K,
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<()> {
-        let (fencing_token, mut clock, held_for) = {
+        let (fencing_token, clock, held_for) = {
             // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
             let acquisition = loop {
                 match Box::pin(self.wait(spec, lease)).await? {
@@ -318,9 +321,7 @@ where
             }
             (fencing_token, clock, held_for)
         };
-        let held = self
-            .hold(stream, spec, fencing_token, lease, &mut clock)
-            .await;
+        let held = self.hold(stream, spec, fencing_token, lease, clock).await;
         drop(held_for);
         held
     }
@@ -388,13 +389,24 @@ where
         spec: &LeaseSpec,
         fencing_token: u64,
         lease: &mut HeldLease<K::Holding>,
-        clock: &mut RenewalClock,
+        clock: RenewalClock,
     ) -> Result<()> {
-        let mut renewals = RenewalTrigger::new(self.streams.store.connection());
+        let events = self.events.clone();
+        let ttl = spec.ttl;
+        let on_renewed = Box::new(move |valid_for| {
+            if let Some(progress) = K::tell(Tell::Extended { ttl, valid_for }) {
+                events.progress(progress);
+            }
+        });
+        let mut renewals =
+            self.streams
+                .scheduler
+                .schedule(lease.renewable(), ttl, clock, on_renewed);
         loop {
             tokio::select! {
                 biased;
                 () = self.streams.tasks().stopping() => {
+                    renewals.stop();
                     let released = Box::pin(lease.release()).await;
                     let held = K::WORDS.held;
                     let reason = match released {
@@ -408,6 +420,7 @@ where
                 }
                 message = self.inbound.next() => match read::<K>(message) {
                     Move::Release | Move::HalfClosed => {
+                        renewals.stop();
                         let was_held = Box::pin(lease.release()).await?;
                         info!(was_held, "released");
                         self.essential(Tell::Released { was_held });
@@ -418,6 +431,7 @@ where
                             self.events.essential(Ok(answer));
                         }
                         Step::Lost(reason) => {
+                            renewals.stop();
                             warn!(%reason, "lease lost");
                             self.streams.metrics().lost("superseded");
                             self.lost(reason);
@@ -437,23 +451,12 @@ where
                     info!("client went away; releasing");
                     return Ok(());
                 }
-                due = renewals.due(clock) => match Box::pin(lease.renew(spec.ttl, clock)).await {
-                    Renewal::Confirmed { valid_for } => {
-                        self.streams.metrics().renewal(true);
-                        if let Some(progress) = K::tell(Tell::Extended { ttl: spec.ttl, valid_for }) {
-                            self.events.progress(progress);
-                        }
-                    }
-                    Renewal::Retrying => self.streams.metrics().renewal(false),
-                    Renewal::Lost { cause, reason } => {
-                        warn!(%reason, ?due, "lease lost");
-                        let metrics = self.streams.metrics();
-                        metrics.renewal(false);
-                        metrics.lost(cause);
-                        self.lost(due.explain(reason));
-                        return Ok(());
-                    }
-                },
+                Lost { cause, reason, due } = renewals.lost() => {
+                    warn!(%reason, ?due, "lease lost");
+                    self.streams.metrics().lost(cause);
+                    self.lost(due.explain(reason));
+                    return Ok(());
+                }
             }
         }
     }

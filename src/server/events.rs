@@ -28,6 +28,14 @@ pub struct Events<T> {
     tx: mpsc::Sender<Boxed<T>>,
 }
 
+impl<T> Clone for Events<T> {
+    fn clone(&self) -> Self {
+        Events {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
 impl<T> Events<T> {
     /// A channel of [`EVENT_BUFFER`] events and the response stream that reads it.
     pub fn channel() -> (Self, ResponseStream<T>)

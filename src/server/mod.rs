@@ -38,6 +38,7 @@ use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
+use crate::lease::scheduler::Scheduler;
 use crate::lease::spec::MAX_ELECTION_VALUE_BYTES;
 use crate::lease::waiting::{WaitConfig, WaitRoom};
 use crate::pb::election_service_server::ElectionServiceServer;
@@ -141,6 +142,7 @@ pub async fn serve(
     let streams = Arc::new(Streams {
         store: store.clone(),
         room,
+        scheduler: Scheduler::start(&store),
         limits: ConnectionLimits::with_server_limit(
             config.max_leases_per_connection,
             config.max_leases,

@@ -1,0 +1,334 @@
+//! One renewal scheduler per server: a held lease is an entry in a queue of deadlines, not a
+//! task with a timer of its own.
+//!
+//! Leases fall due on the shared grid of [`super::renewal`], so the queue holds a few instants
+//! per TTL, each with the leases due then. One task sleeps until the earliest, sends every lease
+//! due then to the store (which batches them per node, `store::renewals`), and settles each
+//! answer on its own: a confirmed renewal moves the lease's clock and tells its client through
+//! the stream's sender directly, without waking the lease's task; only a loss wakes it.
+//!
+//! Each lease keeps its own rules: its validity counts from before its own command was sent,
+//! its wait for an answer ends at its own validity, and a `0` from Redis loses that lease alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tracing::debug;
+
+use super::held::Lock;
+use super::renewal::{RenewalClock, RenewalDue};
+use crate::metrics::Metrics;
+use crate::store::{Store, Token};
+use crate::tasks::Tasks;
+
+/// What a lease's renewals need: its lock and its token. Shared with the lease's holder, so a
+/// scheduled lease costs a pointer rather than a copy of its keys.
+pub trait Renewable: Send + Sync + 'static {
+    fn lock(&self) -> &Lock;
+    fn token(&self) -> &Token;
+}
+
+/// Told to a lease's holder when its renewals tell it the lease is gone.
+#[derive(Debug)]
+pub struct Lost {
+    /// A short fixed label (`expired`, `not_held`) for metrics.
+    pub cause: &'static str,
+    /// The sentence the holder is told.
+    pub reason: String,
+    /// Why the renewal that found it was due.
+    pub due: RenewalDue,
+}
+
+/// Called with the lease's validity from now after each confirmed renewal. It runs on the
+/// scheduler's task, so it must not block (a stream's sender uses `try_send`).
+pub type OnRenewed = Box<dyn Fn(Duration) + Send>;
+
+/// The server's renewal scheduler. Cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler(Arc<Shared>);
+
+struct Shared {
+    state: Mutex<State>,
+    /// Rings when a lease falls due before the instant the task sleeps towards.
+    earlier: Notify,
+    metrics: Metrics,
+}
+
+struct State {
+    leases: HashMap<u64, Entry>,
+    /// Instant -> leases due then. An id may be stale (released, or rescheduled): each is
+    /// checked against its entry when its instant comes.
+    due: BTreeMap<Instant, Vec<u64>>,
+    next_id: u64,
+}
+
+struct Entry {
+    lease: Arc<dyn Renewable>,
+    ttl: Duration,
+    clock: RenewalClock,
+    /// Why the next renewal is due.
+    reason: RenewalDue,
+    in_flight: bool,
+    on_renewed: OnRenewed,
+    lost: Option<oneshot::Sender<Lost>>,
+}
+
+/// A lease in the scheduler: renewed until this is dropped or the lease is lost.
+pub struct Scheduled {
+    id: u64,
+    scheduler: Arc<Shared>,
+    lost: oneshot::Receiver<Lost>,
+}
+
+impl Scheduled {
+    /// Completes when the lease is lost. Cancel-safe.
+    pub async fn lost(&mut self) -> Lost {
+        match (&mut self.lost).await {
+            Ok(lost) => lost,
+            // The scheduler stopped: the server is shutting down, which its leases hear.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+impl Scheduled {
+    /// Stops renewing: nothing more is told after this (so no `extended` follows a stream's
+    /// last message). Dropping the handle does the same.
+    pub fn stop(&mut self) {
+        self.scheduler.state().leases.remove(&self.id);
+    }
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One renewal's answer: `Err` if validity ended first.
+type Answer = std::result::Result<crate::error::Result<bool>, tokio::time::error::Elapsed>;
+
+impl Scheduler {
+    /// Starts the scheduler's task; it ends with the server. Leases are checked at once after
+    /// every reconnection of the store's home connection (Redis may have lost the keys).
+    pub fn start(store: &Store) -> Self {
+        let connection = store.connection();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                leases: HashMap::new(),
+                due: BTreeMap::new(),
+                next_id: 0,
+            }),
+            earlier: Notify::new(),
+            metrics: connection.metrics().clone(),
+        });
+        let mut reconnects = connection.reconnects();
+        reconnects.borrow_and_update();
+        let tasks = connection.tasks().clone();
+        connection
+            .tasks()
+            .spawn(shared.clone().run(tasks.clone(), reconnects));
+        Scheduler(shared)
+    }
+
+    /// Renews `lease` from now on, on `clock`, until the returned handle is dropped.
+    pub fn schedule(
+        &self,
+        lease: Arc<dyn Renewable>,
+        ttl: Duration,
+        clock: RenewalClock,
+        on_renewed: OnRenewed,
+    ) -> Scheduled {
+        let (tell_lost, lost) = oneshot::channel();
+        let due = clock.next_renewal();
+        let mut state = self.0.state();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.leases.insert(
+            id,
+            Entry {
+                lease,
+                ttl,
+                clock,
+                reason: RenewalDue::Scheduled,
+                in_flight: false,
+                on_renewed,
+                lost: Some(tell_lost),
+            },
+        );
+        if state.enqueue(id, due) {
+            self.0.earlier.notify_one();
+        }
+        Scheduled {
+            id,
+            scheduler: self.0.clone(),
+            lost,
+        }
+    }
+
+    /// Leases in the scheduler now (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.0.state().leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl State {
+    /// Puts `id` in the queue at `at`; `true` if that is now the earliest instant.
+    fn enqueue(&mut self, id: u64, at: Instant) -> bool {
+        let earliest = self
+            .due
+            .first_key_value()
+            .is_none_or(|(&first, _)| at < first);
+        self.due.entry(at).or_default().push(id);
+        earliest
+    }
+
+    /// Takes every lease due at `now` out of the queue.
+    fn take_due(&mut self, now: Instant) -> Vec<u64> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.due.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            due.append(&mut entry.remove());
+        }
+        due
+    }
+
+    /// Removes a lost lease and tells its holder why.
+    fn lose(&mut self, id: u64, cause: &'static str, reason: String) {
+        let Some(mut entry) = self.leases.remove(&id) else {
+            return;
+        };
+        if let Some(tell) = entry.lost.take() {
+            let due = entry.reason;
+            let _ = tell.send(Lost { cause, reason, due });
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; carry on with it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn run(self: Arc<Self>, tasks: Tasks, mut reconnects: watch::Receiver<u64>) {
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            let next = self.state().due.first_key_value().map(|(&at, _)| at);
+            // Without anything due, an hour stands for "until something is scheduled".
+            let wake_at = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                () = tasks.stopping() => return,
+                Some((id, sent_at, answer)) = in_flight.next(), if !in_flight.is_empty() => {
+                    self.settle(id, sent_at, answer);
+                    continue;
+                }
+                () = sleep_until(wake_at) => {}
+                () = self.earlier.notified() => {}
+                Ok(()) = reconnects.changed() => self.all_due_now(),
+            }
+            let now = Instant::now();
+            let mut state = self.state();
+            for id in state.take_due(now) {
+                let Some(entry) = state.leases.get_mut(&id) else {
+                    continue; // Released since.
+                };
+                if entry.in_flight || entry.clock.next_renewal() > now {
+                    continue; // A stale place in the queue.
+                }
+                if entry.clock.expired(now) {
+                    self.metrics.renewal(false);
+                    state.lose(
+                        id,
+                        "expired",
+                        "Redis could not be reached to renew the lock before it ran out".into(),
+                    );
+                    continue;
+                }
+                entry.in_flight = true;
+                let (lease, ttl) = (entry.lease.clone(), entry.ttl);
+                let valid_until = entry.clock.valid_until();
+                in_flight.push(async move {
+                    let Lock { locks, keys } = lease.lock();
+                    let answer =
+                        timeout_at(valid_until, locks.extend(keys, lease.token(), ttl)).await;
+                    (id, now, answer)
+                });
+            }
+        }
+    }
+
+    /// Applies one renewal's answer to its lease, if it is still held.
+    fn settle(&self, id: u64, sent_at: Instant, answer: Answer) {
+        let mut state = self.state();
+        let Some(entry) = state.leases.get_mut(&id) else {
+            return;
+        };
+        entry.in_flight = false;
+        let now = Instant::now();
+        let confirmed = matches!(answer, Ok(Ok(true)));
+        self.metrics.renewal(confirmed);
+        match answer {
+            Ok(Ok(true)) => {
+                entry.clock.confirmed(sent_at);
+                entry.reason = RenewalDue::Scheduled;
+                (entry.on_renewed)(entry.clock.valid_for(now));
+                let due = entry.clock.next_renewal();
+                state.enqueue(id, due);
+            }
+            // Never retried into success: someone else may hold the lock now.
+            Ok(Ok(false)) => {
+                // An expiry this server saw: if the lock is free, wake the line.
+                let Lock { locks, keys } = entry.lease.lock();
+                locks.leave_in_background(keys.clone(), String::new());
+                state.lose(
+                    id,
+                    "not_held",
+                    "the lock key was deleted or taken by another holder behind the server's back"
+                        .into(),
+                );
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "renewal failed; retrying");
+                entry.clock.failed(now);
+                let due = entry.clock.next_renewal();
+                state.enqueue(id, due);
+            }
+            Err(_) => {
+                let ttl = entry.ttl.as_millis();
+                state.lose(
+                    id,
+                    "expired",
+                    format!("Redis did not confirm a renewal before the lease ran out ({ttl} ms)"),
+                );
+            }
+        }
+    }
+
+    /// After a reconnection: every lease not being renewed right now is due now.
+    fn all_due_now(&self) {
+        let now = Instant::now();
+        let mut state = self.state();
+        let State { leases, due, .. } = &mut *state;
+        let ids = due.entry(now).or_default();
+        for (&id, entry) in leases.iter_mut() {
+            if !entry.in_flight {
+                entry.clock.due_now(now);
+                entry.reason = RenewalDue::Reconnected;
+                ids.push(id);
+            }
+        }
+    }
+}
