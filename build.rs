@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/leasehold/v1/lock.proto",
                 "proto/leasehold/v1/election.proto",
+                "proto/leasehold/bench/v1/echo.proto",
             ],
             &["proto"],
         )?;

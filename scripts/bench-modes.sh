@@ -83,7 +83,7 @@ import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 modes = ("single", "sentinel", "cluster", "redlock")
 def p50(mode, r, path):
-    figures = json.load(open(f"{work}/{mode}-{r}.json"))["uncontended"]
+    figures = json.load(open(f"{work}/{mode}-{r}.json"))["uncontended"]["paths"]
     return next(f for f in figures if f["path"].startswith(path))["p50_us"]
 def handoff(mode, r):
     rows = json.load(open(f"{work}/{mode}-handoff-{r}.json"))["contention"]

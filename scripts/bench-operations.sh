@@ -62,7 +62,7 @@ done
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 def p50(name, round, path):
-    figures = json.load(open(f"{work}/{name}-{round}.json"))["uncontended"]
+    figures = json.load(open(f"{work}/{name}-{round}.json"))["uncontended"]["paths"]
     return next(f for f in figures if f["path"].startswith(path))["p50_us"]
 def cost(name, round, path):
     # Each run measures direct Redis in the same seconds: the path's p50 over it cancels what

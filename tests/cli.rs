@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
+use leasehold::server::ServerConfig;
 use support::*;
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -246,7 +247,11 @@ async fn an_interrupt_stops_the_command_and_releases_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_quick_runs_against_a_real_server() {
     let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
+    let config = ServerConfig {
+        echo: true,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::start_with(&redis, "leasehold:", config).await;
     let out = temp_file("bench.json");
     let mut command = leasehold(&server);
     command.args(["bench", "--quick", "--redis", &redis.url(), "--json"]);
@@ -263,7 +268,8 @@ async fn bench_quick_runs_against_a_real_server() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("| Lease stream |"));
     let figures: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let paths: Vec<&str> = figures["uncontended"]
+    let uncontended = &figures["uncontended"];
+    let paths: Vec<&str> = uncontended["paths"]
         .as_array()
         .unwrap()
         .iter()
@@ -274,12 +280,22 @@ async fn bench_quick_runs_against_a_real_server() {
         [
             "direct Redis (fred)",
             "Lease stream",
-            "unary Acquire/Release"
+            "unary Acquire/Release",
+            "gRPC echo: 1 stream, 2 round trips",
+            "gRPC echo: 2 unary calls"
         ]
     );
-    for figure in figures["uncontended"].as_array().unwrap() {
+    for figure in uncontended["paths"].as_array().unwrap() {
         assert_eq!(figure["operations"], 200);
         assert!(figure["p50_us"].as_u64().unwrap() > 0);
+    }
+    // The service against the round trips it needs (Redis's and the transport's), per path.
+    let floors = uncontended["against_redis_plus_transport"]
+        .as_array()
+        .unwrap();
+    assert_eq!(floors.len(), 2);
+    for floor in floors {
+        assert!(floor["p50_ratio_to_redis_plus_transport"].as_f64().unwrap() > 0.0);
     }
     for path in ["stream_handoffs", "polling_handoffs"] {
         assert!(

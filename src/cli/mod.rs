@@ -339,6 +339,10 @@ pub struct ServeArgs {
     /// Largest request message in bytes; past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_BYTES", default_value_t = MAX_REQUEST_BYTES)]
     max_message_bytes: usize,
+    /// Also serve a no-op echo service (leasehold.bench.v1), the transport baseline that
+    /// `leasehold bench` measures leases against.
+    #[arg(long, env = "LEASEHOLD_ECHO")]
+    echo: bool,
     /// Wake waiters by Redis pub/sub when a lock frees (`false`: waiters poll with backoff).
     #[arg(long, env = "LEASEHOLD_WAKEUPS", default_value_t = true, action = clap::ArgAction::Set)]
     wakeups: bool,

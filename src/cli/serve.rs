@@ -129,6 +129,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig, String> {
         drain: args.drain,
         tls,
         auth,
+        echo: args.echo,
     })
 }
 

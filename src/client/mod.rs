@@ -114,11 +114,11 @@ impl ConnectOptions {
 }
 
 /// The client side of every call: the connection, and the token each call carries.
-pub(crate) type Transport = InterceptedService<Channel, BearerToken>;
+pub type Transport = InterceptedService<Channel, BearerToken>;
 
 /// Adds the bearer token, if any, to every call.
 #[derive(Clone, Debug)]
-pub(crate) struct BearerToken(Option<AsciiMetadataValue>);
+pub struct BearerToken(Option<AsciiMetadataValue>);
 
 impl Interceptor for BearerToken {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
@@ -190,6 +190,12 @@ impl Client {
         };
         let status = health.check(request).await?.into_inner().status;
         Ok(status == ServingStatus::Serving as i32)
+    }
+
+    /// The no-op echo service of a server started with `--echo`: the transport's own round trip,
+    /// on this client's connection (`leasehold bench` measures leases against it).
+    pub fn echo(&self) -> crate::pb::bench::echo_service_client::EchoServiceClient<Transport> {
+        crate::pb::bench::echo_service_client::EchoServiceClient::new(self.transport.clone())
     }
 
     /// Starts building a lease on `name`.

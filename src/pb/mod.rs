@@ -9,6 +9,16 @@ mod generated {
 }
 pub use generated::*;
 
+/// The no-op echo service (`proto/leasehold/bench/v1`): the transport's own cost, which
+/// `leasehold bench` measures a lease against.
+pub mod bench {
+    #[allow(clippy::all, missing_docs)]
+    mod generated {
+        tonic::include_proto!("leasehold.bench.v1");
+    }
+    pub use generated::*;
+}
+
 /// Every message and service of the contract, encoded, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold");
 

@@ -17,6 +17,7 @@ pub mod admission;
 pub mod auth;
 pub mod campaign;
 pub mod driver;
+pub mod echo;
 pub mod election;
 pub mod events;
 pub mod exporter;
@@ -41,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::lease::scheduler::Scheduler;
 use crate::lease::spec::MAX_ELECTION_VALUE_BYTES;
 use crate::lease::waiting::{WaitConfig, WaitRoom};
+use crate::pb::bench::echo_service_server::EchoServiceServer;
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
 use crate::store::Store;
@@ -101,6 +103,8 @@ pub struct ServerConfig {
     pub tls: Option<TlsFiles>,
     /// Who may call; `None`: everyone may do everything.
     pub auth: Option<Arc<AuthPolicy>>,
+    /// Also serve the no-op echo service, the transport baseline of `leasehold bench`.
+    pub echo: bool,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +120,7 @@ impl Default for ServerConfig {
             drain: SHUTDOWN_GRACE,
             tls: None,
             auth: None,
+            echo: false,
         }
     }
 }
@@ -201,8 +206,14 @@ pub async fn serve(
         ))
         .add_service(InterceptedService::new(
             ElectionServiceServer::new(elections).max_decoding_message_size(max_bytes),
-            authenticate,
-        ));
+            authenticate.clone(),
+        ))
+        .add_optional_service(config.echo.then(|| {
+            InterceptedService::new(
+                EchoServiceServer::new(echo::Echo).max_decoding_message_size(max_bytes),
+                authenticate,
+            )
+        }));
     let serving = async {
         match tls {
             Some(tls) => {

@@ -14,6 +14,11 @@ pub struct Figures {
     pub p50: Duration,
     pub p99: Duration,
     pub p999: Duration,
+    /// Mean time per operation.
+    pub mean: Duration,
+    /// Every sample, sorted, and the time they took together: to combine rounds.
+    samples: Vec<Duration>,
+    elapsed: Duration,
 }
 
 impl Figures {
@@ -25,6 +30,7 @@ impl Figures {
                 .copied()
                 .unwrap_or_default()
         };
+        let total: Duration = samples.iter().sum();
         Figures {
             path: path.to_owned(),
             operations: samples.len(),
@@ -32,7 +38,22 @@ impl Figures {
             p50: at(0.50),
             p99: at(0.99),
             p999: at(0.999),
+            mean: total / u32::try_from(samples.len().max(1)).unwrap_or(u32::MAX),
+            samples,
+            elapsed,
         }
+    }
+
+    /// The figures of several rounds of one path, as if measured at once.
+    #[allow(dead_code)] // `leasehold bench` only, not the peers bench that includes this file.
+    pub fn combine(rounds: &[Figures]) -> Option<Figures> {
+        let path = rounds.first()?.path.clone();
+        let samples = rounds
+            .iter()
+            .flat_map(|r| r.samples.iter().copied())
+            .collect();
+        let elapsed = rounds.iter().map(|r| r.elapsed).sum();
+        Some(Figures::from_samples(&path, samples, elapsed))
     }
 
     pub fn to_json(&self, baseline: Option<&Figures>) -> serde_json::Value {
@@ -43,6 +64,7 @@ impl Figures {
             "p50_us": self.p50.as_micros() as u64,
             "p99_us": self.p99.as_micros() as u64,
             "p999_us": self.p999.as_micros() as u64,
+            "mean_us": self.mean.as_micros() as u64,
             "p50_ratio_to_direct": baseline.map(|b| ratio(self.p50, b.p50)),
         })
     }

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use leasehold::client::{Client, ConnectOptions};
 use leasehold::store::Token;
 
+mod echo;
 mod figures;
 mod paths;
 
@@ -95,30 +96,69 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
     Ok(figures)
 }
 
+/// Rounds of the uncontended section: every path runs once per round, in turn, so a slow
+/// spell of this shared machine falls on all of them rather than on one.
+const UNCONTENDED_ROUNDS: usize = 5;
+
 async fn uncontended_section(
     options: &BenchOptions,
     redis: &fred::prelude::Client,
     progress: &Progress,
 ) -> Result<serde_json::Value, BenchError> {
-    let operations = if options.quick { 200 } else { 5_000 };
+    let operations: usize = if options.quick { 200 } else { 5_000 };
+    let per_round = operations.div_ceil(UNCONTENDED_ROUNDS);
     let client = Client::connect_with(options.connect.clone()).await?;
-    progress.say("uncontended: direct Redis");
-    let direct = direct_redis(redis, operations).await?;
-    progress.say("uncontended: Lease stream");
-    let stream = lease_stream(&client, operations).await?;
-    progress.say("uncontended: unary Acquire/Release");
-    let unary = unary(&client, operations).await?;
+    let with_echo = echo::available(&client).await;
+    // direct, stream, unary, echo stream, echo unary
+    let mut rounds: [Vec<Figures>; 5] = Default::default();
+    for round in 1..=UNCONTENDED_ROUNDS {
+        progress.say(&format!(
+            "uncontended: round {round} of {UNCONTENDED_ROUNDS}"
+        ));
+        rounds[0].push(direct_redis(redis, per_round).await?);
+        rounds[1].push(lease_stream(&client, per_round).await?);
+        rounds[2].push(unary(&client, per_round).await?);
+        if with_echo {
+            rounds[3].push(echo::stream_pair(&client, per_round).await?);
+            rounds[4].push(echo::unary_pair(&client, per_round).await?);
+        }
+    }
     progress.clear();
-
-    print_uncontended(
-        "Uncontended acquire + release, one client",
-        &[&direct, &stream, &unary],
-    );
-    Ok(json!([
-        direct.to_json(None),
-        stream.to_json(Some(&direct)),
-        unary.to_json(Some(&direct))
-    ]))
+    let [direct, stream, unary, echo_stream, echo_unary] =
+        rounds.map(|path| Figures::combine(&path));
+    let (Some(direct), Some(stream), Some(unary)) = (direct, stream, unary) else {
+        return Err(unexpected("no uncontended rounds ran"));
+    };
+    let mut rows = vec![&direct, &stream, &unary];
+    rows.extend(echo_stream.iter().chain(echo_unary.iter()));
+    print_uncontended("Uncontended acquire + release, one client", &rows);
+    let mut figures = json!({
+        "paths": rows.iter().map(|row| row.to_json(Some(&direct))).collect::<Vec<_>>(),
+    });
+    let (Some(echo_stream), Some(echo_unary)) = (echo_stream, echo_unary) else {
+        println!("\n(no transport baseline: start the server with `--echo` to measure it)");
+        return Ok(figures);
+    };
+    // What the service adds is judged against the round trips it cannot avoid: Redis's (the
+    // direct path is exactly the two scripts a lease needs) and gRPC's (the echoes).
+    println!("\n| path | against | p50 ratio | mean ratio |\n| --- | --- | --- | --- |");
+    let mut floors = Vec::new();
+    for (path, transport) in [(&stream, &echo_stream), (&unary, &echo_unary)] {
+        let p50 = ratio(path.p50, direct.p50 + transport.p50);
+        let mean = ratio(path.mean, direct.mean + transport.mean);
+        println!(
+            "| {} | direct Redis + {} | {p50:.2}x | {mean:.2}x |",
+            path.path, transport.path
+        );
+        floors.push(json!({
+            "path": path.path,
+            "transport": transport.path,
+            "p50_ratio_to_redis_plus_transport": p50,
+            "mean_ratio_to_redis_plus_transport": mean,
+        }));
+    }
+    figures["against_redis_plus_transport"] = json!(floors);
+    Ok(figures)
 }
 
 async fn contention_section(

@@ -1,0 +1,76 @@
+//! The transport's own round trips, on the server's no-op echo service (`serve --echo`): what a
+//! lease path would cost if the server did nothing but answer. A lease's added cost is judged
+//! against the Redis round trips it needs plus these.
+
+use leasehold::client::{Client, ClientError};
+use leasehold::pb::bench::{EchoRequest, EchoStreamRequest};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::figures::Figures;
+use super::paths::{BenchError, sequential, unexpected};
+
+/// About the size of an `acquire` (name, TTL, holder), so the echo carries what a lease does.
+const PAYLOAD_BYTES: usize = 48;
+
+/// Whether the server serves the echo service (started with `--echo`).
+pub async fn available(client: &Client) -> bool {
+    let request = EchoRequest { payload: vec![] };
+    client.echo().echo(request).await.is_ok()
+}
+
+/// Two unary echoes one after the other: the gRPC part of unary `Acquire` + `Release`.
+pub async fn unary_pair(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    let echo = client.echo();
+    sequential("gRPC echo: 2 unary calls", operations, || {
+        let mut echo = echo.clone();
+        async move {
+            for _ in 0..2 {
+                let request = EchoRequest {
+                    payload: vec![0; PAYLOAD_BYTES],
+                };
+                echo.echo(request).await.map_err(ClientError::from)?;
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// One stream with two exchanges, then the client's half-close and the stream's end: the gRPC
+/// part of a `Lease` stream's acquire + release.
+pub async fn stream_pair(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    let echo = client.echo();
+    sequential("gRPC echo: 1 stream, 2 round trips", operations, || {
+        let mut echo = echo.clone();
+        async move {
+            let message = || EchoStreamRequest {
+                payload: vec![0; PAYLOAD_BYTES],
+            };
+            let (requests, outbox) = mpsc::channel(2);
+            let closed = || unexpected("echo request stream closed");
+            requests.send(message()).await.map_err(|_| closed())?;
+            let mut answers = echo
+                .echo_stream(ReceiverStream::new(outbox))
+                .await
+                .map_err(ClientError::from)?
+                .into_inner();
+            let answer = answers.message().await.map_err(ClientError::from)?;
+            answer.ok_or_else(|| unexpected("echo stream ended early"))?;
+            requests.send(message()).await.map_err(|_| closed())?;
+            let answer = answers.message().await.map_err(ClientError::from)?;
+            answer.ok_or_else(|| unexpected("echo stream ended early"))?;
+            drop(requests);
+            if answers
+                .message()
+                .await
+                .map_err(ClientError::from)?
+                .is_some()
+            {
+                return Err(unexpected("echo stream answered a half-close"));
+            }
+            Ok(())
+        }
+    })
+    .await
+}
