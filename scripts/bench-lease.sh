@@ -20,4 +20,4 @@ server=$!
 pids+=("$server")
 until "$binary" status --server "http://127.0.0.1:$grpc_port" >/dev/null 2>&1; do sleep 0.1; done
 "$binary" bench --server "http://127.0.0.1:$grpc_port" --redis "redis://127.0.0.1:$redis_port" \
-  --server-pid "$server" "$@"
+  --server-pid "$server" "$@" || { echo "bench failed; the server said:" >&2; grep -m 5 -i "warn\|error" "$work/server.log" >&2; exit 1; }

@@ -226,6 +226,10 @@ struct BenchArgs {
     /// TTL of the held leases (renewed every third of it).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     held_ttl: Duration,
+    /// How long to measure the held leases once they are all held (default: 10 s, 2 s with
+    /// --quick). Longer than the TTL/3 covers a whole renewal period.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    held_window: Option<Duration>,
     /// Run only these sections (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<bench::Section>,
@@ -472,6 +476,7 @@ async fn run_bench(args: BenchArgs) -> ExitCode {
             (None, false) => vec![1_000, 10_000, 50_000],
         },
         held_ttl: args.held_ttl,
+        held_window: args.held_window,
         sections: args.only,
         server_pid: args.server_pid,
         quick: args.quick,

@@ -43,6 +43,8 @@ pub struct BenchOptions {
     pub held: Vec<usize>,
     /// Their TTL (30 s by default: renewals every 10 s).
     pub held_ttl: Duration,
+    /// How long to measure them once held (`None`: the section's usual window).
+    pub held_window: Option<Duration>,
     /// The server's process id, to read its memory (RSS) from /proc; optional.
     pub server_pid: Option<u32>,
     /// Sections to run; empty for all.
@@ -91,6 +93,7 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
         figures["many_locks"] = many_section(options, &progress).await?;
     }
     if options.runs(Section::Held) {
+        let window = options.held_window.unwrap_or(window);
         figures["held_leases"] = held_section(options, &redis, window, &progress).await?;
     }
     Ok(figures)
