@@ -16,9 +16,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/leasehold/v1/lock.proto",
                 "proto/leasehold/v1/election.proto",
-                "proto/leasehold/bench/v1/echo.proto",
             ],
             &["proto"],
         )?;
+    // The bench's echo has a descriptor set of its own: reflection lists it only where it is
+    // served (`serve --echo`).
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("echo.bin");
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(descriptors)
+        .codec_path("crate::pb::codec::SmallBufferCodec")
+        .compile_with_config(config, &["proto/leasehold/bench/v1/echo.proto"], &["proto"])?;
     Ok(())
 }

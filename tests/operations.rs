@@ -82,6 +82,11 @@ async fn health_follows_redis_and_reflection_lists_every_service() {
     ] {
         assert!(names.iter().any(|n| n == service), "{names:?}");
     }
+    // The bench's echo is listed only where `--echo` serves it.
+    assert!(
+        !names.iter().any(|n| n == "leasehold.bench.v1.EchoService"),
+        "{names:?}"
+    );
 }
 
 /// One scrape of `/metrics`: each sample line (`name{labels}`) and its value.

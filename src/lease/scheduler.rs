@@ -169,15 +169,6 @@ impl Scheduler {
             lost,
         }
     }
-
-    /// Leases in the scheduler now (for tests and metrics).
-    pub fn len(&self) -> usize {
-        self.0.state().leases.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl State {

@@ -17,6 +17,9 @@ pub mod bench {
         tonic::include_proto!("leasehold.bench.v1");
     }
     pub use generated::*;
+
+    /// The echo service, encoded, for gRPC reflection where it is served.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("echo");
 }
 
 /// Every message and service of the contract, encoded, for gRPC reflection.

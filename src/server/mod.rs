@@ -178,9 +178,14 @@ pub async fn serve(
     let (reporter, health) = tonic_health::server::health_reporter();
     let monitor = HealthMonitor::start(reporter, store.clone()).await;
     tasks.spawn(monitor.run());
-    let reflection = tonic_reflection::server::Builder::configure()
+    let mut reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    if config.echo {
+        reflection =
+            reflection.register_encoded_file_descriptor_set(crate::pb::bench::FILE_DESCRIPTOR_SET);
+    }
+    let reflection = reflection
         .build_v1()
         .map_err(|error| Error::invalid(format!("reflection: {error}")))?;
     if let Some(listener) = listeners.metrics {
