@@ -3,7 +3,7 @@
 //! against the Redis round trips it needs plus these.
 
 use leasehold::client::{Client, ClientError};
-use leasehold::pb::bench::{EchoRequest, EchoStreamRequest};
+use leasehold::pb::bench::{EchoRequest, EchoStreamRequest, EchoStreamResponse};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -73,4 +73,54 @@ pub async fn stream_pair(client: &Client, operations: usize) -> Result<Figures, 
         }
     })
     .await
+}
+
+/// Idle echo streams held open: what one open stream costs the server with nothing of ours in
+/// it (tonic, hyper and h2 alone), the floor under a held lease's memory.
+pub struct IdleStreams {
+    _streams: Vec<(
+        mpsc::Sender<EchoStreamRequest>,
+        tonic::Streaming<EchoStreamResponse>,
+    )>,
+    /// The connections the streams are on.
+    _connections: Vec<Client>,
+}
+
+/// Opens `count` echo streams, `per_connection` to a connection, each with one exchange done.
+pub async fn idle_streams(
+    connect: &leasehold::client::ConnectOptions,
+    count: usize,
+    per_connection: usize,
+) -> Result<IdleStreams, BenchError> {
+    let mut streams = Vec::with_capacity(count);
+    let mut connections: Vec<Client> = Vec::new();
+    for i in 0..count {
+        if i % per_connection == 0 {
+            connections.push(Client::connect_with(connect.clone()).await?);
+        }
+        let Some(client) = connections.last() else {
+            return Err(unexpected("no connection"));
+        };
+        let (requests, outbox) = mpsc::channel(1);
+        let message = EchoStreamRequest {
+            payload: vec![0; PAYLOAD_BYTES],
+        };
+        requests
+            .send(message)
+            .await
+            .map_err(|_| unexpected("echo request stream closed"))?;
+        let mut answers = client
+            .echo()
+            .echo_stream(ReceiverStream::new(outbox))
+            .await
+            .map_err(ClientError::from)?
+            .into_inner();
+        let answer = answers.message().await.map_err(ClientError::from)?;
+        answer.ok_or_else(|| unexpected("echo stream ended early"))?;
+        streams.push((requests, answers));
+    }
+    Ok(IdleStreams {
+        _streams: streams,
+        _connections: connections,
+    })
 }

@@ -250,14 +250,34 @@ async fn held_section(
         humantime::format_duration(options.held_ttl)
     );
     println!(
-        "| leases | server RSS growth per lease | server CPU while holding | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
+        "| leases | server RSS growth per lease | idle echo stream (transport floor) | server CPU while holding | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let with_echo = match options.server_pid {
+        Some(_) => echo::available(&Client::connect_with(options.connect.clone()).await?).await,
+        None => false,
+    };
     let mut held_rows = Vec::new();
     for &count in &options.held {
+        // The floor first, kept open while the leases are measured, so each is measured on
+        // memory the server never had before.
+        let mut floor = None;
+        let mut idle = None;
+        if with_echo {
+            progress.say(&format!("idle echo streams: {count}"));
+            let before = options.server_pid.and_then(rss_bytes);
+            idle = Some(echo::idle_streams(&options.connect, count, LEASES_PER_CONNECTION).await?);
+            let after = options.server_pid.and_then(rss_bytes);
+            floor = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+        }
         progress.say(&format!("held leases: {count}"));
         let held = held_leases(options, redis, count, window).await?;
+        drop(idle);
         progress.clear();
+        let floor_per_stream = floor.map(|bytes| bytes as f64 / count as f64);
+        let floor_cell = floor_per_stream.map_or("n/a (needs --echo)".to_owned(), |bytes| {
+            format!("{bytes:.0} B")
+        });
         let per_lease = held
             .rss_growth
             .map_or("n/a (no --server-pid)".to_owned(), |bytes| {
@@ -270,7 +290,7 @@ async fn held_section(
             format!("{:.1}% of a core", share * 100.0)
         });
         println!(
-            "| {count} | {per_lease} | {cpu} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
+            "| {count} | {per_lease} | {floor_cell} | {cpu} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
             held.redis_cpu_share * 100.0,
             held.renewals_per_second,
             1.0 / per_ttl_third.max(f64::MIN_POSITIVE),
@@ -279,6 +299,7 @@ async fn held_section(
             "leases": count,
             "ttl_ms": options.held_ttl.as_millis() as u64,
             "rss_growth_bytes": held.rss_growth,
+            "idle_echo_stream_rss_bytes_each": floor_per_stream,
             "cpu_share_of_one_core": held.cpu_share,
             "redis_cpu_share_of_one_core": held.redis_cpu_share,
             "renewal_scripts_per_second": held.renewals_per_second,
