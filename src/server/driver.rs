@@ -2,8 +2,9 @@
 //!
 //! A stream is one lease: Waiting -> Held -> Released | Lost. The driver owns everything such
 //! streams share: admission, the first message, waiting (and giving up), the hold loop (shutdown,
-//! client message, client gone, renewal), and letting go on every way out through
-//! [`HeldLease`]. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it
+//! client message, client gone, a loss the server's renewal scheduler found), and letting go on
+//! every way out through [`HeldLease`]. Renewals never wake the stream's task: the scheduler
+//! renews and tells the client `extended` itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it
 //! holds, and what it answers; it never repeats the lifecycle.
 
 use std::convert::Infallible;
