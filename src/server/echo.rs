@@ -1,15 +1,67 @@
 //! The no-op echo service (`serve --echo`): what a round trip through tonic costs on this
-//! server's port and layers, for `leasehold bench` to measure a lease against. It touches
-//! nothing: no Redis, no task, no channel.
+//! server's port and layers, and what pushing a message down many open streams costs, for
+//! `leasehold bench` to measure a lease against. It touches no Redis, and no call has a task or
+//! a channel of its own.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
 use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::events::ResponseStream;
 use crate::pb::bench::echo_service_server::EchoService;
-use crate::pb::bench::{EchoRequest, EchoResponse, EchoStreamRequest, EchoStreamResponse};
+use crate::pb::bench::{
+    EchoRequest, EchoResponse, EchoStreamRequest, EchoStreamResponse, TicksRequest, TicksResponse,
+};
+use crate::tasks::Tasks;
 
-pub struct Echo;
+/// The shortest tick interval: a bench tool, not a load generator.
+const MIN_TICK: Duration = Duration::from_millis(10);
+
+pub struct Echo {
+    tasks: Tasks,
+    /// One timer per interval asked for, shared by every `Ticks` stream of it.
+    tickers: Mutex<HashMap<Duration, watch::Receiver<u64>>>,
+}
+
+impl Echo {
+    pub fn new(tasks: Tasks) -> Self {
+        Echo {
+            tasks,
+            tickers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The shared ticker of `interval`, started on first use; it stops with the server.
+    fn ticker(&self, interval: Duration) -> watch::Receiver<u64> {
+        let mut tickers = self
+            .tickers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tickers
+            .entry(interval)
+            .or_insert_with(|| {
+                let (tick, ticks) = watch::channel(0);
+                let tasks = self.tasks.clone();
+                self.tasks.spawn(async move {
+                    let mut timer = tokio::time::interval(interval);
+                    timer.tick().await;
+                    loop {
+                        tokio::select! {
+                            _ = timer.tick() => tick.send_modify(|n| *n += 1),
+                            () = tasks.stopping() => return,
+                        }
+                    }
+                });
+                ticks
+            })
+            .clone()
+    }
+}
 
 #[tonic::async_trait]
 impl EchoService for Echo {
@@ -28,5 +80,23 @@ impl EchoService for Echo {
             message.map(|EchoStreamRequest { payload }| EchoStreamResponse { payload })
         });
         Ok(Response::new(Box::pin(answers)))
+    }
+
+    type TicksStream = ResponseStream<TicksResponse>;
+
+    async fn ticks(
+        &self,
+        request: Request<TicksRequest>,
+    ) -> Result<Response<Self::TicksStream>, Status> {
+        let interval = Duration::from_millis(request.into_inner().interval_ms.into());
+        if interval < MIN_TICK {
+            return Err(Status::invalid_argument(format!(
+                "interval_ms must be at least {}",
+                MIN_TICK.as_millis()
+            )));
+        }
+        let ticks =
+            WatchStream::from_changes(self.ticker(interval)).map(|tick| Ok(TicksResponse { tick }));
+        Ok(Response::new(Box::pin(ticks)))
     }
 }

@@ -215,7 +215,8 @@ pub async fn serve(
         ))
         .add_optional_service(config.echo.then(|| {
             InterceptedService::new(
-                EchoServiceServer::new(echo::Echo).max_decoding_message_size(max_bytes),
+                EchoServiceServer::new(echo::Echo::new(tasks.clone()))
+                    .max_decoding_message_size(max_bytes),
                 authenticate,
             )
         }));

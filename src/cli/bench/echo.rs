@@ -3,7 +3,7 @@
 //! against the Redis round trips it needs plus these.
 
 use leasehold::client::{Client, ClientError};
-use leasehold::pb::bench::{EchoRequest, EchoStreamRequest, EchoStreamResponse};
+use leasehold::pb::bench::{EchoRequest, EchoStreamRequest, EchoStreamResponse, TicksRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -121,6 +121,54 @@ pub async fn idle_streams(
     }
     Ok(IdleStreams {
         _streams: streams,
+        _connections: connections,
+    })
+}
+
+/// Echo streams that each get a message every `interval`, read by the bench as they come: what
+/// telling that many held leases `extended` at that rate costs the transport alone.
+pub struct TickingStreams {
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    _connections: Vec<Client>,
+}
+
+impl Drop for TickingStreams {
+    fn drop(&mut self) {
+        for reader in &self.readers {
+            reader.abort();
+        }
+    }
+}
+
+/// Opens `count` tick streams, `per_connection` to a connection.
+pub async fn ticking_streams(
+    connect: &leasehold::client::ConnectOptions,
+    count: usize,
+    per_connection: usize,
+    interval: std::time::Duration,
+) -> Result<TickingStreams, BenchError> {
+    let interval_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+    let mut readers = Vec::with_capacity(count);
+    let mut connections: Vec<Client> = Vec::new();
+    for i in 0..count {
+        if i % per_connection == 0 {
+            connections.push(Client::connect_with(connect.clone()).await?);
+        }
+        let Some(client) = connections.last() else {
+            return Err(unexpected("no connection"));
+        };
+        let mut ticks = client
+            .echo()
+            .ticks(TicksRequest { interval_ms })
+            .await
+            .map_err(ClientError::from)?
+            .into_inner();
+        readers.push(tokio::spawn(async move {
+            while let Ok(Some(_)) = ticks.message().await {}
+        }));
+    }
+    Ok(TickingStreams {
+        readers,
         _connections: connections,
     })
 }

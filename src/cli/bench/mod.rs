@@ -250,9 +250,9 @@ async fn held_section(
         humantime::format_duration(options.held_ttl)
     );
     println!(
-        "| leases | server RSS growth per lease | idle echo stream (transport floor) | server CPU while holding | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
+        "| leases | server RSS growth per lease | idle echo stream (transport floor) | server CPU while holding | echo streams ticking every TTL/3 (transport floor) | Redis CPU while holding | renewal scripts/s | scripts (round trips) per renewal period | leases per script |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let with_echo = match options.server_pid {
         Some(_) => echo::available(&Client::connect_with(options.connect.clone()).await?).await,
         None => false,
@@ -273,6 +273,20 @@ async fn held_section(
         progress.say(&format!("held leases: {count}"));
         let held = held_leases(options, redis, count, window).await?;
         drop(idle);
+        // The CPU floor: as many streams told something every TTL/3, with nothing else to do.
+        let mut ticking_cpu = None;
+        if with_echo {
+            // The leases just let go: let the server finish releasing them first.
+            progress.say("waiting for the server to go idle");
+            until_idle(options.server_pid).await;
+            progress.say(&format!("echo streams ticking: {count}"));
+            let interval = options.held_ttl / 3;
+            let ticking =
+                echo::ticking_streams(&options.connect, count, LEASES_PER_CONNECTION, interval)
+                    .await?;
+            ticking_cpu = cpu_share_over(options.server_pid, window).await;
+            drop(ticking);
+        }
         progress.clear();
         let floor_per_stream = floor.map(|bytes| bytes as f64 / count as f64);
         let floor_cell = floor_per_stream.map_or("n/a (needs --echo)".to_owned(), |bytes| {
@@ -286,11 +300,14 @@ async fn held_section(
         // Renewal scripts are batched (store::renewals): one script, one round trip.
         let per_period = held.renewals_per_second * (options.held_ttl / 3).as_secs_f64();
         let per_ttl_third = per_period / count as f64;
-        let cpu = held.cpu_share.map_or("n/a".to_owned(), |share| {
-            format!("{:.1}% of a core", share * 100.0)
-        });
+        let share = |share: Option<f64>| {
+            share.map_or("n/a".to_owned(), |share| {
+                format!("{:.1}% of a core", share * 100.0)
+            })
+        };
+        let (cpu, ticking_cell) = (share(held.cpu_share), share(ticking_cpu));
         println!(
-            "| {count} | {per_lease} | {floor_cell} | {cpu} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
+            "| {count} | {per_lease} | {floor_cell} | {cpu} | {ticking_cell} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
             held.redis_cpu_share * 100.0,
             held.renewals_per_second,
             1.0 / per_ttl_third.max(f64::MIN_POSITIVE),
@@ -300,6 +317,7 @@ async fn held_section(
             "ttl_ms": options.held_ttl.as_millis() as u64,
             "rss_growth_bytes": held.rss_growth,
             "idle_echo_stream_rss_bytes_each": floor_per_stream,
+            "ticking_echo_streams_cpu_share_of_one_core": ticking_cpu,
             "cpu_share_of_one_core": held.cpu_share,
             "redis_cpu_share_of_one_core": held.redis_cpu_share,
             "renewal_scripts_per_second": held.renewals_per_second,
@@ -599,6 +617,27 @@ async fn redis_cpu_seconds(redis: &fred::prelude::Client) -> Result<f64, BenchEr
 
 /// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the
 /// kernel's fixed `USER_HZ` on every Linux architecture Rust targets).
+/// Waits (at most a minute) until the server uses under 3 % of a core over half a second.
+async fn until_idle(server_pid: Option<u32>) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        match cpu_share_over(server_pid, Duration::from_millis(500)).await {
+            Some(share) if share >= 0.03 => continue,
+            _ => return,
+        }
+    }
+}
+
+/// The server's CPU over the next `window`, as a share of one core.
+async fn cpu_share_over(server_pid: Option<u32>, window: Duration) -> Option<f64> {
+    let before = server_pid.and_then(cpu_seconds);
+    tokio::time::sleep(window).await;
+    let after = server_pid.and_then(cpu_seconds);
+    before
+        .zip(after)
+        .map(|(b, a)| (a - b) / window.as_secs_f64())
+}
+
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
