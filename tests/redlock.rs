@@ -371,3 +371,55 @@ async fn elections_are_refused_with_a_reason_in_redlock_mode() {
         refused.message()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_majority_of_primaries() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    // Health flips after a probe or two; a few seconds at most.
+    const SETTLE: Duration = Duration::from_secs(15);
+
+    let mut primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: "leasehold.v1.LockService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next_status = async || {
+        let message = tokio::time::timeout(SETTLE, watch.message())
+            .await
+            .expect("a health change in time");
+        ServingStatus::try_from(message.unwrap().unwrap().status).unwrap()
+    };
+    assert_eq!(next_status().await, ServingStatus::Serving);
+
+    // Two of five down: still a majority, still serving, and locks are still taken.
+    for primary in &mut primaries[..2] {
+        primary.kill();
+    }
+    let mut client = server.client().await;
+    let mut lease = LeaseStream::acquire(&mut client, "job", 1_000, 0, "").await;
+    lease.acquired().await;
+    assert!(lease.release().await);
+    let client = leasehold::client::Client::connect(server.url())
+        .await
+        .unwrap();
+    assert!(client.serving().await.unwrap(), "two of five down");
+
+    // A third down: no majority, so a load balancer must stop sending work here.
+    primaries[2].kill();
+    assert_eq!(next_status().await, ServingStatus::NotServing);
+    for primary in &mut primaries[..3] {
+        primary.restart_empty();
+    }
+    assert_eq!(next_status().await, ServingStatus::Serving);
+}
