@@ -37,40 +37,73 @@ pub async fn unary_pair(client: &Client, operations: usize) -> Result<Figures, B
     .await
 }
 
+/// An open echo stream: the requests side and the answers.
+struct EchoStream {
+    requests: mpsc::Sender<EchoStreamRequest>,
+    answers: tonic::Streaming<EchoStreamResponse>,
+}
+
+impl EchoStream {
+    /// Opens a stream on `client`'s connection, with its first exchange done.
+    async fn open(client: &Client) -> Result<Self, BenchError> {
+        let (requests, outbox) = mpsc::channel(2);
+        requests
+            .send(EchoStream::message())
+            .await
+            .map_err(|_| unexpected("echo request stream closed"))?;
+        let answers = client
+            .echo()
+            .echo_stream(ReceiverStream::new(outbox))
+            .await
+            .map_err(ClientError::from)?
+            .into_inner();
+        let mut stream = EchoStream { requests, answers };
+        stream.answer().await?;
+        Ok(stream)
+    }
+
+    fn message() -> EchoStreamRequest {
+        EchoStreamRequest {
+            payload: vec![0; PAYLOAD_BYTES],
+        }
+    }
+
+    /// One more message, and its answer.
+    async fn exchange(&mut self) -> Result<(), BenchError> {
+        self.requests
+            .send(EchoStream::message())
+            .await
+            .map_err(|_| unexpected("echo request stream closed"))?;
+        self.answer().await
+    }
+
+    async fn answer(&mut self) -> Result<(), BenchError> {
+        let answer = self.answers.message().await.map_err(ClientError::from)?;
+        answer.ok_or_else(|| unexpected("echo stream ended early"))?;
+        Ok(())
+    }
+
+    /// Half-closes, and expects the stream to end without another answer.
+    async fn close(self) -> Result<(), BenchError> {
+        let EchoStream {
+            requests,
+            mut answers,
+        } = self;
+        drop(requests);
+        match answers.message().await.map_err(ClientError::from)? {
+            Some(_) => Err(unexpected("echo stream answered a half-close")),
+            None => Ok(()),
+        }
+    }
+}
+
 /// One stream with two exchanges, then the client's half-close and the stream's end: the gRPC
 /// part of a `Lease` stream's acquire + release.
 pub async fn stream_pair(client: &Client, operations: usize) -> Result<Figures, BenchError> {
-    let echo = client.echo();
-    sequential("gRPC echo: 1 stream, 2 round trips", operations, || {
-        let mut echo = echo.clone();
-        async move {
-            let message = || EchoStreamRequest {
-                payload: vec![0; PAYLOAD_BYTES],
-            };
-            let (requests, outbox) = mpsc::channel(2);
-            let closed = || unexpected("echo request stream closed");
-            requests.send(message()).await.map_err(|_| closed())?;
-            let mut answers = echo
-                .echo_stream(ReceiverStream::new(outbox))
-                .await
-                .map_err(ClientError::from)?
-                .into_inner();
-            let answer = answers.message().await.map_err(ClientError::from)?;
-            answer.ok_or_else(|| unexpected("echo stream ended early"))?;
-            requests.send(message()).await.map_err(|_| closed())?;
-            let answer = answers.message().await.map_err(ClientError::from)?;
-            answer.ok_or_else(|| unexpected("echo stream ended early"))?;
-            drop(requests);
-            if answers
-                .message()
-                .await
-                .map_err(ClientError::from)?
-                .is_some()
-            {
-                return Err(unexpected("echo stream answered a half-close"));
-            }
-            Ok(())
-        }
+    sequential("gRPC echo: 1 stream, 2 round trips", operations, || async {
+        let mut stream = EchoStream::open(client).await?;
+        stream.exchange().await?;
+        stream.close().await
     })
     .await
 }
@@ -78,46 +111,19 @@ pub async fn stream_pair(client: &Client, operations: usize) -> Result<Figures, 
 /// Idle echo streams held open: what one open stream costs the server with nothing of ours in
 /// it (tonic, hyper and h2 alone), the floor under a held lease's memory.
 pub struct IdleStreams {
-    _streams: Vec<(
-        mpsc::Sender<EchoStreamRequest>,
-        tonic::Streaming<EchoStreamResponse>,
-    )>,
+    _streams: Vec<EchoStream>,
     /// The connections the streams are on.
     _connections: Vec<Client>,
 }
 
-/// Opens `count` echo streams, `per_connection` to a connection, each with one exchange done.
+/// Opens `count` echo streams spread over `connections`, each with one exchange done.
 pub async fn idle_streams(
-    connect: &leasehold::client::ConnectOptions,
+    connections: Vec<Client>,
     count: usize,
-    per_connection: usize,
 ) -> Result<IdleStreams, BenchError> {
     let mut streams = Vec::with_capacity(count);
-    let mut connections: Vec<Client> = Vec::new();
     for i in 0..count {
-        if i % per_connection == 0 {
-            connections.push(Client::connect_with(connect.clone()).await?);
-        }
-        let Some(client) = connections.last() else {
-            return Err(unexpected("no connection"));
-        };
-        let (requests, outbox) = mpsc::channel(1);
-        let message = EchoStreamRequest {
-            payload: vec![0; PAYLOAD_BYTES],
-        };
-        requests
-            .send(message)
-            .await
-            .map_err(|_| unexpected("echo request stream closed"))?;
-        let mut answers = client
-            .echo()
-            .echo_stream(ReceiverStream::new(outbox))
-            .await
-            .map_err(ClientError::from)?
-            .into_inner();
-        let answer = answers.message().await.map_err(ClientError::from)?;
-        answer.ok_or_else(|| unexpected("echo stream ended early"))?;
-        streams.push((requests, answers));
+        streams.push(EchoStream::open(spread(&connections, i, count)?).await?);
     }
     Ok(IdleStreams {
         _streams: streams,
@@ -140,24 +146,16 @@ impl Drop for TickingStreams {
     }
 }
 
-/// Opens `count` tick streams, `per_connection` to a connection.
+/// Opens `count` tick streams spread over `connections`.
 pub async fn ticking_streams(
-    connect: &leasehold::client::ConnectOptions,
+    connections: Vec<Client>,
     count: usize,
-    per_connection: usize,
     interval: std::time::Duration,
 ) -> Result<TickingStreams, BenchError> {
-    let interval_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+    let interval_ms = leasehold::pb::millis(interval);
     let mut readers = Vec::with_capacity(count);
-    let mut connections: Vec<Client> = Vec::new();
     for i in 0..count {
-        if i % per_connection == 0 {
-            connections.push(Client::connect_with(connect.clone()).await?);
-        }
-        let Some(client) = connections.last() else {
-            return Err(unexpected("no connection"));
-        };
-        let mut ticks = client
+        let mut ticks = spread(&connections, i, count)?
             .echo()
             .ticks(TicksRequest { interval_ms })
             .await
@@ -171,4 +169,11 @@ pub async fn ticking_streams(
         readers,
         _connections: connections,
     })
+}
+
+/// The connection of stream `i` of `count`, in even shares.
+fn spread(connections: &[Client], i: usize, count: usize) -> Result<&Client, BenchError> {
+    connections
+        .get(i * connections.len() / count.max(1))
+        .ok_or_else(|| unexpected("no connection"))
 }

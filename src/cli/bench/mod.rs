@@ -266,7 +266,8 @@ async fn held_section(
         if with_echo {
             progress.say(&format!("idle echo streams: {count}"));
             let before = options.server_pid.and_then(rss_bytes);
-            idle = Some(echo::idle_streams(&options.connect, count, LEASES_PER_CONNECTION).await?);
+            let connections = connections(options, count).await?;
+            idle = Some(echo::idle_streams(connections, count).await?);
             let after = options.server_pid.and_then(rss_bytes);
             floor = before.zip(after).map(|(b, a)| a.saturating_sub(b));
         }
@@ -281,9 +282,8 @@ async fn held_section(
             until_idle(options.server_pid).await;
             progress.say(&format!("echo streams ticking: {count}"));
             let interval = options.held_ttl / 3;
-            let ticking =
-                echo::ticking_streams(&options.connect, count, LEASES_PER_CONNECTION, interval)
-                    .await?;
+            let connections = connections(options, count).await?;
+            let ticking = echo::ticking_streams(connections, count, interval).await?;
             ticking_cpu = cpu_share_over(options.server_pid, window).await;
             drop(ticking);
         }
@@ -327,6 +327,15 @@ async fn held_section(
     }
 
     Ok(json!(held_rows))
+}
+
+/// Enough client connections for `count` streams, [`LEASES_PER_CONNECTION`] each.
+async fn connections(options: &BenchOptions, count: usize) -> Result<Vec<Client>, BenchError> {
+    let mut clients = Vec::new();
+    for _ in 0..count.div_ceil(LEASES_PER_CONNECTION) {
+        clients.push(Client::connect_with(options.connect.clone()).await?);
+    }
+    Ok(clients)
 }
 
 /// Waits for every client task, in order; the first failure fails the section.
@@ -524,10 +533,7 @@ async fn held_leases(
     window: Duration,
 ) -> Result<Held, BenchError> {
     let rss_before = options.server_pid.and_then(rss_bytes);
-    let mut clients = Vec::new();
-    for _ in 0..count.div_ceil(LEASES_PER_CONNECTION) {
-        clients.push(Client::connect_with(options.connect.clone()).await?);
-    }
+    let clients = connections(options, count).await?;
     let prefix = format!("bench-held-{}", Token::random().lease_id());
     let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));
     let mut tasks = Vec::with_capacity(count);
@@ -615,8 +621,6 @@ async fn redis_cpu_seconds(redis: &fred::prelude::Client) -> Result<f64, BenchEr
         .sum())
 }
 
-/// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the
-/// kernel's fixed `USER_HZ` on every Linux architecture Rust targets).
 /// Waits (at most a minute) until the server uses under 3 % of a core over half a second.
 async fn until_idle(server_pid: Option<u32>) {
     let started = Instant::now();
@@ -638,6 +642,8 @@ async fn cpu_share_over(server_pid: Option<u32>, window: Duration) -> Option<f64
         .map(|(b, a)| (a - b) / window.as_secs_f64())
 }
 
+/// CPU time (user + system) a process has used, from /proc (Linux; 100 ticks per second, the
+/// kernel's fixed `USER_HZ` on every Linux architecture Rust targets).
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
