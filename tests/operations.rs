@@ -19,9 +19,7 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
 /// Longest wait for a state a test expects (health flips take about three seconds).
 const SETTLE: Duration = Duration::from_secs(15);
@@ -36,24 +34,13 @@ async fn health_follows_redis_and_reflection_lists_every_service() {
         .await
         .unwrap();
 
-    let mut health = HealthClient::new(channel.clone());
-    let mut watch = health
-        .watch(HealthCheckRequest {
-            service: "leasehold.v1.LockService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut next_status = async || {
-        let message = within(SETTLE, "a health change", watch.next()).await;
-        ServingStatus::try_from(message.unwrap().unwrap().status).unwrap()
-    };
-    assert_eq!(next_status().await, ServingStatus::Serving);
+    let mut health = HealthWatch::open(&server.url(), "leasehold.v1.LockService").await;
+    assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
 
     redis.kill();
-    assert_eq!(next_status().await, ServingStatus::NotServing);
+    assert_eq!(health.next(SETTLE).await, ServingStatus::NotServing);
     redis.restart_empty();
-    assert_eq!(next_status().await, ServingStatus::Serving);
+    assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
 
     // Reflection: tools find the services without the .proto files.
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -530,18 +517,8 @@ async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the
     let client = Client::connect(server.url()).await.unwrap();
     // A load balancer's health watch: it must hear NOT_SERVING, and it must not hold the process
     // past the drain (it never ends by itself).
-    let channel = tonic::transport::Endpoint::from_shared(server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut watch = HealthClient::new(channel)
-        .watch(HealthCheckRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    let first = watch.next().await.unwrap().unwrap().status;
-    assert_eq!(first, ServingStatus::Serving as i32);
+    let mut health = HealthWatch::open(&server.url(), "").await;
+    assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
     let mut guards = Vec::new();
     for i in 0..20 {
         guards.push(client.lease(format!("job-{i}")).acquire().await.unwrap());
@@ -553,11 +530,7 @@ async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the
     leader.elected().await.unwrap();
 
     signal(server.pid(), "TERM");
-    let told = within(SETTLE, "NOT_SERVING", watch.next()).await;
-    assert_eq!(
-        told.unwrap().unwrap().status,
-        ServingStatus::NotServing as i32
-    );
+    assert_eq!(health.next(SETTLE).await, ServingStatus::NotServing);
     for guard in &guards {
         let reason = within(SETTLE, "Lost after SIGTERM", guard.lost()).await;
         assert!(reason.starts_with("server shutting down"), "{reason}");

@@ -374,33 +374,14 @@ async fn elections_are_refused_with_a_reason_in_redlock_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_follows_the_majority_of_primaries() {
-    use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::health_client::HealthClient;
     // Health flips after a probe or two; a few seconds at most.
     const SETTLE: Duration = Duration::from_secs(15);
 
     let mut primaries = primaries();
     let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
-    let channel = tonic::transport::Endpoint::from_shared(server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut watch = HealthClient::new(channel)
-        .watch(HealthCheckRequest {
-            service: "leasehold.v1.LockService".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut next_status = async || {
-        let message = tokio::time::timeout(SETTLE, watch.message())
-            .await
-            .expect("a health change in time");
-        ServingStatus::try_from(message.unwrap().unwrap().status).unwrap()
-    };
-    assert_eq!(next_status().await, ServingStatus::Serving);
+    let mut health = support::HealthWatch::open(&server.url(), "leasehold.v1.LockService").await;
+    assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
 
     // Two of five down: still a majority, still serving, and locks are still taken.
     for primary in &mut primaries[..2] {
@@ -417,9 +398,9 @@ async fn health_follows_the_majority_of_primaries() {
 
     // A third down: no majority, so a load balancer must stop sending work here.
     primaries[2].kill();
-    assert_eq!(next_status().await, ServingStatus::NotServing);
+    assert_eq!(health.next(SETTLE).await, ServingStatus::NotServing);
     for primary in &mut primaries[..3] {
         primary.restart_empty();
     }
-    assert_eq!(next_status().await, ServingStatus::Serving);
+    assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
 }

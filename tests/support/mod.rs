@@ -610,3 +610,35 @@ pub async fn wait_for_line(direct: &fred::prelude::Client, line: &str, length: i
     })
     .await;
 }
+
+/// A load balancer's health watch on a server (`service`: "" for the whole server).
+pub struct HealthWatch(Streaming<tonic_health::pb::HealthCheckResponse>);
+
+impl HealthWatch {
+    pub async fn open(url: &str, service: &str) -> Self {
+        let channel = Endpoint::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        let watch = tonic_health::pb::health_client::HealthClient::new(channel)
+            .watch(request)
+            .await
+            .unwrap()
+            .into_inner();
+        HealthWatch(watch)
+    }
+
+    /// The next status the server reports, which must come within `limit`.
+    pub async fn next(
+        &mut self,
+        limit: Duration,
+    ) -> tonic_health::pb::health_check_response::ServingStatus {
+        let message = within(limit, "a health change", self.0.next()).await;
+        let status = message.expect("the health watch ended").unwrap().status;
+        tonic_health::pb::health_check_response::ServingStatus::try_from(status).unwrap()
+    }
+}
