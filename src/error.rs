@@ -30,6 +30,22 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// The name is held in another mode than the one asked for.
+    #[error(
+        "lock {name:?} is held with {held}, but this lease asked for {asked}: every holder of one name must ask for the same limit"
+    )]
+    ModeMismatch {
+        name: String,
+        held: crate::store::locks::Mode,
+        asked: crate::store::locks::Mode,
+    },
+
+    /// A resume token that holds no lease of this name.
+    #[error(
+        "no lease of lock {name:?} holds this resume token: it expired, was released, or was never issued"
+    )]
+    NotResumable { name: String },
+
     /// Redlock: contenders split the primaries and none got a majority.
     #[error(
         "lock {name:?}: no majority of the Redlock primaries agreed on a holder (contention); try again"
@@ -134,7 +150,10 @@ impl From<Error> for tonic::Status {
             Error::InvalidArgument(_) | Error::Unreadable(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            Error::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
+            Error::FailedPrecondition(_) | Error::ModeMismatch { .. } => {
+                tonic::Status::failed_precondition(message)
+            }
+            Error::NotResumable { .. } => tonic::Status::not_found(message),
             Error::LockHeld { .. } | Error::WaitExpired { .. } | Error::NoMajority { .. } => {
                 tonic::Status::aborted(message)
             }

@@ -37,7 +37,7 @@ proptest! {
         wait_ms in any::<u32>(),
         holder in tricky_name(),
     ) {
-        let request = LeaseAcquire { name: name.clone(), ttl_ms, wait_ms, holder: holder.clone(), fair: None };
+        let request = LeaseAcquire { name: name.clone(), ttl_ms, wait_ms, holder: holder.clone(), fair: None, ..Default::default() };
         match LeaseSpec::try_from(request) {
             Ok(spec) => {
                 prop_assert!(!name.is_empty() && name.len() <= MAX_NAME_BYTES);

@@ -246,6 +246,7 @@ async fn the_line_is_respected_unless_a_caller_opts_out() {
                 wait_ms: 0,
                 holder: "racer".into(),
                 fair: Some(false),
+                ..Default::default()
             })),
         },
     )

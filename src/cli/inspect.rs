@@ -25,6 +25,9 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                         holder: lock.holder,
                         ttl_remaining_ms: lock.ttl_remaining_ms,
                         fencing_token: lock.fencing_token,
+                        holders: lock.holders,
+                        limit: lock.limit,
+                        mode: lock.mode,
                     };
                     (lock.name, described)
                 }));
@@ -55,13 +58,34 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                     "holder": d.holder,
                     "ttl_remaining_ms": d.ttl_remaining_ms,
                     "fencing_token": d.fencing_token,
+                    "limit": d.limit,
+                    "shared": d.mode() == pb::LeaseMode::Shared,
+                    "holders": d.holders.iter().map(|h| serde_json::json!({
+                        "holder": h.holder,
+                        "ttl_remaining_ms": h.ttl_remaining_ms,
+                        "fencing_token": h.fencing_token,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
         println!("{}", serde_json::Value::Array(items));
     } else {
         for (name, d) in rows {
-            if d.held {
+            let several = d.limit > 1 || d.mode() == pb::LeaseMode::Shared;
+            if d.held && several {
+                // A semaphore or a shared lock: every holder on a line of its own.
+                let how = match d.mode() {
+                    pb::LeaseMode::Shared => "shared".to_owned(),
+                    _ => format!("of limit {}", d.limit),
+                };
+                println!("{name}	{} held {how}", d.holders.len());
+                for h in &d.holders {
+                    println!(
+                        "	held by {}	ttl {} ms	fencing token {}",
+                        h.holder, h.ttl_remaining_ms, h.fencing_token
+                    );
+                }
+            } else if d.held {
                 println!(
                     "{name}\theld by {}\tttl {} ms\tfencing token {}",
                     d.holder, d.ttl_remaining_ms, d.fencing_token

@@ -94,6 +94,8 @@ enum Command {
     #[command(after_help = "Examples:
   leasehold run nightly-report -- ./report.sh
   leasehold run --ttl 30s --wait 5m backup -- pg_dump -f /backups/db.sql mydb
+  leasehold run --limit 4 --wait 1h encoder -- ./encode.sh   (at most 4 at once)
+  leasehold run --shared --wait 1m catalog -- ./read-catalog.sh
 
 The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
@@ -184,6 +186,14 @@ struct RunArgs {
     /// Between SIGTERM and SIGKILL when the lease is lost or we are interrupted.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
+    /// Let up to N holders run at once (a counting semaphore); every holder of the name must
+    /// give the same N.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::lease::spec::MAX_LIMIT)))]
+    limit: u32,
+    /// Hold the lock shared (a reader): shared holders run together; a run without --shared (a
+    /// writer) runs alone, and readers that arrive after a waiting writer wait behind it.
+    #[arg(long, conflicts_with = "limit")]
+    shared: bool,
     /// The lock's name.
     name: String,
     /// The command and its arguments, after `--`.
@@ -396,6 +406,8 @@ pub async fn main() -> ExitCode {
                 wait: args.wait,
                 holder: args.holder,
                 grace: args.grace,
+                limit: args.limit,
+                shared: args.shared,
                 command: args.command,
             })
             .await

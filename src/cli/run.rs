@@ -36,6 +36,10 @@ pub struct RunOptions {
     pub wait: Duration,
     pub holder: Option<String>,
     pub grace: Duration,
+    /// Holders at once (a semaphore when above 1).
+    pub limit: u32,
+    /// Hold it shared (a reader).
+    pub shared: bool,
     pub command: Vec<String>,
 }
 
@@ -177,16 +181,20 @@ async fn acquire_showing_progress(
     let mut line = StatusLine::new(&options.name);
     let waiting = std::sync::Arc::new(std::sync::Mutex::new(None::<pb::Waiting>));
     let seen = waiting.clone();
-    let acquire = client
+    let mut lease = client
         .lease(options.name.clone())
         .ttl(options.ttl)
         .wait(options.wait)
         .holder(holder)
-        .acquire_with_progress(move |w| {
-            if let Ok(mut seen) = seen.lock() {
-                *seen = Some(w.clone());
-            }
-        });
+        .limit(options.limit);
+    if options.shared {
+        lease = lease.shared();
+    }
+    let acquire = lease.acquire_with_progress(move |w| {
+        if let Ok(mut seen) = seen.lock() {
+            *seen = Some(w.clone());
+        }
+    });
     tokio::pin!(acquire);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let result = loop {

@@ -23,6 +23,10 @@ pub struct LeaseBuilder {
     wait: Duration,
     holder: String,
     fair: Option<bool>,
+    limit: u32,
+    shared: bool,
+    resume_grace: Duration,
+    resume_token: String,
 }
 
 impl LeaseBuilder {
@@ -34,6 +38,10 @@ impl LeaseBuilder {
             wait: Duration::ZERO,
             holder: String::new(),
             fair: None,
+            limit: 0,
+            shared: false,
+            resume_grace: Duration::ZERO,
+            resume_token: String::new(),
         }
     }
 
@@ -62,6 +70,35 @@ impl LeaseBuilder {
         self
     }
 
+    /// Up to `limit` leases hold the name at once (a counting semaphore; default 1, a plain
+    /// lock). Every holder of one name must ask for the same limit.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Hold the name shared, with other shared leases (a reader); an exclusive lease (a writer)
+    /// excludes them all.
+    pub fn shared(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+
+    /// Keep the lease this long (at most the TTL) after the stream breaks, so that
+    /// [`LeaseBuilder::resume`] with [`LeaseGuard::token`] can reattach to it. Default: released
+    /// the moment the stream ends.
+    pub fn resume_grace(mut self, grace: Duration) -> Self {
+        self.resume_grace = grace;
+        self
+    }
+
+    /// Reattach to the lease `token` holds (kept after its stream broke) instead of taking a
+    /// new one: same token, fencing token and place. `NOT_FOUND` if it is gone.
+    pub fn resume(mut self, token: impl Into<String>) -> Self {
+        self.resume_token = token.into();
+        self
+    }
+
     /// Takes the lock, waiting as configured. A taken lock is `ClientError::Status` with `ABORTED`.
     pub async fn acquire(self) -> Result<LeaseGuard, ClientError> {
         self.acquire_with_progress(|_| {}).await
@@ -81,6 +118,15 @@ impl LeaseBuilder {
                 wait_ms: millis(self.wait),
                 holder: self.holder,
                 fair: self.fair,
+                limit: self.limit,
+                mode: if self.shared {
+                    pb::LeaseMode::Shared
+                } else {
+                    pb::LeaseMode::Exclusive
+                }
+                .into(),
+                resume_token: self.resume_token,
+                resume_grace_ms: millis(self.resume_grace),
             })),
         };
         requests

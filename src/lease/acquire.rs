@@ -14,7 +14,7 @@ use super::held::{HeldLease, Holding, Lock};
 use super::spec::LeaseSpec;
 use super::waiting::{WaitRoom, WaitTicket};
 use crate::error::{Error, Result};
-use crate::store::locks::{AcquireOutcome, Waiter};
+use crate::store::locks::{AcquireOutcome, Mode, Waiter};
 use crate::store::{LockKeys, Locks};
 
 /// First retry delay when polling.
@@ -31,6 +31,8 @@ pub struct Acquisition {
     pub fencing_token: u64,
     /// Taken before the successful command was sent: validity counts from here.
     pub sent_at: Instant,
+    /// Which attachment of the lease this is: 0 when just taken, more when resumed.
+    pub attachment: u64,
 }
 
 /// What a waiter knows about the lock it waits for.
@@ -86,7 +88,7 @@ pub async fn acquire(
     let started = Instant::now();
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();
-    let waiter_id = format!("{:016x}", rand::random::<u64>());
+    let waiter_id = spec.mode.waiter_id();
     let arrival_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| {
@@ -113,6 +115,7 @@ pub async fn acquire(
             join_line: will_wait && sent_at < deadline,
             ttl: waiter_ttl,
             arrival_us,
+            mode: spec.mode,
         };
         let outcome = store
             .try_acquire(keys, token, spec.ttl, &spec.holder, &waiter)
@@ -125,6 +128,7 @@ pub async fn acquire(
                 return Ok(Acquisition {
                     fencing_token,
                     sent_at,
+                    attachment: 0,
                 });
             }
             AcquireOutcome::Held {
@@ -132,6 +136,13 @@ pub async fn acquire(
                 ttl_remaining,
                 position,
             } => (holder, ttl_remaining, position),
+            AcquireOutcome::Mismatch { held } => {
+                return Err(Error::ModeMismatch {
+                    name: spec.name.to_string(),
+                    held,
+                    asked: spec.mode,
+                });
+            }
             AcquireOutcome::NoMajority => {
                 let now = Instant::now();
                 if !will_wait || now >= deadline {
@@ -170,9 +181,10 @@ pub async fn acquire(
         {
             on_waiting(&state);
         }
-        // Only the head of the line (or a racer) can take the lock when the holder's TTL runs out.
-        // A zero TTL means the lock is free but others are ahead: no timer helps then.
-        let may_take_next = !spec.fair || position <= 1;
+        // Only the head of the line (or a racer) can take a plain lock when the holder's TTL runs
+        // out; any permit or reader may. A zero TTL means the lock is free but others are ahead:
+        // no timer helps then.
+        let may_take_next = !spec.fair || position <= 1 || spec.mode != Mode::LOCK;
         let holder_ttl = holder_ttl.filter(|ttl| !ttl.is_zero());
         let until_deadline = deadline - now;
         let timer = match (&ticket, may_take_next, holder_ttl) {
@@ -190,6 +202,24 @@ pub async fn acquire(
                 }
             }
         }
+    }
+}
+
+/// Reattaches to the lease `spec.resume` names (the lease's token is `lease`'s): renewed for
+/// `spec.ttl` again, with its fencing token and place. [`Error::NotResumable`] when the token
+/// holds no lease of this name.
+pub async fn resume(lease: &HeldLease<impl Holding>, spec: &LeaseSpec) -> Result<Acquisition> {
+    let Lock { locks: store, keys } = lease.holding().lock();
+    let sent_at = Instant::now();
+    match store.resume(keys, lease.token(), spec.ttl).await? {
+        Some(resumed) => Ok(Acquisition {
+            fencing_token: resumed.fencing_token,
+            sent_at,
+            attachment: resumed.attachment,
+        }),
+        None => Err(Error::NotResumable {
+            name: spec.name.to_string(),
+        }),
     }
 }
 

@@ -136,6 +136,20 @@ impl<H: Holding> HeldLease<H> {
         self.armed = false;
     }
 
+    /// Its stream broke and the lease may be resumed: it now ends after `grace` unless resumed
+    /// (and is left alone if it was resumed elsewhere since `attachment`). Never released by
+    /// drop after this: if Redis could not be told, the lease expires by its TTL.
+    pub async fn detach(&mut self, grace: std::time::Duration, attachment: u64) {
+        self.armed = false;
+        let Lock { locks, keys } = self.holding().lock();
+        match locks.detach(keys, self.token(), grace, attachment).await {
+            Ok(()) => tracing::info!(grace_ms = grace.as_millis(), "kept for resumption"),
+            Err(error) => {
+                tracing::warn!(%error, "could not shorten the lease to its grace; it expires by its TTL");
+            }
+        }
+    }
+
     /// Lets go now. `Ok(false)`: the lease was no longer ours. On an error the drop still tries.
     pub async fn release(&mut self) -> Result<bool> {
         let was_held = self.holding().release(self.token()).await?;

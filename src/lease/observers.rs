@@ -24,7 +24,8 @@ const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
 
 enum Command {
     Watch {
-        keys: ElectionKeys,
+        /// Boxed: an election's keys are most of a command's size.
+        keys: Box<ElectionKeys>,
         reply: oneshot::Sender<Result<broadcast::Receiver<Snapshot>>>,
     },
     Unwatch {
@@ -70,7 +71,7 @@ impl Observers {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Watch {
-                keys: keys.clone(),
+                keys: Box::new(keys.clone()),
                 reply,
             })
             .map_err(|_| Error::ShuttingDown)?;
@@ -125,7 +126,7 @@ impl Listener for Hub {
             Command::Watch { keys, reply } => {
                 let channel = keys.events.clone();
                 let new_election = || Watched {
-                    keys,
+                    keys: *keys,
                     changes: broadcast::channel(BACKLOG).0,
                     observers: 0,
                     // Learn the current leader's lease TTL at once.

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+pub use crate::store::locks::Mode;
 
 /// Longest lock name, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -23,6 +24,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
 /// Most locks one `List` call reports.
 pub const MAX_LISTED: usize = 1_000;
+/// Most permits of one semaphore: each holder's permit is an entry the scripts walk.
+pub const MAX_LIMIT: u32 = 10_000;
 /// Longest wait for a taken lock.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
@@ -94,6 +97,37 @@ pub fn wait(wait_ms: u32) -> Result<Duration> {
     Ok(wait)
 }
 
+/// How a lease holds its name: `limit` holders at once (0 counts as 1, a plain lock), or shared.
+pub fn mode(limit: u32, shared: bool) -> Result<Mode> {
+    if limit > MAX_LIMIT {
+        return Err(Error::invalid(format!(
+            "limit is {limit}; it must be between 1 and {MAX_LIMIT} (0 means 1)"
+        )));
+    }
+    match (shared, limit) {
+        (false, limit) => Ok(Mode::Exclusive {
+            limit: limit.max(1),
+        }),
+        (true, 0 | 1) => Ok(Mode::Shared),
+        (true, limit) => Err(Error::invalid(format!(
+            "limit is {limit} on a shared lease: shared leases (readers) hold together without a limit; \
+             use limit with exclusive leases (a semaphore)"
+        ))),
+    }
+}
+
+/// How long a lease outlives its broken stream: at most its TTL; zero releases at once.
+pub fn resume_grace(grace_ms: u32, ttl: Duration) -> Result<Option<Duration>> {
+    let grace = Duration::from_millis(grace_ms.into());
+    if grace > ttl {
+        return Err(Error::invalid(format!(
+            "resume_grace_ms is {grace_ms}; it must be at most ttl_ms ({})",
+            ttl.as_millis()
+        )));
+    }
+    Ok((!grace.is_zero()).then_some(grace))
+}
+
 /// A holder description: free text shown to others, bounded and printable.
 pub fn holder(holder: String) -> Result<String> {
     if holder.len() > MAX_HOLDER_BYTES {
@@ -142,6 +176,12 @@ pub struct LeaseSpec {
     pub holder: String,
     /// Wait in line (the default) or race for the lock.
     pub fair: bool,
+    /// A plain lock, a semaphore's permit, or a shared hold.
+    pub mode: Mode,
+    /// How long the lease outlives a broken stream, to be resumed; `None`: released at once.
+    pub resume_grace: Option<Duration>,
+    /// Reattach to the lease this token holds instead of taking a new one.
+    pub resume: Option<String>,
 }
 
 #[cfg(test)]
@@ -156,6 +196,22 @@ mod tests {
         assert!(LockName::parse("a\nb".into()).is_err());
         assert!(LockName::parse("a\u{0}".into()).is_err());
         assert!(LockName::parse("{x}:*?é".into()).is_ok());
+    }
+
+    #[test]
+    fn modes_and_graces_at_the_limits() {
+        assert_eq!(mode(0, false).ok(), Some(Mode::LOCK));
+        assert_eq!(
+            mode(MAX_LIMIT, false).ok(),
+            Some(Mode::Exclusive { limit: MAX_LIMIT })
+        );
+        assert!(mode(MAX_LIMIT + 1, false).is_err());
+        assert_eq!(mode(1, true).ok(), Some(Mode::Shared));
+        assert!(mode(2, true).is_err());
+        let ttl = Duration::from_secs(1);
+        assert_eq!(resume_grace(0, ttl).ok(), Some(None));
+        assert_eq!(resume_grace(1_000, ttl).ok(), Some(Some(ttl)));
+        assert!(resume_grace(1_001, ttl).is_err());
     }
 
     #[test]

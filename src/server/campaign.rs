@@ -94,6 +94,9 @@ impl LeaseStream for Campaign {
             wait: MAX_WAIT,
             holder: CANDIDATE.to_owned(),
             fair: true,
+            mode: spec::Mode::LOCK,
+            resume_grace: None,
+            resume: None,
         };
         let value = spec::election_value(start.value)?;
         Ok((spec, Campaign { value, term: 0 }))

@@ -20,7 +20,7 @@ use super::admission::{ConnectionLimits, LeaseSlot};
 use super::auth::{Caller, Role, Scope};
 use super::events::{Events, ResponseStream};
 use crate::error::{Error, Result};
-use crate::lease::acquire::{Acquisition, WaitingState, acquire};
+use crate::lease::acquire::{Acquisition, WaitingState, acquire, resume};
 use crate::lease::held::{HeldLease, Holding};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::{Lost, Scheduler};
@@ -236,7 +236,12 @@ where
             return Ok(());
         };
         let holding = K::Holding::at(&self.streams.store, &spec.name);
-        let mut lease = HeldLease::claim(holding, Token::random());
+        // A resumed lease is the one its token already holds.
+        let token = match &spec.resume {
+            Some(secret) => Token::from_client(secret.clone()),
+            None => Token::random(),
+        };
+        let mut lease = HeldLease::claim(holding, token);
         let span = info_span!(
             "lease",
             stream = K::WORDS.stream,
@@ -280,7 +285,7 @@ where
         stream: &mut K,
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<()> {
-        let (fencing_token, clock, held_for) = {
+        let (fencing_token, attachment, clock, held_for) = {
             // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
             let acquisition = loop {
                 match Box::pin(self.wait(spec, lease)).await? {
@@ -293,9 +298,13 @@ where
                     Waited::Gone => return Ok(()),
                 }
             };
-            let fencing_token = acquisition.fencing_token;
+            let Acquisition {
+                fencing_token,
+                attachment,
+                ..
+            } = acquisition;
             let clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
-            info!(fencing_token, "acquired");
+            info!(fencing_token, resumed = attachment > 0, "acquired");
             // Counts the lease as held, and its hold time, from here to the end of the stream.
             let metrics = self.streams.metrics();
             let held_for = (
@@ -320,9 +329,11 @@ where
                     return Ok(());
                 }
             }
-            (fencing_token, clock, held_for)
+            (fencing_token, attachment, clock, held_for)
         };
-        let held = self.hold(stream, spec, fencing_token, lease, clock).await;
+        let held = self
+            .hold(stream, spec, (fencing_token, attachment), lease, clock)
+            .await;
         drop(held_for);
         held
     }
@@ -333,6 +344,15 @@ where
         spec: &LeaseSpec,
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<Waited> {
+        if spec.resume.is_some() {
+            let resumed = resume(lease, spec).await;
+            if resumed.is_err() {
+                // Not ours (or unknown, if no answer came): never release a lease this stream
+                // did not get back; a resume that landed unanswered expires by its TTL.
+                lease.disarm();
+            }
+            return resumed.map(Waited::Acquired);
+        }
         let events = &self.events;
         let metrics = self.streams.metrics();
         let asked = Instant::now();
@@ -352,7 +372,11 @@ where
         match attempt {
             Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
             Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),
-            Err(error @ (Error::LockHeld { .. } | Error::WaitExpired { .. })) => {
+            Err(
+                error @ (Error::LockHeld { .. }
+                | Error::WaitExpired { .. }
+                | Error::ModeMismatch { .. }),
+            ) => {
                 // Redis said someone else holds it: nothing of ours to let go.
                 lease.disarm();
                 Err(error)
@@ -388,7 +412,7 @@ where
         &mut self,
         stream: &mut K,
         spec: &LeaseSpec,
-        fencing_token: u64,
+        (fencing_token, attachment): (u64, u64),
         lease: &mut HeldLease<K::Holding>,
         clock: RenewalClock,
     ) -> Result<()> {
@@ -442,14 +466,22 @@ where
                     // A transport failure or an unreadable message: let go (on drop) and say
                     // why, in case the client can still hear it.
                     Move::Broken(status) => {
-                        info!(code = ?status.code(), message = status.message(), "client stream broke; releasing");
+                        info!(code = ?status.code(), message = status.message(), "client stream broke");
+                        if let Some(grace) = spec.resume_grace {
+                            renewals.stop();
+                            Box::pin(lease.detach(grace, attachment)).await;
+                        }
                         return Err(self.broken(status));
                     }
                     Move::Start(_) => return Err(second_start::<K>()),
                     Move::NoAction => return Err(no_action::<K>()),
                 },
                 () = self.events.closed() => {
-                    info!("client went away; releasing");
+                    info!("client went away");
+                    if let Some(grace) = spec.resume_grace {
+                        renewals.stop();
+                        Box::pin(lease.detach(grace, attachment)).await;
+                    }
                     return Ok(());
                 }
                 Lost { cause, reason, due } = renewals.lost() => {

@@ -18,7 +18,7 @@ use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
 use crate::metrics::Outcome;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::LockState;
+use crate::store::locks::{LockState, Mode};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
@@ -134,20 +134,8 @@ impl LockService for LockServer {
         let name = LockName::parse(request.into_inner().name)?;
         caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
         let locks = &self.streams.store.locks;
-        let response = match locks.describe(&locks.keys(name.as_str())).await? {
-            LockState::Free => pb::DescribeResponse::default(),
-            LockState::Held {
-                holder,
-                ttl_remaining,
-                fencing_token,
-            } => pb::DescribeResponse {
-                held: true,
-                holder,
-                ttl_remaining_ms: ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
-                fencing_token,
-            },
-        };
-        Ok(Response::new(response))
+        let state = locks.describe(&locks.keys(name.as_str())).await?;
+        Ok(Response::new(described(state)))
     }
 
     async fn list(
@@ -165,20 +153,50 @@ impl LockService for LockServer {
         let locks = held
             .into_iter()
             .filter(|(name, _)| caller.sees(Scope::Lock, name))
-            .filter_map(|(name, state)| match state {
-                LockState::Free => None,
-                LockState::Held {
-                    holder,
-                    ttl_remaining,
-                    fencing_token,
-                } => Some(pb::HeldLock {
+            .map(|(name, state)| {
+                let described = described(state);
+                pb::HeldLock {
                     name,
-                    holder,
-                    ttl_remaining_ms: ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
-                    fencing_token,
-                }),
+                    holder: described.holder,
+                    ttl_remaining_ms: described.ttl_remaining_ms,
+                    fencing_token: described.fencing_token,
+                    holders: described.holders,
+                    limit: described.limit,
+                    mode: described.mode,
+                }
             })
             .collect();
         Ok(Response::new(pb::ListResponse { locks, truncated }))
+    }
+}
+
+/// A lock's state as `Describe` answers it: every holder, and the first in the single-holder
+/// fields that predate semaphores.
+fn described(state: LockState) -> pb::DescribeResponse {
+    let LockState::Held { mode, holders } = state else {
+        return pb::DescribeResponse::default();
+    };
+    let holders: Vec<pb::Holder> = holders
+        .into_iter()
+        .map(|held| pb::Holder {
+            holder: held.holder,
+            // No expiry (a key set by hand): as long as it can say.
+            ttl_remaining_ms: held.ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
+            fencing_token: held.fencing_token,
+        })
+        .collect();
+    let first = holders.first().cloned().unwrap_or_default();
+    let (limit, mode) = match mode {
+        Mode::Exclusive { limit } => (limit, pb::LeaseMode::Exclusive),
+        Mode::Shared => (1, pb::LeaseMode::Shared),
+    };
+    pb::DescribeResponse {
+        held: true,
+        holder: first.holder,
+        ttl_remaining_ms: first.ttl_remaining_ms,
+        fencing_token: first.fencing_token,
+        holders,
+        limit,
+        mode: mode.into(),
     }
 }

@@ -14,12 +14,30 @@ impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
     type Error = Error;
 
     fn try_from(request: pb::LeaseAcquire) -> Result<Self> {
+        let ttl = spec::ttl(request.ttl_ms)?;
+        let shared = match pb::LeaseMode::try_from(request.mode) {
+            Ok(pb::LeaseMode::Unspecified | pb::LeaseMode::Exclusive) => false,
+            Ok(pb::LeaseMode::Shared) => true,
+            Err(_) => {
+                return Err(Error::invalid(format!(
+                    "mode is {}; it must be LEASE_MODE_EXCLUSIVE or LEASE_MODE_SHARED",
+                    request.mode
+                )));
+            }
+        };
+        let resume = match request.resume_token {
+            token if token.is_empty() => None,
+            token => Some(spec::token(token)?),
+        };
         Ok(LeaseSpec {
             name: LockName::parse(request.name)?,
-            ttl: spec::ttl(request.ttl_ms)?,
+            ttl,
             wait: spec::wait(request.wait_ms)?,
             holder: spec::holder(request.holder)?,
             fair: request.fair.unwrap_or(true),
+            mode: spec::mode(request.limit, shared)?,
+            resume_grace: spec::resume_grace(request.resume_grace_ms, ttl)?,
+            resume,
         })
     }
 }
@@ -35,6 +53,9 @@ impl TryFrom<pb::AcquireRequest> for LeaseSpec {
             wait_ms: request.wait_ms,
             holder: request.holder,
             fair: request.fair,
+            limit: request.limit,
+            mode: request.mode,
+            ..Default::default()
         })
     }
 }

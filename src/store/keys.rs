@@ -29,8 +29,25 @@ pub struct LockKeys {
     pub line: String,
     /// When each waiter leaves the line unless its server vouches for it again (sorted set, ms).
     pub deadlines: String,
+    /// Holders of a semaphore's permits or a shared lock (sorted set: token -> expiry, ms).
+    pub holders: String,
+    /// Each permit's holder, fencing token and attachments, and the name's kind (hash).
+    pub permits: String,
     /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
     pub channel: String,
+}
+
+/// A name's permits live beside its `lock` key: `<lock>:holders` and `<lock>:permits` (the
+/// batched renewal script finds them from the lock's key alone).
+const HOLDERS_SUFFIX: &str = ":holders";
+const PERMITS_SUFFIX: &str = ":permits";
+
+/// The permits' keys beside the `lock` key `lock`: `[holders, permits]`.
+pub fn permit_keys(lock: &str) -> [String; 2] {
+    [
+        format!("{lock}{HOLDERS_SUFFIX}"),
+        format!("{lock}{PERMITS_SUFFIX}"),
+    ]
 }
 
 /// The keys of lock `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence|…`.
@@ -45,8 +62,12 @@ pub fn key_base(prefix: &str, name: &str) -> String {
 
 /// A lock's keys below `base` (from [`key_base`]).
 pub fn lock_keys_at(base: &str) -> LockKeys {
+    let lock = format!("{base}:lock");
+    let [holders, permits] = permit_keys(&lock);
     LockKeys {
-        lock: format!("{base}:lock"),
+        lock,
+        holders,
+        permits,
         owner: format!("{base}:owner"),
         fence: format!("{base}:fence"),
         line: format!("{base}:line"),
@@ -55,8 +76,9 @@ pub fn lock_keys_at(base: &str) -> LockKeys {
     }
 }
 
-/// A `SCAN` pattern that matches the `lock` key of every lock under `prefix`, and no other key
-/// (an election's keys have `election:` between the prefix and the `{`).
+/// A `SCAN` pattern that matches the `lock` key (and the permits' keys) of every lock under
+/// `prefix`, and no other name's key (an election's keys have `election:` between the prefix and
+/// the `{`).
 pub fn lock_key_pattern(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 8);
     for c in prefix.chars() {
@@ -65,12 +87,13 @@ pub fn lock_key_pattern(prefix: &str) -> String {
         }
         pattern.push(c);
     }
-    pattern.push_str("{*}:lock");
+    pattern.push_str("{*}:lock*");
     pattern
 }
 
-/// The name of the lock whose `lock` key is `key`, if it is one under `prefix`.
+/// The name of the lock whose `lock` (or `holders`) key is `key`, if it is one under `prefix`.
 pub fn lock_name(prefix: &str, key: &str) -> Option<String> {
+    let key = key.strip_suffix(HOLDERS_SUFFIX).unwrap_or(key);
     let tag = key
         .strip_prefix(prefix)?
         .strip_prefix('{')?
@@ -111,7 +134,9 @@ mod tests {
             assert_eq!(lock_name("p*[x]:", &key).as_deref(), Some(name));
         }
         assert_eq!(lock_name("p:", "p:{a}:owner"), None);
+        assert_eq!(lock_name("p:", "p:{a}:lock:holders").as_deref(), Some("a"));
+        assert_eq!(lock_name("p:", "p:{a}:lock:permits"), None);
         assert_eq!(lock_name("p:", "p:election:{a}:lock"), None);
-        assert_eq!(lock_key_pattern("p*[x]:"), "p\\*\\[x\\]:{*}:lock");
+        assert_eq!(lock_key_pattern("p*[x]:"), "p\\*\\[x\\]:{*}:lock*");
     }
 }

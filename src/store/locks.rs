@@ -34,6 +34,58 @@ pub struct Waiter<'a> {
     /// Used as its place in line on Redlock's primaries, so that every primary orders the same
     /// waiters the same way; one Redis orders them by its own clock.
     pub arrival_us: u64,
+    /// What it asks for: a plain lock, a permit, a shared hold.
+    pub mode: Mode,
+}
+
+/// How many may hold one name at once, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Up to `limit` holders, each with its own token and expiry: 1 is a plain lock (and the
+    /// writer of a read-write lock), more is a counting semaphore.
+    Exclusive { limit: u32 },
+    /// A reader of a read-write lock: readers hold together; a writer excludes them all.
+    Shared,
+}
+
+impl Mode {
+    /// A plain lock.
+    pub const LOCK: Mode = Mode::Exclusive { limit: 1 };
+
+    /// How the scripts spell it (`permits.lua`): the limit, or `shared`.
+    fn kind(self) -> String {
+        match self {
+            Mode::Exclusive { limit } => limit.to_string(),
+            Mode::Shared => "shared".to_owned(),
+        }
+    }
+
+    fn from_kind(kind: &str) -> Option<Mode> {
+        match kind {
+            "shared" => Some(Mode::Shared),
+            limit => limit.parse().ok().map(|limit| Mode::Exclusive { limit }),
+        }
+    }
+
+    /// A new waiter's id in the line: its first letter tells the scripts what it waits for (a
+    /// waiting writer, `x`, keeps later readers out).
+    pub fn waiter_id(self) -> String {
+        let kind = match self {
+            Mode::LOCK => 'x',
+            Mode::Exclusive { .. } => 'p',
+            Mode::Shared => 's',
+        };
+        format!("{kind}{:016x}", rand::random::<u64>())
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Exclusive { limit } => write!(f, "limit {limit}"),
+            Mode::Shared => f.write_str("shared (a read-write lock, limit 1)"),
+        }
+    }
 }
 
 /// What an acquire attempt found.
@@ -50,6 +102,8 @@ pub enum AcquireOutcome {
         /// Place in line, 1 being next; 0 when not in line.
         position: u32,
     },
+    /// The name is held in another mode (another limit, or shared against a semaphore).
+    Mismatch { held: Mode },
     /// Redlock: no holder has a majority, but neither did this attempt (the primaries split
     /// between contenders, or answered too late to leave enough validity). What it took was given
     /// back; retry after a random delay, so that contenders do not split again.
@@ -61,10 +115,28 @@ pub enum AcquireOutcome {
 pub enum LockState {
     Free,
     Held {
-        holder: String,
-        ttl_remaining: Option<Duration>,
-        fencing_token: u64,
+        mode: Mode,
+        /// Every holder, oldest fencing token first; one for a plain lock.
+        holders: Vec<HolderState>,
     },
+}
+
+/// One holder of a lock, a permit or a shared hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderState {
+    pub holder: String,
+    /// `None` when the key has no expiry (set by hand, not by us).
+    pub ttl_remaining: Option<Duration>,
+    pub fencing_token: u64,
+}
+
+/// A lease reattached by its token (see [`Locks::resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub fencing_token: u64,
+    /// Counts the lease's attachments: the server holding the newest one is the only one that
+    /// may shorten it to its grace when its stream breaks.
+    pub attachment: u64,
 }
 
 /// Redlock: each primary's answer to an acquire is awaited at most ttl / this...
@@ -77,6 +149,16 @@ const SCAN_PAGE: u32 = 1_000;
 /// `SCAN` calls at most per listing: 1,000,000 keys looked at.
 pub const MAX_SCAN_PAGES: usize = 1_000;
 
+/// A script of its own `.lua` file beside this module, after the permits' helpers.
+macro_rules! with_permits {
+    ($file:literal) => {
+        Script::from_lua(concat!(
+            include_str!("locks/permits.lua"),
+            include_str!(concat!("locks/", $file))
+        ))
+    };
+}
+
 /// The lock's scripts, each in its own `.lua` file beside this module.
 struct Scripts {
     acquire: Script,
@@ -87,26 +169,32 @@ struct Scripts {
     leave: Script,
     refresh: Script,
     raise_fence: Script,
+    resume: Script,
+    detach: Script,
 }
 
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: Script::from_lua(include_str!("locks/acquire.lua")),
+            acquire: with_permits!("acquire.lua"),
             extend: Arc::new(ExtendScripts {
-                one: Script::from_lua(include_str!("locks/extend.lua")),
+                one: with_permits!("extend.lua"),
                 many: Script::from_lua(include_str!("locks/extend_many.lua")),
             }),
-            release: Script::from_lua(include_str!("locks/release.lua")),
-            describe: Script::from_lua(include_str!("locks/describe.lua")),
-            leave: Script::from_lua(include_str!("locks/leave.lua")),
-            refresh: Script::from_lua(include_str!("locks/refresh.lua")),
+            release: with_permits!("release.lua"),
+            describe: with_permits!("describe.lua"),
+            leave: with_permits!("leave.lua"),
+            refresh: with_permits!("refresh.lua"),
             raise_fence: Script::from_lua(include_str!("locks/raise_fence.lua")),
+            resume: with_permits!("resume.lua"),
+            detach: with_permits!("detach.lua"),
         }
     }
 
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 10] {
         [
+            &self.resume,
+            &self.detach,
             &self.raise_fence,
             &self.extend.many,
             &self.acquire,
@@ -168,8 +256,9 @@ impl Locks {
         lock_keys(&self.0.prefix, name)
     }
 
-    /// One atomic `SET NX PX` (only if the line lets this waiter go); on success also issues the
-    /// next fencing token. If taken, a fair waiter keeps (or takes) its place in line.
+    /// One atomic `SET NX PX` (or one permit, in `mode`), only if the line lets this waiter go;
+    /// on success also issues the next fencing token. If taken, a fair waiter keeps (or takes) its
+    /// place in line.
     ///
     /// On Redlock's primaries the script runs on all at once: the lock is ours with a majority
     /// and more than half the TTL of validity left (measured from before the first command
@@ -253,6 +342,15 @@ impl Locks {
         if answers.unreachable() {
             return Err(answers.into_error("acquire"));
         }
+        let mismatch = answers.ok.iter().find_map(|(_, outcome)| match outcome {
+            AcquireOutcome::Mismatch { held } => Some(*held),
+            _ => None,
+        });
+        if let Some(held) = mismatch
+            && answers.is_majority(answers.count(|o| matches!(o, AcquireOutcome::Mismatch { .. })))
+        {
+            return Ok(AcquireOutcome::Mismatch { held });
+        }
         Ok(held_by_majority(&answers).unwrap_or(AcquireOutcome::NoMajority))
     }
 
@@ -281,6 +379,8 @@ impl Locks {
                     keys.fence.clone(),
                     keys.line.clone(),
                     keys.deadlines.clone(),
+                    keys.holders.clone(),
+                    keys.permits.clone(),
                 ],
                 vec![
                     Value::from(token.secret()),
@@ -292,6 +392,7 @@ impl Locks {
                     Value::from(millis(waiter.ttl)),
                     Value::from(keys.channel.as_str()),
                     Value::from(arrival.map(|us| us.to_string()).unwrap_or_default()),
+                    Value::from(waiter.mode.kind()),
                 ],
             )
             .await?;
@@ -300,6 +401,11 @@ impl Locks {
                 let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
                 Ok(AcquireOutcome::Acquired { fencing_token })
             }
+            [mismatch, held] if mismatch.as_i64() == Some(2) => held
+                .as_str()
+                .and_then(|kind| Mode::from_kind(&kind))
+                .map(|held| AcquireOutcome::Mismatch { held })
+                .ok_or_else(|| bad_reply(CONTEXT, &reply)),
             [acquired, ttl, holder, position] if acquired.as_i64() == Some(0) => {
                 Ok(AcquireOutcome::Held {
                     holder: holder.as_string().unwrap_or_default(),
@@ -330,7 +436,13 @@ impl Locks {
                     connection.eval::<i64>(
                         &self.0.scripts.raise_fence,
                         "raise fence",
-                        vec![keys.lock.clone(), keys.owner.clone(), keys.fence.clone()],
+                        vec![
+                            keys.lock.clone(),
+                            keys.owner.clone(),
+                            keys.fence.clone(),
+                            keys.holders.clone(),
+                            keys.permits.clone(),
+                        ],
                         vec![Value::from(token.secret()), Value::from(fence.to_string())],
                     )
                 },
@@ -380,7 +492,13 @@ impl Locks {
                 connection.eval::<i64>(
                     &self.0.scripts.release,
                     "release",
-                    vec![keys.lock.clone(), keys.owner.clone(), keys.line.clone()],
+                    vec![
+                        keys.lock.clone(),
+                        keys.owner.clone(),
+                        keys.line.clone(),
+                        keys.holders.clone(),
+                        keys.permits.clone(),
+                    ],
                     vec![
                         Value::from(token.secret()),
                         Value::from(keys.channel.as_str()),
@@ -397,7 +515,12 @@ impl Locks {
             connection.eval::<i64>(
                 &self.0.scripts.leave,
                 "leave",
-                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                vec![
+                    keys.lock.clone(),
+                    keys.line.clone(),
+                    keys.deadlines.clone(),
+                    keys.holders.clone(),
+                ],
                 vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
             )
         })
@@ -422,7 +545,12 @@ impl Locks {
             connection.eval::<i64>(
                 &self.0.scripts.refresh,
                 "refresh line",
-                vec![keys.lock.clone(), keys.line.clone(), keys.deadlines.clone()],
+                vec![
+                    keys.lock.clone(),
+                    keys.line.clone(),
+                    keys.deadlines.clone(),
+                    keys.holders.clone(),
+                ],
                 args.clone(),
             )
         })
@@ -547,7 +675,9 @@ impl Locks {
                 .map(|(_, state)| state)
                 .filter(|state| matches!(state, LockState::Held { .. }))
                 .max_by_key(|state| match state {
-                    LockState::Held { fencing_token, .. } => *fencing_token,
+                    LockState::Held { holders, .. } => {
+                        holders.iter().map(|h| h.fencing_token).max().unwrap_or(0)
+                    }
                     LockState::Free => 0,
                 });
             return Ok(newest.unwrap_or(LockState::Free));
@@ -564,19 +694,100 @@ impl Locks {
             .eval(
                 &self.0.scripts.describe,
                 CONTEXT,
-                vec![keys.lock.clone(), keys.owner.clone()],
+                permit_script_keys(keys),
                 Vec::<Value>::new(),
             )
             .await?;
-        match reply.as_slice() {
-            [held] if held.as_i64() == Some(0) => Ok(LockState::Free),
-            [held, ttl, holder, fence] if held.as_i64() == Some(1) => Ok(LockState::Held {
-                holder: holder.as_string().unwrap_or_default(),
-                ttl_remaining: pttl(ttl),
-                fencing_token: fence.as_u64().unwrap_or(0),
-            }),
-            _ => Err(bad_reply(CONTEXT, &reply)),
+        let Some((kind, held)) = reply.split_first() else {
+            return Ok(LockState::Free);
+        };
+        let mode = kind
+            .as_str()
+            .and_then(|kind| Mode::from_kind(&kind))
+            .ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+        if held.is_empty() || held.len() % 3 != 0 {
+            return Err(bad_reply(CONTEXT, &reply));
         }
+        let mut holders: Vec<HolderState> = held
+            .chunks_exact(3)
+            .map(|holder| HolderState {
+                ttl_remaining: pttl(&holder[0]),
+                holder: holder[1].as_string().unwrap_or_default(),
+                fencing_token: holder[2].as_u64().unwrap_or(0),
+            })
+            .collect();
+        holders.sort_by_key(|holder| holder.fencing_token);
+        Ok(LockState::Held { mode, holders })
+    }
+
+    /// Reattaches the lease `token` holds (its stream broke, the client came back within the
+    /// grace): renewed for `ttl` again and counted as a new attachment. `None`: no lease of this
+    /// name holds the token (expired, released, or never issued). Redlock: a majority must hold
+    /// it; the token is the highest they recorded.
+    pub async fn resume(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<Option<Resumed>> {
+        const CONTEXT: &str = "resume";
+        let answers = self
+            .0
+            .nodes
+            .gather(
+                |_, connection| async move {
+                    let reply: Vec<u64> = connection
+                        .eval(
+                            &self.0.scripts.resume,
+                            CONTEXT,
+                            permit_script_keys(keys),
+                            vec![Value::from(token.secret()), Value::from(millis(ttl))],
+                        )
+                        .await?;
+                    Ok(match reply.as_slice() {
+                        [fencing_token, attachment] => Some(Resumed {
+                            fencing_token: *fencing_token,
+                            attachment: *attachment,
+                        }),
+                        _ => None,
+                    })
+                },
+                |_| false,
+            )
+            .await;
+        let resumed: Vec<Resumed> = answers.ok.iter().filter_map(|(_, r)| *r).collect();
+        if answers.is_majority(resumed.len()) {
+            return Ok(resumed.into_iter().max_by_key(|r| r.fencing_token));
+        }
+        if answers.is_majority(answers.ok.len()) {
+            return Ok(None);
+        }
+        Err(answers.into_error(CONTEXT))
+    }
+
+    /// A resumable lease's stream broke: the lease now ends after `grace` unless it is resumed,
+    /// and is left alone if it was resumed elsewhere since `attachment`.
+    pub async fn detach(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        grace: Duration,
+        attachment: u64,
+    ) -> Result<()> {
+        self.on_every_node("detach", |connection| {
+            connection.eval::<i64>(
+                &self.0.scripts.detach,
+                "detach",
+                permit_script_keys(keys),
+                vec![
+                    Value::from(token.secret()),
+                    Value::from(millis(grace)),
+                    Value::from(attachment.to_string()),
+                ],
+            )
+        })
+        .await?;
+        Ok(())
     }
 }
 
@@ -613,6 +824,16 @@ fn held_by_majority(answers: &Answers<AcquireOutcome>) -> Option<AcquireOutcome>
             .max()
             .unwrap_or(0),
     })
+}
+
+/// The keys of the scripts that see a lease wherever it lives: the lock, or a permit.
+fn permit_script_keys(keys: &LockKeys) -> Vec<String> {
+    vec![
+        keys.lock.clone(),
+        keys.owner.clone(),
+        keys.holders.clone(),
+        keys.permits.clone(),
+    ]
 }
 
 pub(super) fn millis(duration: Duration) -> i64 {

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
 use super::connection::Connection;
+use super::keys::permit_keys;
 use super::locks::millis;
 use crate::error::{Error, Result};
 
@@ -178,7 +179,10 @@ impl Batcher {
                 .eval(
                     &this.scripts.one,
                     "extend",
-                    vec![extend.lock, extend.owner],
+                    {
+                        let [holders, permits] = permit_keys(&extend.lock);
+                        vec![extend.lock, extend.owner, holders, permits]
+                    },
                     vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
                 )
                 .await;

@@ -414,6 +414,7 @@ pub fn acquire_request(name: &str, ttl_ms: u32, wait_ms: u32, holder: &str) -> L
             wait_ms,
             holder: holder.to_owned(),
             fair: None,
+            ..Default::default()
         })),
     }
 }
@@ -590,6 +591,7 @@ pub fn unary_acquire(
         wait_ms,
         holder: holder.into(),
         fair: None,
+        ..Default::default()
     }
 }
 

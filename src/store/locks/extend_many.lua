@@ -3,18 +3,36 @@
 -- that fell due together on one node. A cluster refuses declared keys of several slots even
 -- with this flag, so KEYS[1] (the first lock) only routes the call to its node, and the locks
 -- come in ARGV; the flag lets the script reach them, all served by that node (Redis 7).
+-- A permit (semaphore, shared lock) lives in `<lock>:holders` and `<lock>:permits` instead
+-- (see permits.lua), in the same slot.
 -- KEYS[1] the first lock
 -- ARGV[4i-3] lock  ARGV[4i-2] owner  ARGV[4i-1] token  ARGV[4i] ttl in ms
 -- Returns one 1 (extended) or 0 (gone or someone else's) per lock, in order.
+local now_ms = nil
 local extended = {}
 for i = 1, #ARGV / 4 do
-  local lock, owner = ARGV[4 * i - 3], ARGV[4 * i - 2]
-  if redis.call('GET', lock) == ARGV[4 * i - 1] then
-    redis.call('PEXPIRE', lock, ARGV[4 * i])
-    redis.call('PEXPIRE', owner, ARGV[4 * i])
+  local lock, owner, token, ttl = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
+  extended[i] = 0
+  if redis.call('GET', lock) == token then
+    redis.call('PEXPIRE', lock, ttl)
+    redis.call('PEXPIRE', owner, ttl)
     extended[i] = 1
   else
-    extended[i] = 0
+    local holders = lock .. ':holders'
+    local expiry = tonumber(redis.call('ZSCORE', holders, token))
+    if expiry then
+      if not now_ms then
+        local now = redis.call('TIME')
+        now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+      end
+      if expiry > now_ms then
+        redis.call('ZADD', holders, 'XX', now_ms + tonumber(ttl), token)
+        local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]
+        redis.call('PEXPIREAT', holders, last)
+        redis.call('PEXPIREAT', lock .. ':permits', last)
+        extended[i] = 1
+      end
+    end
   end
 end
 return extended

@@ -1,6 +1,6 @@
 -- Keep one server's waiters in line, drop waiters nobody vouches for, and wake the line if the
--- lock is free (a wake-up may have been lost). One call covers all of a server's waiters on a lock.
--- KEYS[1] lock  KEYS[2] line  KEYS[3] waiter deadlines
+-- lock may be free (a wake-up may have been lost). One call covers all of a server's waiters on a lock.
+-- KEYS[1] lock  KEYS[2] line  KEYS[3] waiter deadlines  KEYS[4] holders
 -- ARGV[1] channel  ARGV[2] waiter ttl in ms  ARGV[3..] this server's waiter ids
 -- Returns the number of waiters dropped.
 local now = redis.call('TIME')
@@ -22,8 +22,7 @@ for _, waiter in ipairs(dead) do
   redis.call('ZREM', KEYS[2], waiter)
   redis.call('ZREM', KEYS[3], waiter)
 end
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if head and redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('SPUBLISH', ARGV[1], head)
+if redis.call('ZCARD', KEYS[2]) > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SPUBLISH', ARGV[1], wake_message(KEYS[2], KEYS[4]))
 end
 return #dead
