@@ -353,6 +353,49 @@ async fn a_server_refuses_to_start_on_an_even_count_or_without_a_majority() {
     assert!(stderr.contains("only 2 of 5"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_hold_on_a_majority_and_semaphores_are_refused() {
+    let primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let client = leasehold::client::Client::connect(server.url())
+        .await
+        .expect("connect");
+    // Majorities of different holders need not meet on a primary that counts them all.
+    match client.lease("pool").limit(3).acquire().await {
+        Err(leasehold::client::ClientError::Status(status)) => {
+            assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+            assert!(status.message().contains("Redlock"), "{}", status.message());
+        }
+        other => panic!("expected FAILED_PRECONDITION, got {other:?}"),
+    }
+    // A reader's and a writer's majorities always share a primary, which refuses one of them.
+    let readers = [
+        client
+            .lease("catalog")
+            .shared()
+            .acquire()
+            .await
+            .expect("reader"),
+        client
+            .lease("catalog")
+            .shared()
+            .acquire()
+            .await
+            .expect("reader"),
+    ];
+    let mut raw = server.client().await;
+    let mut writer = LeaseStream::acquire(&mut raw, "catalog", 5_000, 0, "writer").await;
+    assert_eq!(writer.status().await.code(), Code::Aborted);
+    let mut writer = LeaseStream::acquire(&mut raw, "catalog", 5_000, 10_000, "writer").await;
+    writer.waiting().await;
+    for reader in readers {
+        assert!(reader.release().await.expect("release reader"));
+    }
+    let acquired = writer.acquired().await;
+    assert!(acquired.fencing_token > 0);
+    assert!(writer.release().await);
+}
+
 #[tokio::test]
 async fn elections_are_refused_with_a_reason_in_redlock_mode() {
     let primaries = primaries();

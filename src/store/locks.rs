@@ -273,6 +273,15 @@ impl Locks {
         waiter: &Waiter<'_>,
     ) -> Result<AcquireOutcome> {
         let nodes = &self.0.nodes;
+        if let (true, Mode::Exclusive { limit: 2.. }) = (nodes.is_quorum(), waiter.mode) {
+            // Each primary admits `limit` holders, but majorities of different holders need
+            // not overlap on one primary: 3 holders of a limit of 2 can each win 3 of 5.
+            return Err(Error::FailedPrecondition(
+                "semaphores (limit above 1) are not offered with Redlock: a majority per permit \
+                 cannot keep the holders within the limit; use one Redis, Sentinel or a Cluster"
+                    .into(),
+            ));
+        }
         let started = Instant::now();
         let arrival = nodes.is_quorum().then_some(waiter.arrival_us);
         let won = |outcome: &AcquireOutcome| matches!(outcome, AcquireOutcome::Acquired { .. });

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod chaos;
 pub mod cluster;
+pub mod permits;
 pub mod proxy;
 pub mod sentinel;
 
