@@ -8,8 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::chaos::{Chaos, Cluster, FAULT_FOR, TTL, WAITER_TTL};
-use support::signal;
+use support::chaos::{Chaos, Cluster, FAULT_FOR, SERVER_FLAGS, TTL, WAITER_TTL};
+use support::permits::Churn;
+use support::{RedisServer, ServerProcess, signal};
 use tokio::time::{Instant, sleep};
 
 const WORKERS: usize = 4;
@@ -188,4 +189,46 @@ async fn subscriber_connections_killed() {
         "a lease was lost"
     );
     report.assert_safe("subscriber-killed", gap);
+}
+
+/// A semaphore (2 permits, 9 workers on 3 servers) while a server whose client holds a permit is
+/// frozen longer than the TTL: its permits free by expiry alone, its clients stop believing by
+/// their own clocks, the others carry on, and at no moment do more than 2 believe they hold one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holder_server_paused_longer_than_the_ttl() {
+    const LIMIT: u32 = 2;
+    let ttl = Duration::from_secs(1);
+    let redis = RedisServer::start();
+    let servers: Vec<ServerProcess> = (0..3)
+        .map(|_| ServerProcess::start(&redis, SERVER_FLAGS))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(ServerProcess::url).collect();
+    let churn = Churn::start(&urls, 3, "pool", LIMIT, ttl, Duration::from_millis(150)).await;
+    churn.progress(10).await;
+    churn.keep_turns_on(Some(0));
+    churn.held_on(0).await;
+    signal(servers[0].pid(), "STOP");
+    let fault_at = Instant::now();
+    // The other servers' workers keep taking permits, the frozen ones' included once expired.
+    churn.progress(10).await;
+    sleep(FAULT_FOR.saturating_sub(fault_at.elapsed())).await; // The whole fault.
+    churn.keep_turns_on(None);
+    signal(servers[0].pid(), "CONT");
+    churn.progress(10).await;
+    let report = churn.finish().await;
+    println!(
+        "FIGURE fault=semaphore-server-paused acquisitions={} most_at_once={} lost={}",
+        report.acquisitions, report.most_at_once, report.lost
+    );
+
+    assert!(
+        report.most_at_once <= LIMIT as usize,
+        "{} held a permit of {LIMIT} at once",
+        report.most_at_once
+    );
+    assert!(
+        report.lost >= 1,
+        "the frozen server's holder was never told"
+    );
+    assert_eq!(report.distinct_tokens(), report.acquisitions);
 }

@@ -33,7 +33,7 @@ pub const WAITER_TTL: Duration = Duration::from_millis(600);
 
 /// Server flags that make faults show quickly: keepalive 200 ms + 300 ms, Redis calls 300 ms,
 /// waiters of a frozen or dead server out of line after 600 ms.
-const SERVER_FLAGS: &[&str] = &[
+pub const SERVER_FLAGS: &[&str] = &[
     "--waiter-ttl",
     "600ms",
     "--keepalive-interval",

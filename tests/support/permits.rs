@@ -17,17 +17,25 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_secs(10);
 
 /// Who holds a permit now, the most at once, and every fencing token issued.
-#[derive(Default)]
 struct Occupancy {
     now: AtomicUsize,
+    /// Holders now, by the index of their server.
+    by_server: watch::Sender<Vec<usize>>,
     most: AtomicUsize,
     tokens: Mutex<Vec<u64>>,
     /// Turns that ended in `Lost` rather than a release.
     lost: AtomicUsize,
+    /// Workers of this server (index + 1; 0: none) keep their turn until the lease is lost (at
+    /// most `LONGEST_KEPT_TURN`), so that a fault injected on the server lands on a holder.
+    keep_turns_on: AtomicUsize,
 }
 
+/// The longest turn of a worker told to keep its turn until the lease is lost.
+const LONGEST_KEPT_TURN: Duration = Duration::from_secs(5);
+
 impl Occupancy {
-    fn enter(&self, fencing_token: u64) {
+    fn enter(&self, server: usize, fencing_token: u64) {
+        self.by_server.send_modify(|held| held[server] += 1);
         let inside = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(inside, Ordering::SeqCst);
         self.tokens
@@ -36,8 +44,9 @@ impl Occupancy {
             .push(fencing_token);
     }
 
-    fn leave(&self) {
+    fn leave(&self, server: usize) {
         self.now.fetch_sub(1, Ordering::SeqCst);
+        self.by_server.send_modify(|held| held[server] -= 1);
     }
 }
 
@@ -81,15 +90,23 @@ impl Churn {
         ttl: Duration,
         longest_turn: Duration,
     ) -> Self {
-        let occupancy = Arc::new(Occupancy::default());
+        let occupancy = Arc::new(Occupancy {
+            now: AtomicUsize::default(),
+            by_server: watch::channel(vec![0; urls.len()]).0,
+            most: AtomicUsize::default(),
+            tokens: Mutex::default(),
+            lost: AtomicUsize::default(),
+            keep_turns_on: AtomicUsize::default(),
+        });
         let (acquisitions, _) = watch::channel(0);
         let stop = CancellationToken::new();
         let mut workers = Vec::new();
-        for url in urls {
+        for (server, url) in urls.iter().enumerate() {
             for id in 0..per_server {
                 let client = Client::connect(url.clone()).await.expect("connect worker");
                 let worker = Worker {
                     client,
+                    server,
                     name: name.to_owned(),
                     holder: format!("{url} worker {id}"),
                     limit,
@@ -120,6 +137,22 @@ impl Churn {
             .expect("workers gone");
     }
 
+    /// From now on, the workers of server `server` (`None`: of no server) keep each turn until
+    /// the lease is lost.
+    pub fn keep_turns_on(&self, server: Option<usize>) {
+        let server = server.map_or(0, |server| server + 1);
+        self.occupancy.keep_turns_on.store(server, Ordering::SeqCst);
+    }
+
+    /// Waits until a worker on server `server` (its index in `urls`) holds a permit.
+    pub async fn held_on(&self, server: usize) {
+        let mut held = self.occupancy.by_server.subscribe();
+        tokio::time::timeout(Duration::from_secs(30), held.wait_for(|h| h[server] > 0))
+            .await
+            .unwrap_or_else(|_| panic!("no worker of server {server} got a permit within 30 s"))
+            .expect("workers gone");
+    }
+
     /// Stops the workers and returns what they did.
     pub async fn finish(self) -> Report {
         self.stop.cancel();
@@ -147,6 +180,7 @@ impl Churn {
 
 struct Worker {
     client: Client,
+    server: usize,
     name: String,
     holder: String,
     limit: u32,
@@ -177,15 +211,23 @@ impl Worker {
                 sleep(Duration::from_millis(20)).await;
                 continue;
             };
-            self.occupancy.enter(guard.fencing_token());
+            self.occupancy.enter(self.server, guard.fencing_token());
             self.acquisitions.send_modify(|n| *n += 1);
             let turn = self.longest_turn.mul_f64(rand::random::<f64>());
-            tokio::select! {
-                () = sleep(turn) => self.occupancy.leave(),
-                _ = guard.lost() => {
-                    self.occupancy.leave();
-                    self.occupancy.lost.fetch_add(1, Ordering::SeqCst);
-                }
+            let mut lost = tokio::select! {
+                () = sleep(turn) => false,
+                _ = guard.lost() => true,
+            };
+            if !lost && self.occupancy.keep_turns_on.load(Ordering::SeqCst) == self.server + 1 {
+                lost = tokio::select! {
+                    _ = guard.lost() => true,
+                    () = sleep(LONGEST_KEPT_TURN) => false,
+                    () = self.stop.cancelled() => false,
+                };
+            }
+            self.occupancy.leave(self.server);
+            if lost {
+                self.occupancy.lost.fetch_add(1, Ordering::SeqCst);
             }
             let _ = guard.release().await;
         }
