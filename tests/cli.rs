@@ -412,3 +412,97 @@ async fn status_without_names_lists_every_held_lock() {
     assert_eq!(text.lines().count(), 3, "{text}");
     assert!(text.contains("a b/{x}:*\theld by cron@host"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_with_a_limit_overlap_at_most_that_many() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let marks = temp_file("permits");
+    let script = format!(
+        "echo start $(date +%s%N) >> {0}; sleep 1; echo end $(date +%s%N) >> {0}",
+        marks.display()
+    );
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let mut command = leasehold(&server);
+        command.args([
+            "run", "--limit", "2", "--wait", "20s", "pool", "--", "sh", "-c", &script,
+        ]);
+        runs.push(tokio::spawn(exit_code(command)));
+    }
+    for run in runs {
+        assert_eq!(run.await.unwrap(), 0);
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .map(|line| {
+            let (mark, at) = line.split_once(' ').unwrap();
+            (at.parse().unwrap(), if mark == "start" { 1 } else { -1 })
+        })
+        .collect();
+    assert_eq!(events.len(), 8, "{text}");
+    // At one instant, ends before starts: a run that ended let the next one in.
+    events.sort_unstable();
+    let (mut running, mut most) = (0, 0);
+    for (_, step) in events {
+        running += step;
+        most = most.max(running);
+    }
+    assert_eq!(most, 2, "runs at once, with --limit 2:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_every_holder_and_shared_runs_share() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let client = leasehold::client::Client::connect(server.url())
+        .await
+        .unwrap();
+    let mut permits = Vec::new();
+    for holder in ["encoder-a", "encoder-b"] {
+        let lease = client.lease("pool").limit(2).holder(holder);
+        permits.push(lease.acquire().await.unwrap());
+    }
+
+    let mut command = leasehold(&server);
+    command.args(["status", "pool"]);
+    let text = String::from_utf8(command.output().await.unwrap().stdout).unwrap();
+    assert!(text.contains("pool\t2 held of limit 2"), "{text}");
+    assert!(text.contains("held by encoder-a") && text.contains("held by encoder-b"));
+    let mut command = leasehold(&server);
+    command.args(["status", "--json", "pool"]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&command.output().await.unwrap().stdout).unwrap();
+    assert_eq!(json[0]["limit"], 2);
+    assert_eq!(json[0]["holders"][1]["holder"], "encoder-b");
+    assert_eq!(
+        json[0]["holders"][1]["fencing_token"],
+        permits[1].fencing_token()
+    );
+
+    // Full: a third run does not start; another limit is refused as a usage error.
+    let mut command = leasehold(&server);
+    command.args(["run", "--limit", "2", "pool", "--", "true"]);
+    assert_eq!(exit_code(command).await, i32::from(EXIT_NOT_ACQUIRED));
+    let mut command = leasehold(&server);
+    command.args(["run", "--limit", "3", "pool", "--", "true"]);
+    command.stderr(Stdio::piped());
+    let output = command.output().await.unwrap();
+    assert_eq!(output.status.code(), Some(EXIT_USAGE));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("limit 2") && stderr.contains("limit 3"),
+        "{stderr}"
+    );
+
+    // Readers run beside a reader, not beside a writer.
+    let _reader = client.lease("catalog").shared().acquire().await.unwrap();
+    let mut command = leasehold(&server);
+    command.args(["run", "--shared", "catalog", "--", "true"]);
+    assert_eq!(exit_code(command).await, 0);
+    let _writer = client.lease("schema").acquire().await.unwrap();
+    let mut command = leasehold(&server);
+    command.args(["run", "--shared", "schema", "--", "true"]);
+    assert_eq!(exit_code(command).await, i32::from(EXIT_NOT_ACQUIRED));
+}
