@@ -89,16 +89,15 @@ class _LeaseState:
 class Lease(_LeaseState):
     """A held lock. Use ``lease(...)`` rather than building one by hand."""
 
-    def __init__(self, stub: lock_pb2_grpc.LockServiceStub, name: str, ttl: float, wait: float,
-                 holder: str, fair: bool):
+    def __init__(self, stub: lock_pb2_grpc.LockServiceStub, request: lock_pb2.LeaseAcquire):
+        name = request.name
         self.name = name
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
         self._released = threading.Event()
         self._was_held = False
         self._outbox: queue.Queue = queue.Queue()
-        self._outbox.put(lock_pb2.LeaseRequest(acquire=lock_pb2.LeaseAcquire(
-            name=name, ttl_ms=_millis(ttl), wait_ms=_millis(wait), holder=holder, fair=fair)))
+        self._outbox.put(lock_pb2.LeaseRequest(acquire=request))
         self._events = stub.Lease(iter(self._outbox.get, None))
         try:
             for event in self._events:
@@ -217,16 +216,33 @@ def _channel(server: str, channel: Optional[grpc.Channel]) -> Iterator[grpc.Chan
         own.close()
 
 
+def _acquire_request(name: str, ttl: float, wait: float, holder: str, fair: bool, limit: int,
+                     shared: bool, resume_grace: float,
+                     resume_token: str) -> lock_pb2.LeaseAcquire:
+    mode = lock_pb2.LEASE_MODE_SHARED if shared else lock_pb2.LEASE_MODE_EXCLUSIVE
+    return lock_pb2.LeaseAcquire(
+        name=name, ttl_ms=_millis(ttl), wait_ms=_millis(wait), holder=holder, fair=fair,
+        limit=limit, mode=mode, resume_grace_ms=_millis(resume_grace), resume_token=resume_token)
+
+
 @contextmanager
 def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: float = 0.0,
-          holder: str = "", fair: bool = True,
+          holder: str = "", fair: bool = True, limit: int = 1, shared: bool = False,
+          resume_grace: float = 0.0, resume_token: str = "",
           channel: Optional[grpc.Channel] = None) -> Iterator[Lease]:
     """Holds lock ``name`` for the ``with`` block.
 
     Raises NotAcquired if the lock stays taken for ``wait`` seconds (0: fail at once).
+    ``limit``: up to that many holders at once (a semaphore; every holder must give the same).
+    ``shared``: hold it with other shared holders (readers); an exclusive one (a writer) waits
+    for them all, and readers that come after a waiting writer wait behind it.
+    ``resume_grace``: keep the lease that long (at most ``ttl``) after the stream breaks, so that
+    ``lease(name, resume_token=held.token)`` can take it back with its fencing token.
     """
+    request = _acquire_request(name, ttl, wait, holder, fair, limit, shared, resume_grace,
+                               resume_token)
     with _channel(server, channel) as chan:
-        held = Lease(lock_pb2_grpc.LockServiceStub(chan), name, ttl, wait, holder, fair)
+        held = Lease(lock_pb2_grpc.LockServiceStub(chan), request)
         try:
             yield held
         finally:

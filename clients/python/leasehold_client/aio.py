@@ -21,8 +21,8 @@ import grpc
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-from . import (_SILENT, DEFAULT_SERVER, Leader, NotAcquired, _credentials, _leader,
-               _LeaseState, _millis)
+from . import (_SILENT, DEFAULT_SERVER, Leader, NotAcquired, _acquire_request, _credentials,
+               _leader, _LeaseState, _millis)
 
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
 
@@ -154,13 +154,16 @@ async def _channel(server: str, channel: Optional[aio.Channel]) -> AsyncIterator
 
 @asynccontextmanager
 async def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0,
-                wait: float = 0.0, holder: str = "", fair: bool = True,
+                wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
+                shared: bool = False, resume_grace: float = 0.0, resume_token: str = "",
                 channel: Optional[aio.Channel] = None) -> AsyncIterator[AsyncLease]:
-    """Holds lock ``name`` for the ``async with`` block; NotAcquired if it stays taken."""
+    """Holds lock ``name`` for the ``async with`` block; NotAcquired if it stays taken. The
+    options are those of ``leasehold_client.lease``."""
+    request = _acquire_request(name, ttl, wait, holder, fair, limit, shared, resume_grace,
+                               resume_token)
     async with _channel(server, channel) as chan:
         held = AsyncLease(lock_pb2_grpc.LockServiceStub(chan).Lease(), name)
-        await held._acquire(lock_pb2.LeaseAcquire(
-            name=name, ttl_ms=_millis(ttl), wait_ms=_millis(wait), holder=holder, fair=fair))
+        await held._acquire(request)
         try:
             yield held
         finally:

@@ -3,7 +3,9 @@
 import os
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -52,3 +54,55 @@ def server_process(redis_port):
 def server(server_process):
     """The real binary's address."""
     return server_process[0]
+
+
+class CuttableProxy:
+    """A TCP proxy in front of the server whose connections can all be cut at once, as a network
+    break would (no gRPC goodbye: the server sees the transport fail)."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._upstream)
+            self._sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+
+    def cut(self):
+        self._listener.close()
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            # SO_LINGER 0: close with a reset, as a dead link or a crashed peer would.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the pipe blocked in recv
+            except OSError:
+                pass
+            sock.close()
+
+
+@pytest.fixture
+def cuttable(server):
+    """A proxy in front of the server, to cut the connections through it."""
+    proxy = CuttableProxy(server)
+    yield proxy
+    proxy.cut()

@@ -99,3 +99,53 @@ def test_conformance_election_handover(server, redis_port):
             term_b = b.elected()
             assert term_b > term_a
             assert leader("vote", server=server) == Leader(term_b, b"b")
+
+
+def test_conformance_semaphore_limit(server):
+    with lease("pool", server=server, limit=2) as first, lease("pool", server=server, limit=2) as second:
+        assert first.fencing_token != second.fencing_token
+        with pytest.raises(NotAcquired):
+            with lease("pool", server=server, limit=2):
+                pass
+        with pytest.raises(grpc.RpcError) as refused:
+            with lease("pool", server=server, limit=3):
+                pass
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "limit 2" in refused.value.details() and "limit 3" in refused.value.details()
+
+
+def test_conformance_shared_readers(server, redis_port):
+    tokens = []
+    with lease("catalog", server=server, shared=True) as first, \
+            lease("catalog", server=server, shared=True) as second:
+        readers = max(first.fencing_token, second.fencing_token)
+
+        def writer():
+            with lease("catalog", server=server, wait=10) as held:
+                tokens.append(held.fencing_token)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        wait_for_line(redis_port, "leasehold:{catalog}:line", 1)
+        assert tokens == [], "the writer got in beside the readers"
+    thread.join(timeout=10)
+    assert len(tokens) == 1 and tokens[0] > readers, tokens
+
+
+def test_conformance_resume_after_break(server, redis_port, cuttable):
+    with lease("job", server=cuttable.address, ttl=3, resume_grace=2) as held:
+        cuttable.cut()  # the connection breaks; the lease is kept for its grace
+        while not held.lost.wait(10):
+            pass
+    deadline = time.monotonic() + 10
+    while int(redis_cli(redis_port, "PTTL", LOCK_KEY)) > 2000:
+        assert time.monotonic() < deadline, "the lease was not shortened to its grace"
+        time.sleep(0.01)
+    with pytest.raises(grpc.RpcError) as refused:
+        with lease("job", server=server, ttl=3, resume_token="0" * 32):
+            pass
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    with lease("job", server=server, ttl=3, resume_token=held.token) as resumed:
+        assert resumed.fencing_token == held.fencing_token
+        assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+    assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
