@@ -161,3 +161,95 @@ async fn conformance_election_handover() {
         (term_b, b"b".as_slice())
     );
 }
+
+/// The status a refused lease ended with.
+fn refusal(result: Result<leasehold::client::LeaseGuard, ClientError>) -> tonic::Status {
+    match result {
+        Err(ClientError::Status(status)) => status,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_semaphore_limit() {
+    let (_redis, _server, client, _direct) = start().await;
+    let first = client.lease("pool").limit(2).acquire().await.unwrap();
+    let second = client.lease("pool").limit(2).acquire().await.unwrap();
+    assert_ne!(first.fencing_token(), second.fencing_token());
+    let full = refusal(client.lease("pool").limit(2).acquire().await);
+    assert_eq!(full.code(), Code::Aborted);
+    let other = refusal(client.lease("pool").limit(3).acquire().await);
+    assert_eq!(other.code(), Code::FailedPrecondition);
+    let message = other.message();
+    assert!(
+        message.contains("limit 2") && message.contains("limit 3"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_shared_readers() {
+    let (_redis, _server, client, direct) = start().await;
+    let first = client.lease("catalog").shared().acquire().await.unwrap();
+    let second = client.lease("catalog").shared().acquire().await.unwrap();
+    let readers = first.fencing_token().max(second.fencing_token());
+    let writer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let lease = client.lease("catalog").wait(Duration::from_secs(10));
+            lease.acquire().await
+        })
+    };
+    wait_for_line(&direct, "leasehold:{catalog}:line", 1).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer got in beside the readers"
+    );
+    assert!(first.release().await.unwrap());
+    assert!(second.release().await.unwrap());
+    let writer = within(EVENT_TIMEOUT, "the writer", writer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(writer.fencing_token() > readers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_resume_after_break() {
+    let (_redis, server, client, direct) = start().await;
+    let proxy = proxy::Proxy::start(server.addr).await;
+    let through_proxy = Client::connect(proxy.url()).await.unwrap();
+    let held = through_proxy
+        .lease("job")
+        .ttl(Duration::from_secs(3))
+        .resume_grace(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    proxy.cut(); // The connection breaks; the lease is kept for its grace.
+    within(EVENT_TIMEOUT, "the lease shortened to its grace", async {
+        loop {
+            let pttl: i64 = direct.pttl(lock_key("job")).await.unwrap();
+            if (0..=2_000).contains(&pttl) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let wrong = client.lease("job").resume("0".repeat(32)).acquire().await;
+    assert_eq!(refusal(wrong).code(), Code::NotFound);
+    let resumed = client
+        .lease("job")
+        .ttl(Duration::from_secs(3))
+        .resume(held.token())
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(resumed.fencing_token(), held.fencing_token());
+    assert_eq!(
+        get(&direct, &lock_key("job")).await.as_deref(),
+        Some(held.token())
+    );
+    assert!(resumed.release().await.unwrap());
+}
