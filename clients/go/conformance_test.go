@@ -6,12 +6,17 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -181,5 +186,135 @@ func TestConformance_election_handover(t *testing.T) {
 	leader, err := CurrentLeader(ctx, conn, "vote")
 	if err != nil || leader == nil || leader.Term != termB || string(leader.Value) != "b" {
 		t.Fatalf("leader: %+v %v", leader, err)
+	}
+}
+
+func TestConformance_semaphore_limit(t *testing.T) {
+	conn, _ := start(t)
+	ctx := context.Background()
+	first, err := Acquire(ctx, conn, "pool", Options{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release()
+	second, err := Acquire(ctx, conn, "pool", Options{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	if first.FencingToken == second.FencingToken {
+		t.Fatal("two permits with one fencing token")
+	}
+	if _, err := Acquire(ctx, conn, "pool", Options{Limit: 2}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a third permit: %v", err)
+	}
+	_, err = Acquire(ctx, conn, "pool", Options{Limit: 3})
+	message := status.Convert(err).Message()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(message, "limit 2") ||
+		!strings.Contains(message, "limit 3") {
+		t.Fatalf("another limit: %v", err)
+	}
+}
+
+func TestConformance_shared_readers(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	first, err := Acquire(ctx, conn, "catalog", Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Acquire(ctx, conn, "catalog", Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := max(first.FencingToken, second.FencingToken)
+	writer := make(chan *Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		lease, err := Acquire(ctx, conn, "catalog", Options{Wait: 10 * time.Second})
+		if err != nil {
+			failed <- err
+			return
+		}
+		writer <- lease
+	}()
+	waitForLine(t, port, "leasehold:{catalog}:line", "1")
+	select {
+	case <-writer:
+		t.Fatal("the writer got in beside the readers")
+	default:
+	}
+	first.Release()
+	second.Release()
+	select {
+	case lease := <-writer:
+		defer lease.Release()
+		if lease.FencingToken <= readers {
+			t.Fatalf("writer token %d not above the readers' %d", lease.FencingToken, readers)
+		}
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer never got in")
+	}
+}
+
+func TestConformance_resume_after_break(t *testing.T) {
+	addr, port, _ := launch(t)
+	ctx := context.Background()
+	// A connection of our own, to break it as a network would.
+	var mu sync.Mutex
+	var raw []net.Conn
+	dial := func(ctx context.Context, target string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", target)
+		mu.Lock()
+		defer mu.Unlock()
+		raw = append(raw, c)
+		return c, err
+	}
+	breakable, err := grpc.NewClient(addr, grpc.WithContextDialer(dial),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer breakable.Close()
+	held, err := Acquire(ctx, breakable, "job", Options{TTL: 3 * time.Second, ResumeGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	for _, c := range raw {
+		c.Close()
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pttl, _ := strconv.Atoi(redisCli(port, "PTTL", lockKey))
+		if pttl >= 0 && pttl <= 2000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not shortened to its grace")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: strings.Repeat("0", 32)})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	resumed, err := Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: held.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.FencingToken != held.FencingToken || redisCli(port, "GET", lockKey) != held.Token {
+		t.Fatalf("resumed with token %d (held %d)", resumed.FencingToken, held.FencingToken)
+	}
+	if wasHeld, err := resumed.Release(); err != nil || !wasHeld {
+		t.Fatalf("release: %v %v", wasHeld, err)
 	}
 }

@@ -35,6 +35,18 @@ type Options struct {
 	TTL    time.Duration // default 30s
 	Wait   time.Duration // 0: fail at once
 	Holder string        // shown to others who find the lock taken
+	// Limit lets up to that many leases hold the name at once (a semaphore; 0 or 1: a plain
+	// lock). Every holder of one name must give the same limit (else FAILED_PRECONDITION).
+	Limit uint32
+	// Shared holds the name with other shared leases (readers); an exclusive one (a writer)
+	// waits for them all, and readers that come after a waiting writer wait behind it.
+	Shared bool
+	// ResumeGrace keeps the lease that long (at most TTL) after the stream breaks, so that
+	// Options{ResumeToken: lease.Token} can take it back with its fencing token.
+	ResumeGrace time.Duration
+	// ResumeToken reattaches to the lease this token holds instead of taking a new one
+	// (NOT_FOUND once it is gone).
+	ResumeToken string
 }
 
 // Lease is a held lock.
@@ -65,7 +77,8 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}
 	err = stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
 		Name: name, TtlMs: uint32(opts.TTL.Milliseconds()), WaitMs: uint32(opts.Wait.Milliseconds()),
-		Holder: opts.Holder,
+		Holder: opts.Holder, Limit: opts.Limit, Mode: mode(opts.Shared),
+		ResumeGraceMs: uint32(opts.ResumeGrace.Milliseconds()), ResumeToken: opts.ResumeToken,
 	}}})
 	if err != nil {
 		cancel()
@@ -93,6 +106,13 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 			return lease, nil
 		}
 	}
+}
+
+func mode(shared bool) pb.LeaseMode {
+	if shared {
+		return pb.LeaseMode_LEASE_MODE_SHARED
+	}
+	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
 }
 
 // Lost is closed once the lock can no longer be trusted.
