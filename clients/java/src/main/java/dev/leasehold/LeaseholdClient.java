@@ -24,6 +24,7 @@ import leasehold.v1.Election.ObserveRequest;
 import leasehold.v1.Election.ObserveResponse;
 import leasehold.v1.ElectionServiceGrpc;
 import leasehold.v1.Lock.LeaseAcquire;
+import leasehold.v1.Lock.LeaseMode;
 import leasehold.v1.LockServiceGrpc;
 
 /**
@@ -209,6 +210,42 @@ public final class LeaseholdClient implements AutoCloseable {
     /** Wait in line (the default) or race for the lock whenever it frees. */
     public LeaseBuilder fair(boolean fair) {
       request.setFair(fair);
+      return this;
+    }
+
+    /**
+     * Lets up to {@code limit} leases hold the name at once (a semaphore; default 1, a plain
+     * lock). Every holder of one name must give the same limit (else FAILED_PRECONDITION).
+     */
+    public LeaseBuilder limit(int limit) {
+      if (limit < 1) {
+        throw new IllegalArgumentException("limit must be at least 1, got " + limit);
+      }
+      request.setLimit(limit);
+      return this;
+    }
+
+    /**
+     * Holds the name with other shared leases (readers); an exclusive one (a writer) waits for
+     * them all, and readers that come after a waiting writer wait behind it.
+     */
+    public LeaseBuilder shared() {
+      request.setMode(LeaseMode.LEASE_MODE_SHARED);
+      return this;
+    }
+
+    /**
+     * Keeps the lease this long (at most the TTL) after its stream breaks, so that {@link
+     * #resume} with {@link Lease#token()} can take it back with its fencing token.
+     */
+    public LeaseBuilder resumeGrace(Duration grace) {
+      request.setResumeGraceMs((int) Lease.positive(grace, "resume grace").toMillis());
+      return this;
+    }
+
+    /** Reattaches to the lease {@code token} holds instead of taking a new one (NOT_FOUND once gone). */
+    public LeaseBuilder resume(String token) {
+      request.setResumeToken(token);
       return this;
     }
 

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -125,6 +126,75 @@ class ConformanceTest {
         long termB = b.awaitElected(Duration.ofSeconds(10));
         assertTrue(termB > termA);
         assertEquals(Optional.of(new Leader(termB, "b".getBytes())), client.leader("vote"));
+      }
+    }
+  }
+
+  @Test
+  void conformance_semaphore_limit() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Lease first = client.lease("pool").limit(2).acquire();
+        Lease second = client.lease("pool").limit(2).acquire()) {
+      assertTrue(first.fencingToken() != second.fencingToken());
+      assertThrows(NotAcquiredException.class, () -> client.lease("pool").limit(2).acquire());
+      StatusRuntimeException other =
+          assertThrows(StatusRuntimeException.class, () -> client.lease("pool").limit(3).acquire());
+      assertEquals(Status.Code.FAILED_PRECONDITION, other.getStatus().getCode());
+      String message = other.getStatus().getDescription();
+      assertTrue(message.contains("limit 2") && message.contains("limit 3"), message);
+    }
+  }
+
+  @Test
+  void conformance_shared_readers() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
+      Lease first = client.lease("catalog").shared().acquire();
+      Lease second = client.lease("catalog").shared().acquire();
+      long readers = Math.max(first.fencingToken(), second.fencingToken());
+      CompletableFuture<Lease> writer = CompletableFuture.supplyAsync(() -> {
+        try {
+          return client.lease("catalog").waitUpTo(Duration.ofSeconds(10)).acquire();
+        } catch (NotAcquiredException e) {
+          throw new IllegalStateException(e);
+        }
+      });
+      servers.waitForLine("leasehold:{catalog}:line", 1);
+      assertTrue(!writer.isDone(), "the writer got in beside the readers");
+      assertTrue(first.release());
+      assertTrue(second.release());
+      try (Lease held = writer.get(10, TimeUnit.SECONDS)) {
+        assertTrue(held.fencingToken() > readers);
+      }
+    }
+  }
+
+  @Test
+  void conformance_resume_after_break() throws Exception {
+    try (Servers servers = new Servers();
+        CuttableProxy proxy = new CuttableProxy(servers.target);
+        LeaseholdClient breakable = LeaseholdClient.connect(proxy.target);
+        LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
+      Lease held = breakable.lease("job").ttl(Duration.ofSeconds(3))
+          .resumeGrace(Duration.ofSeconds(2)).acquire();
+      proxy.cut(); // The connection breaks; the lease is kept for its grace.
+      Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+      while (true) {
+        long pttl = Long.parseLong(servers.redisCli("PTTL", LOCK_KEY));
+        if (pttl >= 0 && pttl <= 2000) {
+          break;
+        }
+        assertTrue(Instant.now().isBefore(deadline), "the lease was not shortened to its grace");
+        Thread.sleep(10);
+      }
+      StatusRuntimeException wrong = assertThrows(StatusRuntimeException.class,
+          () -> client.lease("job").ttl(Duration.ofSeconds(3)).resume("0".repeat(32)).acquire());
+      assertEquals(Status.Code.NOT_FOUND, wrong.getStatus().getCode());
+      try (Lease resumed =
+          client.lease("job").ttl(Duration.ofSeconds(3)).resume(held.token()).acquire()) {
+        assertEquals(held.fencingToken(), resumed.fencingToken());
+        assertEquals(held.token(), servers.redisCli("GET", LOCK_KEY));
       }
     }
   }
