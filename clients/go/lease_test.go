@@ -127,3 +127,22 @@ func TestLostClosesWhenTheLockIsTakenAway(t *testing.T) {
 		t.Fatal("Lost() never closed")
 	}
 }
+
+// A cancelled call is the client's choice, not a broken connection: even a resumable lease is
+// released at once.
+func TestCancellingAResumableLeaseReleasesIt(t *testing.T) {
+	conn, port := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := Acquire(ctx, conn, "job", Options{TTL: 30 * time.Second, ResumeGrace: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	deadline := time.Now().Add(3 * time.Second)
+	for redisCli(port, "EXISTS", "leasehold:{job}:lock") != "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("a cancelled resumable lease was kept")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
