@@ -28,6 +28,15 @@ use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 use tower::ServiceExt;
 
+/// An acquire of `name` (TTL 1 s), changed by `shape`.
+fn shaped(name: &str, shape: impl FnOnce(&mut pb::LeaseAcquire)) -> LeaseRequest {
+    let mut request = acquire_request(name, 1_000, 0, "");
+    if let Some(pb::lease_request::Action::Acquire(acquire)) = request.action.as_mut() {
+        shape(acquire);
+    }
+    request
+}
+
 /// Sends `body` as the raw HTTP/2 body of a gRPC call; returns (grpc-status, grpc-message).
 async fn raw_call(channel: &Channel, method: &str, body: Vec<u8>) -> (i32, String) {
     let request = http::Request::builder()
@@ -266,6 +275,26 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
         ),
         (release_request(), "release sent before acquire"),
         (LeaseRequest { action: None }, "no action"),
+        (
+            shaped("bystander", |a| a.limit = 10_001),
+            "limit is 10001; it must be between 1 and 10000",
+        ),
+        (
+            shaped("bystander", |a| {
+                a.limit = 3;
+                a.mode = pb::LeaseMode::Shared.into();
+            }),
+            "limit is 3 on a shared lease",
+        ),
+        (shaped("bystander", |a| a.mode = 7), "mode is 7"),
+        (
+            shaped("bystander", |a| a.resume_grace_ms = 1_001),
+            "resume_grace_ms is 1001; it must be at most ttl_ms (1000)",
+        ),
+        (
+            shaped("bystander", |a| a.resume_token = "t".repeat(65)),
+            "token is 65 bytes",
+        ),
     ];
     for (request, expected) in cases {
         let mut stream = LeaseStream::open(&mut client, request.clone()).await;

@@ -486,3 +486,76 @@ async fn a_resume_with_a_wrong_or_expired_token_is_refused() {
         "a refused resume took the lock"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_calls_take_extend_and_release_permits() {
+    let (_redis, _server, _direct, mut raw) = setup().await;
+    let permit = || pb::AcquireRequest {
+        name: SEMAPHORE.into(),
+        ttl_ms: 5_000,
+        limit: 2,
+        ..Default::default()
+    };
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let acquired = raw.acquire(permit()).await.expect("acquire").into_inner();
+        assert!(acquired.acquired);
+        tokens.push(acquired.token);
+    }
+    let full = raw.acquire(permit()).await.expect("acquire").into_inner();
+    assert!(!full.acquired, "a third permit of two");
+
+    let extend = |token: &str| pb::ExtendRequest {
+        name: SEMAPHORE.into(),
+        token: token.into(),
+        ttl_ms: 60_000,
+    };
+    let extended = raw
+        .extend(extend(&tokens[0]))
+        .await
+        .expect("extend")
+        .into_inner();
+    assert!(extended.extended && extended.valid_for_ms > 5_000);
+    let wrong = raw
+        .extend(extend(&"0".repeat(32)))
+        .await
+        .expect("extend")
+        .into_inner();
+    assert!(!wrong.extended);
+    let described = raw
+        .describe(pb::DescribeRequest {
+            name: SEMAPHORE.into(),
+        })
+        .await
+        .expect("describe")
+        .into_inner();
+    let ttls: Vec<u32> = described
+        .holders
+        .iter()
+        .map(|h| h.ttl_remaining_ms)
+        .collect();
+    assert!(ttls.iter().any(|&ttl| ttl > 5_000), "{ttls:?}");
+
+    for token in &tokens {
+        let release = pb::ReleaseRequest {
+            name: SEMAPHORE.into(),
+            token: token.clone(),
+        };
+        assert!(
+            raw.release(release.clone())
+                .await
+                .expect("release")
+                .into_inner()
+                .released
+        );
+        assert!(
+            !raw.release(release)
+                .await
+                .expect("release")
+                .into_inner()
+                .released
+        );
+    }
+    let again = raw.acquire(permit()).await.expect("acquire").into_inner();
+    assert!(again.acquired, "the released permits are free");
+}
