@@ -309,6 +309,21 @@ async fn bench_quick_runs_against_a_real_server() {
     assert_eq!(figures["many_locks"]["operations"], 100);
     assert_eq!(figures["held_leases"][0]["leases"], 200);
     assert!(figures["held_leases"][0]["renewal_scripts_per_second"].is_number());
+    let shapes: Vec<&str> = figures["primitives"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            "Lease stream, plain lock",
+            "Lease stream, permit of 4",
+            "Lease stream, shared"
+        ]
+    );
+    assert_eq!(figures["primitives"]["paths"][1]["operations"], 200);
 }
 
 /// Runs `leasehold ARGS` against `server` and returns (exit code, stderr).

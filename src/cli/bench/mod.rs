@@ -8,7 +8,9 @@
 //! 2. contention: 2, 16 and 128 clients looping on one lock through the `Lease` stream, against
 //!    as many polling clients on Redis directly (`SET NX PX`, 50 ms retry): waits and hand-offs;
 //! 3. many locks: as many clients on distinct names at once;
-//! 4. held leases: server RSS and CPU, and the renewal scripts Redis serves.
+//! 4. held leases: server RSS and CPU, and the renewal scripts Redis serves;
+//! 5. primitives: acquire + release of a semaphore's permit and of a shared hold, against the
+//!    plain lock.
 //!
 //! The rslock and etcd peers are in `benches/peers.rs`, a separate binary, so the server never
 //! links them.
@@ -27,6 +29,7 @@ use leasehold::store::Token;
 mod echo;
 mod figures;
 mod paths;
+mod primitives;
 
 use figures::{Figures, ms, print_uncontended, ratio};
 use leasehold::client::ClientError;
@@ -58,6 +61,7 @@ pub enum Section {
     Contention,
     Many,
     Held,
+    Primitives,
 }
 
 impl BenchOptions {
@@ -95,6 +99,9 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
     if options.runs(Section::Held) {
         let window = options.held_window.unwrap_or(window);
         figures["held_leases"] = held_section(options, &redis, window, &progress).await?;
+    }
+    if options.runs(Section::Primitives) {
+        figures["primitives"] = primitives::section(options, &progress).await?;
     }
     Ok(figures)
 }
