@@ -315,3 +315,58 @@ async fn renewals_go_to_each_primary_in_batches() {
     // 300 or more.
     assert!(scripts < 100, "{scripts} scripts for 300 renewals or more");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_and_readers_renew_in_batches_on_a_cluster() {
+    use leasehold::pb::lease_request::Action;
+    use leasehold::pb::lease_response::Event;
+    use leasehold::pb::{LeaseAcquire, LeaseMode, LeaseRequest};
+
+    let cluster = RedisCluster::start(3, 0);
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let mut client = server.client().await;
+    let mut held = Vec::new();
+    for i in 0..50 {
+        // Two permits of a semaphore of 2, and two readers, per pair of names.
+        for (name, limit, mode) in [
+            (format!("pool-{i}"), 2, LeaseMode::Exclusive),
+            (format!("catalog-{i}"), 0, LeaseMode::Shared),
+        ] {
+            for _ in 0..2 {
+                let request = LeaseRequest {
+                    action: Some(Action::Acquire(LeaseAcquire {
+                        name: name.clone(),
+                        ttl_ms: 3_000,
+                        limit,
+                        mode: mode.into(),
+                        ..Default::default()
+                    })),
+                };
+                let mut lease = LeaseStream::open(&mut client, request).await;
+                lease.acquired().await;
+                held.push(lease);
+            }
+        }
+    }
+    let primaries = cluster.primaries();
+    let before: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
+    // Every permit renewed twice more, past its first TTL's worth of time from the batch's view.
+    for _ in 0..2 {
+        for (i, lease) in held.iter_mut().enumerate() {
+            match lease.next().await {
+                Ok(Some(Event::Extended(_))) => {}
+                other => panic!("lease {i}: expected Extended, got {other:?}"),
+            }
+        }
+    }
+    let scripts: u64 = primaries
+        .iter()
+        .map(|port| evalsha_calls(*port))
+        .sum::<u64>()
+        - before;
+    // 400 renewals or more of permits on every primary, in batches: far fewer scripts.
+    assert!(scripts < 200, "{scripts} scripts for 400 renewals or more");
+    let client = Client::connect(server.url()).await.expect("connect");
+    let pool = client.describe("pool-7").await.expect("describe");
+    assert_eq!((pool.limit, pool.holders.len()), (2, 2));
+}
