@@ -39,27 +39,32 @@ async fn exit_code(mut command: Command) -> i32 {
     status.code().expect("exit code")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_on_one_name_never_overlap() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis).await;
-    let marks = temp_file("marks");
+/// Four `leasehold run ARGS -- sh -c SCRIPT` at once, each marking in a file when its command
+/// starts and ends (`start|end PID NANOSECONDS` lines); all must exit 0. Returns the marks.
+async fn four_runs_marking(server: &TestServer, marks: &str, args: &[&str], hold: &str) -> String {
+    let marks = temp_file(marks);
     let script = format!(
-        "echo start $$ $(date +%s%N) >> {0}; sleep 0.2; echo end $$ $(date +%s%N) >> {0}",
+        "echo start $$ $(date +%s%N) >> {0}; sleep {hold}; echo end $$ $(date +%s%N) >> {0}",
         marks.display()
     );
     let mut runs = Vec::new();
     for _ in 0..4 {
-        let mut command = leasehold(&server);
-        command.args([
-            "run", "--wait", "20s", "--ttl", "2s", "shared", "--", "sh", "-c", &script,
-        ]);
+        let mut command = leasehold(server);
+        command.args(args).args(["--", "sh", "-c", &script]);
         runs.push(tokio::spawn(exit_code(command)));
     }
     for run in runs {
         assert_eq!(run.await.unwrap(), 0);
     }
-    let text = std::fs::read_to_string(&marks).unwrap();
+    std::fs::read_to_string(&marks).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_one_name_never_overlap() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let run = ["run", "--wait", "20s", "--ttl", "2s", "shared"];
+    let text = four_runs_marking(&server, "marks", &run, "0.2").await;
     // (mark, pid, nanoseconds)
     let marks: Vec<(&str, &str, u128)> = text
         .lines()
@@ -432,28 +437,14 @@ async fn status_without_names_lists_every_held_lock() {
 async fn runs_with_a_limit_overlap_at_most_that_many() {
     let redis = RedisServer::start();
     let server = TestServer::start(&redis).await;
-    let marks = temp_file("permits");
-    let script = format!(
-        "echo start $(date +%s%N) >> {0}; sleep 1; echo end $(date +%s%N) >> {0}",
-        marks.display()
-    );
-    let mut runs = Vec::new();
-    for _ in 0..4 {
-        let mut command = leasehold(&server);
-        command.args([
-            "run", "--limit", "2", "--wait", "20s", "pool", "--", "sh", "-c", &script,
-        ]);
-        runs.push(tokio::spawn(exit_code(command)));
-    }
-    for run in runs {
-        assert_eq!(run.await.unwrap(), 0);
-    }
-    let text = std::fs::read_to_string(&marks).unwrap();
+    let run = ["run", "--limit", "2", "--wait", "20s", "pool"];
+    let text = four_runs_marking(&server, "permits", &run, "1").await;
     let mut events: Vec<(u128, i32)> = text
         .lines()
         .map(|line| {
-            let (mark, at) = line.split_once(' ').unwrap();
-            (at.parse().unwrap(), if mark == "start" { 1 } else { -1 })
+            let fields: Vec<&str> = line.split(' ').collect();
+            let step = if fields[0] == "start" { 1 } else { -1 };
+            (fields[2].parse().unwrap(), step)
         })
         .collect();
     assert_eq!(events.len(), 8, "{text}");

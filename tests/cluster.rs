@@ -297,20 +297,8 @@ async fn renewals_go_to_each_primary_in_batches() {
         lease.acquired().await;
         held.push(lease);
     }
-    let primaries = cluster.primaries();
-    let before: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
     // Every lease renewed once more (a renewal per second each).
-    for (i, lease) in held.iter_mut().enumerate() {
-        match lease.next().await {
-            Ok(Some(leasehold::pb::lease_response::Event::Extended(_))) => {}
-            other => panic!("lease {i}: expected Extended, got {other:?}"),
-        }
-    }
-    let scripts: u64 = primaries
-        .iter()
-        .map(|port| evalsha_calls(*port))
-        .sum::<u64>()
-        - before;
+    let scripts = scripts_while_renewed(&cluster, &mut held, 1).await;
     // 300 renewals or more, of names spread over every primary: one script per lease would be
     // 300 or more.
     assert!(scripts < 100, "{scripts} scripts for 300 renewals or more");
@@ -319,7 +307,6 @@ async fn renewals_go_to_each_primary_in_batches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_and_readers_renew_in_batches_on_a_cluster() {
     use leasehold::pb::lease_request::Action;
-    use leasehold::pb::lease_response::Event;
     use leasehold::pb::{LeaseAcquire, LeaseMode, LeaseRequest};
 
     let cluster = RedisCluster::start(3, 0);
@@ -348,25 +335,31 @@ async fn permits_and_readers_renew_in_batches_on_a_cluster() {
             }
         }
     }
-    let primaries = cluster.primaries();
-    let before: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
-    // Every permit renewed twice more, past its first TTL's worth of time from the batch's view.
-    for _ in 0..2 {
-        for (i, lease) in held.iter_mut().enumerate() {
-            match lease.next().await {
-                Ok(Some(Event::Extended(_))) => {}
-                other => panic!("lease {i}: expected Extended, got {other:?}"),
-            }
-        }
-    }
-    let scripts: u64 = primaries
-        .iter()
-        .map(|port| evalsha_calls(*port))
-        .sum::<u64>()
-        - before;
+    // Every permit renewed twice more.
+    let scripts = scripts_while_renewed(&cluster, &mut held, 2).await;
     // 400 renewals or more of permits on every primary, in batches: far fewer scripts.
     assert!(scripts < 200, "{scripts} scripts for 400 renewals or more");
     let client = Client::connect(server.url()).await.expect("connect");
     let pool = client.describe("pool-7").await.expect("describe");
     assert_eq!((pool.limit, pool.holders.len()), (2, 2));
+}
+
+/// The scripts the cluster's primaries ran while every lease of `held` was renewed `times` more.
+async fn scripts_while_renewed(
+    cluster: &RedisCluster,
+    held: &mut [LeaseStream],
+    times: usize,
+) -> u64 {
+    let primaries = cluster.primaries();
+    let before: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
+    for _ in 0..times {
+        for (i, lease) in held.iter_mut().enumerate() {
+            match lease.next().await {
+                Ok(Some(leasehold::pb::lease_response::Event::Extended(_))) => {}
+                other => panic!("lease {i}: expected Extended, got {other:?}"),
+            }
+        }
+    }
+    let after: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
+    after - before
 }

@@ -369,20 +369,11 @@ async fn read_write_locks_hold_on_a_majority_and_semaphores_are_refused() {
         other => panic!("expected FAILED_PRECONDITION, got {other:?}"),
     }
     // A reader's and a writer's majorities always share a primary, which refuses one of them.
-    let readers = [
-        client
-            .lease("catalog")
-            .shared()
-            .acquire()
-            .await
-            .expect("reader"),
-        client
-            .lease("catalog")
-            .shared()
-            .acquire()
-            .await
-            .expect("reader"),
-    ];
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let reader = client.lease("catalog").shared().acquire().await;
+        readers.push(reader.expect("reader"));
+    }
     let mut raw = server.client().await;
     let mut writer = LeaseStream::acquire(&mut raw, "catalog", 5_000, 0, "writer").await;
     assert_eq!(writer.status().await.code(), Code::Aborted);

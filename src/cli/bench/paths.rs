@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use leasehold::client::{Client, ClientError};
+use leasehold::client::{Client, ClientError, LeaseBuilder};
 use leasehold::store::Token;
 use tokio::time::Instant;
 
@@ -84,16 +84,23 @@ pub async fn direct_redis(
 }
 
 pub async fn lease_stream(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    shaped_lease_stream(client, operations, "Lease stream", |lease| lease).await
+}
+
+/// Acquire + release through the `Lease` stream of a lease `shape` makes (a permit, a reader).
+pub async fn shaped_lease_stream(
+    client: &Client,
+    operations: usize,
+    path: &str,
+    shape: impl Fn(LeaseBuilder) -> LeaseBuilder,
+) -> Result<Figures, BenchError> {
     let name = format!("bench-stream-{}", Token::random().lease_id());
-    let name = &name;
-    sequential("Lease stream", operations, move || async move {
-        let guard = client
-            .lease(name.clone())
-            .ttl(Duration::from_secs(30))
-            .acquire()
-            .await?;
+    let (name, shape) = (&name, &shape);
+    sequential(path, operations, move || async move {
+        let lease = client.lease(name.clone()).ttl(Duration::from_secs(30));
+        let guard = shape(lease).acquire().await?;
         if !guard.release().await? {
-            return Err(unexpected("Lease stream release found the lock gone"));
+            return Err(unexpected(format!("{path}: release found the lease gone")));
         }
         Ok(())
     })

@@ -2,16 +2,13 @@
 //! a semaphore's permit and a shared (reader's) hold go through the same stream and the same
 //! scripts, which do a little more work for them (a sorted set of holders instead of one key).
 
-use std::time::Duration;
-
 use serde_json::json;
 use tonic::Code;
 
 use leasehold::client::{Client, ClientError};
-use leasehold::store::Token;
 
 use super::figures::{Figures, print_uncontended, ratio};
-use super::paths::{BenchError, sequential, unexpected};
+use super::paths::{BenchError, shaped_lease_stream, unexpected};
 use super::{BenchOptions, Progress};
 
 /// Rounds: every shape runs once per round, in turn, so noise falls on all of them.
@@ -98,20 +95,11 @@ async fn acquire_release(
     operations: usize,
     shape: Shape,
 ) -> Result<Figures, BenchError> {
-    let name = format!("bench-shape-{}", Token::random().lease_id());
-    let (name, path) = (&name, shape.path());
-    sequential(&path, operations, move || async move {
-        let lease = client.lease(name.clone()).ttl(Duration::from_secs(30));
-        let lease = match shape {
-            Shape::Lock => lease,
-            Shape::Permit => lease.limit(PERMITS),
-            Shape::Shared => lease.shared(),
-        };
-        let guard = lease.acquire().await?;
-        if !guard.release().await? {
-            return Err(unexpected("release found the lease gone"));
-        }
-        Ok(())
+    let path = shape.path();
+    shaped_lease_stream(client, operations, &path, |lease| match shape {
+        Shape::Lock => lease,
+        Shape::Permit => lease.limit(PERMITS),
+        Shape::Shared => lease.shared(),
     })
     .await
 }
