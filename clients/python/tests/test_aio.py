@@ -57,3 +57,20 @@ def test_async_election_hands_over_and_observers_follow(server):
         await changes.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_async_permits_and_readers(server):
+    async def scenario():
+        async with aio.lease("pool", server=server, limit=2) as first, \
+                aio.lease("pool", server=server, limit=2) as second:
+            assert first.fencing_token != second.fencing_token
+            with pytest.raises(NotAcquired):
+                async with aio.lease("pool", server=server, limit=2):
+                    pass
+        async with aio.lease("catalog", server=server, shared=True), \
+                aio.lease("catalog", server=server, shared=True):
+            with pytest.raises(NotAcquired):
+                async with aio.lease("catalog", server=server):
+                    pass
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
