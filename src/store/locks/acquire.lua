@@ -28,7 +28,8 @@ local function leave_line()
 end
 
 -- Ours already: an earlier attempt with this token landed though its answer was lost.
-if redis.call('GET', KEYS[1]) == token then
+local current = redis.call('GET', KEYS[1])
+if current == token then
   leave_line()
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
@@ -42,7 +43,7 @@ if permit_expiry(KEYS[6], token, now_ms) then
   return {1, redis.call('HGET', KEYS[7], 'f:' .. token) or redis.call('GET', KEYS[3]) or '0'}
 end
 
-local exclusive_held = redis.call('EXISTS', KEYS[1]) == 1
+local exclusive_held = current ~= false
 local held_kind = nil
 if exclusive_held then
   held_kind = '1'

@@ -6,13 +6,17 @@ local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
   released = 1
-elseif redis.call('ZSCORE', KEYS[4], ARGV[1]) then
-  if permit_expiry(KEYS[4], ARGV[1], clock_ms()) then
-    released = 1
+else
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
+  if expiry then
+    -- An expired permit is forgotten too, but it was no longer ours to release.
+    if expiry > clock_ms() then
+      released = 1
+    end
+    redis.call('ZREM', KEYS[4], ARGV[1])
+    forget_permit(KEYS[5], ARGV[1])
+    expire_permits(KEYS[4], KEYS[5])
   end
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  forget_permit(KEYS[5], ARGV[1])
-  expire_permits(KEYS[4], KEYS[5])
 end
 if released == 1 then
   -- Published from the script itself, so no release goes unannounced.
