@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::lease::acquire::{Acquisition, WaitingState, acquire, resume};
 use crate::lease::held::{HeldLease, Holding};
 use crate::lease::renewal::RenewalClock;
-use crate::lease::scheduler::{Lost, Scheduler};
+use crate::lease::scheduler::{Lost, Scheduled, Scheduler};
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Metrics, Outcome};
@@ -463,14 +463,11 @@ where
                             return Ok(());
                         }
                     },
-                    // A transport failure or an unreadable message: let go (on drop) and say
-                    // why, in case the client can still hear it.
+                    // A transport failure or an unreadable message: let go (on drop, unless
+                    // resumable) and say why, in case the client can still hear it.
                     Move::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke");
-                        if let Some(grace) = spec.resume_grace {
-                            renewals.stop();
-                            Box::pin(lease.detach(grace, attachment)).await;
-                        }
+                        Box::pin(keep_if_resumable(spec, &mut renewals, lease, attachment)).await;
                         return Err(self.broken(status));
                     }
                     Move::Start(_) => return Err(second_start::<K>()),
@@ -478,10 +475,7 @@ where
                 },
                 () = self.events.closed() => {
                     info!("client went away");
-                    if let Some(grace) = spec.resume_grace {
-                        renewals.stop();
-                        Box::pin(lease.detach(grace, attachment)).await;
-                    }
+                    Box::pin(keep_if_resumable(spec, &mut renewals, lease, attachment)).await;
                     return Ok(());
                 }
                 Lost { cause, reason, due } = renewals.lost() => {
@@ -506,6 +500,20 @@ where
         if let Some(answer) = K::tell(event) {
             self.events.essential(Ok(answer));
         }
+    }
+}
+
+/// The client went away without letting go: a resumable lease is kept for its grace instead of
+/// released (any other is released when `lease` drops).
+async fn keep_if_resumable<H: Holding>(
+    spec: &LeaseSpec,
+    renewals: &mut Scheduled,
+    lease: &mut HeldLease<H>,
+    attachment: u64,
+) {
+    if let Some(grace) = spec.resume_grace {
+        renewals.stop();
+        lease.detach(grace, attachment).await;
     }
 }
 
