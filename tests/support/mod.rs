@@ -573,6 +573,20 @@ pub async fn setup() -> (
     (redis, server, direct, client)
 }
 
+/// Cancels `stop` and waits (bounded) for every worker task to end; a panic in one fails the test.
+pub async fn stop_workers(
+    stop: &tokio_util::sync::CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+) {
+    stop.cancel();
+    for worker in workers {
+        tokio::time::timeout(Duration::from_secs(15), worker)
+            .await
+            .expect("worker did not stop")
+            .expect("worker panicked");
+    }
+}
+
 pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(limit, future)
         .await

@@ -155,13 +155,7 @@ impl Churn {
 
     /// Stops the workers and returns what they did.
     pub async fn finish(self) -> Report {
-        self.stop.cancel();
-        for worker in self.workers {
-            tokio::time::timeout(Duration::from_secs(15), worker)
-                .await
-                .expect("worker did not stop")
-                .expect("worker panicked");
-        }
+        super::stop_workers(&self.stop, self.workers).await;
         let tokens = std::mem::take(
             &mut *self
                 .occupancy
