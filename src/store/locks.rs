@@ -351,15 +351,8 @@ impl Locks {
         if answers.unreachable() {
             return Err(answers.into_error("acquire"));
         }
-        let mismatch = answers.ok.iter().find_map(|(_, outcome)| match outcome {
-            AcquireOutcome::Mismatch { held } => Some(*held),
-            _ => None,
-        });
-        if let Some(held) = mismatch
-            && answers.is_majority(answers.count(|o| matches!(o, AcquireOutcome::Mismatch { .. })))
-        {
-            return Ok(AcquireOutcome::Mismatch { held });
-        }
+        // No mismatch to weigh: Redlock holds only locks and readers (semaphores are refused
+        // above), and those two never mismatch.
         Ok(held_by_majority(&answers).unwrap_or(AcquireOutcome::NoMajority))
     }
 
