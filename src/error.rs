@@ -131,6 +131,12 @@ pub enum Error {
     /// The server is stopping and takes no new work.
     #[error("server is shutting down")]
     ShuttingDown,
+
+    /// The server is stopping and hands a resumable lease over instead of releasing it.
+    #[error(
+        "server shutting down; the {held} is kept for {grace_ms} ms: resume it on another server with its token"
+    )]
+    HandedOver { held: &'static str, grace_ms: u128 },
 }
 
 impl Error {
@@ -161,7 +167,8 @@ impl From<Error> for tonic::Status {
             | Error::RedisTimeout { .. }
             | Error::NotConnected { .. }
             | Error::NoQuorum { .. }
-            | Error::ShuttingDown => tonic::Status::unavailable(message),
+            | Error::ShuttingDown
+            | Error::HandedOver { .. } => tonic::Status::unavailable(message),
             Error::BadReply { .. } | Error::Serve(_) => tonic::Status::internal(message),
             Error::TooManyLeases { .. }
             | Error::TooManyWaiters { .. }

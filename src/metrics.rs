@@ -68,6 +68,7 @@ struct Registered {
     renewals: IntCounter,
     renewal_failures: IntCounter,
     lost: IntCounterVec,
+    moves: IntCounterVec,
     redis_seconds: Histogram,
     open_streams: IntGaugeVec,
     elections_led: IntGauge,
@@ -119,6 +120,13 @@ impl Metrics {
                 Opts::new("leasehold_leases_lost_total", "Leases lost, by reason."),
                 &["reason"],
             )?,
+            moves: IntCounterVec::new(
+                Opts::new(
+                    "leasehold_lease_moves_total",
+                    "Leases kept for their clients to resume elsewhere (handed_over, at shutdown) and leases resumed here (resumed).",
+                ),
+                &["event"],
+            )?,
             redis_seconds: seconds(
                 "leasehold_redis_round_trip_seconds",
                 "Redis command round trips, from sent to answered.",
@@ -138,7 +146,7 @@ impl Metrics {
             registry,
         };
         let r = &registered;
-        let collectors: [Box<dyn prometheus::core::Collector>; 11] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 12] = [
             Box::new(r.leases_held.clone()),
             Box::new(r.waiters.clone()),
             Box::new(r.acquisitions.clone()),
@@ -147,6 +155,7 @@ impl Metrics {
             Box::new(r.renewals.clone()),
             Box::new(r.renewal_failures.clone()),
             Box::new(r.lost.clone()),
+            Box::new(r.moves.clone()),
             Box::new(r.redis_seconds.clone()),
             Box::new(r.open_streams.clone()),
             Box::new(r.elections_led.clone()),
@@ -200,6 +209,14 @@ impl Metrics {
     pub fn lost(&self, reason: &'static str) {
         if let Some(r) = &self.0 {
             r.lost.with_label_values(&[reason]).inc();
+        }
+    }
+
+    /// A resumable lease moved: `handed_over` (kept at shutdown for its client to resume
+    /// elsewhere) or `resumed` (taken back here by its token).
+    pub fn moved(&self, event: &'static str) {
+        if let Some(r) = &self.0 {
+            r.moves.with_label_values(&[event]).inc();
         }
     }
 

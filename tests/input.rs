@@ -436,6 +436,7 @@ fn start(election: &str, value: Vec<u8>, ttl_ms: u32) -> CampaignRequest {
             election: election.to_owned(),
             value,
             ttl_ms,
+            ..Default::default()
         })),
     }
 }

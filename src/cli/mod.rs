@@ -127,7 +127,8 @@ interrupted.")]
 
 #[derive(clap::Args)]
 struct ServerArg {
-    /// The Leasehold server (https:// for TLS).
+    /// The Leasehold server (https:// for TLS), or a comma-separated list of its replicas (a
+    /// host name stands for every address it resolves to); on failure the next is used.
     #[arg(
         long,
         env = "LEASEHOLD_SERVER",
@@ -194,6 +195,10 @@ struct RunArgs {
     /// writer) runs alone, and readers that arrive after a waiting writer wait behind it.
     #[arg(long, conflicts_with = "limit")]
     shared: bool,
+    /// Do not resume the lease on another server when its stream breaks (the server is
+    /// stopped for a deploy or crashes): stop the command at once instead (exit 76).
+    #[arg(long)]
+    no_resume: bool,
     /// The lock's name.
     name: String,
     /// The command and its arguments, after `--`.
@@ -408,6 +413,7 @@ pub async fn main() -> ExitCode {
                 grace: args.grace,
                 limit: args.limit,
                 shared: args.shared,
+                resume: !args.no_resume,
                 command: args.command,
             })
             .await

@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub limit: u32,
     /// Hold it shared (a reader).
     pub shared: bool,
+    /// Resume the lease on another server when its stream breaks (the default), rather than
+    /// stop the command.
+    pub resume: bool,
     pub command: Vec<String>,
 }
 
@@ -186,7 +189,8 @@ async fn acquire_showing_progress(
         .ttl(options.ttl)
         .wait(options.wait)
         .holder(holder)
-        .limit(options.limit);
+        .limit(options.limit)
+        .auto_resume(options.resume);
     if options.shared {
         lease = lease.shared();
     }

@@ -23,10 +23,12 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
+use tonic::{Status, Streaming};
 
-use super::{Client, ClientError};
+use super::lease::resumable;
+use super::{Client, ClientError, moves_on};
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
 use crate::pb::election_service_client::ElectionServiceClient;
@@ -47,39 +49,73 @@ fn leader(has_leader: bool, term: u64, value: Vec<u8>) -> Option<Leader> {
 
 impl Client {
     fn elections(&self) -> ElectionServiceClient<super::Transport> {
-        ElectionServiceClient::new(self.transport.clone())
+        ElectionServiceClient::new(self.replicas.current().transport)
     }
 
     /// Joins `election` as a candidate publishing `value`. Returns at once; wait for
     /// [`Candidate::elected`]. `ttl` bounds how long the election stays leaderless if this
-    /// process's server dies while it leads.
+    /// process's server dies while it leads. Once elected, the leadership resumes on another
+    /// server on its own when its stream breaks (same term; observers see no change).
     pub async fn campaign(
         &self,
         election: impl Into<String>,
         value: impl Into<Vec<u8>>,
         ttl: Duration,
     ) -> Result<Candidate, ClientError> {
+        self.campaign_with(election, value, ttl, true).await
+    }
+
+    /// As [`Client::campaign`]; `auto_resume: false` ends the leadership when its stream
+    /// breaks, as before.
+    pub async fn campaign_with(
+        &self,
+        election: impl Into<String>,
+        value: impl Into<Vec<u8>>,
+        ttl: Duration,
+        auto_resume: bool,
+    ) -> Result<Candidate, ClientError> {
+        let start = pb::CampaignStart {
+            election: election.into(),
+            value: value.into(),
+            ttl_ms: millis(ttl),
+            resume_token: String::new(),
+            resume_grace_ms: if auto_resume { millis(ttl) } else { 0 },
+        };
+        let (requests, responses) = self.start_campaign(start.clone()).await?;
+        Ok(Candidate {
+            requests,
+            responses,
+            client: self.clone(),
+            start,
+            leading: None,
+        })
+    }
+
+    async fn start_campaign(
+        &self,
+        start: pb::CampaignStart,
+    ) -> Result<(mpsc::Sender<CampaignRequest>, Streaming<CampaignResponse>), Status> {
         let (requests, outbox) = mpsc::channel(4);
         let start = CampaignRequest {
-            action: Some(Action::Start(pb::CampaignStart {
-                election: election.into(),
-                value: value.into(),
-                ttl_ms: millis(ttl),
-            })),
+            action: Some(Action::Start(start)),
         };
         requests
             .send(start)
             .await
-            .map_err(|_| ClientError::Protocol("campaign request channel closed".into()))?;
-        let responses = self
-            .elections()
+            .map_err(|_| Status::internal("campaign request channel closed"))?;
+        let replica = self.replicas.current();
+        match ElectionServiceClient::new(replica.transport.clone())
             .campaign(ReceiverStream::new(outbox))
-            .await?
-            .into_inner();
-        Ok(Candidate {
-            requests,
-            responses,
-        })
+            .await
+        {
+            Ok(responses) => Ok((requests, responses.into_inner())),
+            Err(status) => {
+                if moves_on(&status) {
+                    self.replicas.failed(&replica);
+                }
+                Err(status)
+            }
+        }
     }
 
     /// The current leader of `election`, if any.
@@ -106,17 +142,122 @@ impl Client {
 pub struct Candidate {
     requests: mpsc::Sender<CampaignRequest>,
     responses: Streaming<CampaignResponse>,
+    client: Client,
+    /// What resumes the leadership: the start, with the current value (and, once elected, the
+    /// lease's token). A grace of 0: never resumed.
+    start: pb::CampaignStart,
+    leading: Option<Leading>,
+}
+
+/// The leadership, once elected.
+struct Leading {
+    term: u64,
+    /// Until when the server last vouched for it, by this process's clock.
+    valid_until: Instant,
 }
 
 impl Candidate {
+    /// The next event the caller should see: renewals are absorbed, and a broken stream of a
+    /// leader is resumed on another server (the caller sees nothing of it, unless it fails).
     async fn next_event(&mut self) -> Result<Event, ClientError> {
-        match self.responses.message().await? {
-            Some(CampaignResponse { event: Some(event) }) => Ok(event),
-            Some(CampaignResponse { event: None }) => Err(ClientError::Protocol(
-                "campaign response without an event".into(),
-            )),
-            None => Err(ClientError::Protocol("campaign stream ended".into())),
+        loop {
+            let message = match &self.leading {
+                // Only a leader that asked for a grace hears renewals; one that did not keeps
+                // the old rule (its server tells it `lost`).
+                Some(leading) if self.start.resume_grace_ms > 0 => tokio::select! {
+                    message = self.responses.message() => message,
+                    () = sleep_until(leading.valid_until) => {
+                        return Ok(Event::Lost(pb::Lost {
+                            reason: "no renewal confirmed before the leadership ran out (server silent)".into(),
+                        }));
+                    }
+                },
+                _ => self.responses.message().await,
+            };
+            let broke = match message {
+                Ok(Some(CampaignResponse {
+                    event: Some(Event::Extended(extended)),
+                })) => {
+                    if let Some(leading) = &mut self.leading {
+                        leading.valid_until =
+                            Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+                    }
+                    continue;
+                }
+                Ok(Some(CampaignResponse {
+                    event: Some(Event::Elected(elected)),
+                })) => {
+                    self.elected_as(&elected);
+                    return Ok(Event::Elected(elected));
+                }
+                Ok(Some(CampaignResponse { event: Some(event) })) => return Ok(event),
+                Ok(Some(CampaignResponse { event: None })) => {
+                    return Err(ClientError::Protocol(
+                        "campaign response without an event".into(),
+                    ));
+                }
+                Err(status) if resumable(&status) => format!("campaign stream failed: {status}"),
+                Err(status) => return Err(status.into()),
+                Ok(None) => "campaign stream ended".to_owned(),
+            };
+            if self.leading.is_none() || self.start.resume_grace_ms == 0 {
+                return Err(ClientError::Protocol(broke));
+            }
+            if let Err(reason) = self.resume(broke).await {
+                return Ok(Event::Lost(pb::Lost { reason }));
+            }
         }
+    }
+
+    fn elected_as(&mut self, elected: &pb::Elected) {
+        self.start.resume_token = elected.token.clone();
+        self.leading = Some(Leading {
+            term: elected.term,
+            valid_until: Instant::now() + Duration::from_millis(elected.valid_for_ms.into()),
+        });
+    }
+
+    /// Takes the leadership back on a new stream (any replica) before it runs out.
+    async fn resume(&mut self, broke: String) -> Result<(), String> {
+        let Some(leading) = &self.leading else {
+            return Err(broke);
+        };
+        let (term, valid_until) = (leading.term, leading.valid_until);
+        tracing::info!(election = %self.start.election, reason = %broke, "campaign stream broke; resuming");
+        let mut last = broke;
+        let mut backoff = Duration::from_millis(20);
+        while Instant::now() < valid_until {
+            let attempt = async {
+                let (requests, mut responses) =
+                    self.client.start_campaign(self.start.clone()).await?;
+                let first = responses.message().await?;
+                Ok::<_, Status>((requests, responses, first))
+            };
+            match timeout_at(valid_until, attempt).await {
+                Ok(Ok((requests, responses, first))) => match first {
+                    Some(CampaignResponse {
+                        event: Some(Event::Elected(elected)),
+                    }) if elected.term == term => {
+                        self.requests = requests;
+                        self.responses = responses;
+                        self.elected_as(&elected);
+                        tracing::info!(election = %self.start.election, term, "leadership resumed");
+                        return Ok(());
+                    }
+                    other => return Err(format!("could not resume the leadership: got {other:?}")),
+                },
+                Ok(Err(status)) if resumable(&status) => last = status.to_string(),
+                Ok(Err(status)) => {
+                    return Err(format!("could not resume the leadership: {status}"));
+                }
+                Err(_) => break,
+            }
+            sleep_until((Instant::now() + backoff).min(valid_until)).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+        Err(format!(
+            "could not resume before the leadership's validity ran out: {last}"
+        ))
     }
 
     async fn send(&self, action: Action) -> Result<(), ClientError> {
@@ -140,12 +281,17 @@ impl Candidate {
 
     /// Publishes a new value while leading.
     pub async fn proclaim(&mut self, value: impl Into<Vec<u8>>) -> Result<(), ClientError> {
+        let value = value.into();
         self.send(Action::Proclaim(pb::Proclaim {
-            value: value.into(),
+            value: value.clone(),
         }))
         .await?;
         match self.next_event().await? {
-            Event::Proclaimed(_) => Ok(()),
+            Event::Proclaimed(_) => {
+                // A resumed leadership publishes this value again.
+                self.start.value = value;
+                Ok(())
+            }
             Event::Lost(lost) => Err(ClientError::Protocol(format!(
                 "leadership lost: {}",
                 lost.reason
@@ -174,7 +320,7 @@ impl Candidate {
             match self.next_event().await? {
                 Event::Resigned(resigned) => return Ok(resigned.was_leader),
                 Event::Lost(_) => return Ok(false),
-                Event::Elected(_) | Event::Proclaimed(_) => continue,
+                Event::Elected(_) | Event::Proclaimed(_) | Event::Extended(_) => continue,
             }
         }
     }

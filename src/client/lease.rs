@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
+use tonic::{Code, Status, Streaming};
 
-use super::ClientError;
+use super::{Client, ClientError, moves_on};
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
@@ -17,7 +17,7 @@ use crate::pb::{self, LeaseRequest, LeaseResponse, millis};
 /// Options of one lease; finish with [`LeaseBuilder::acquire`].
 #[derive(Debug)]
 pub struct LeaseBuilder {
-    client: LockServiceClient<super::Transport>,
+    client: Client,
     name: String,
     ttl: Duration,
     wait: Duration,
@@ -27,10 +27,11 @@ pub struct LeaseBuilder {
     shared: bool,
     resume_grace: Duration,
     resume_token: String,
+    auto_resume: bool,
 }
 
 impl LeaseBuilder {
-    pub(super) fn new(client: LockServiceClient<super::Transport>, name: String) -> Self {
+    pub(super) fn new(client: Client, name: String) -> Self {
         LeaseBuilder {
             client,
             name,
@@ -42,6 +43,7 @@ impl LeaseBuilder {
             shared: false,
             resume_grace: Duration::ZERO,
             resume_token: String::new(),
+            auto_resume: true,
         }
     }
 
@@ -84,11 +86,23 @@ impl LeaseBuilder {
         self
     }
 
-    /// Keep the lease this long (at most the TTL) after the stream breaks, so that
-    /// [`LeaseBuilder::resume`] with [`LeaseGuard::token`] can reattach to it. Default: released
-    /// the moment the stream ends.
+    /// Keep the lease this long (at most the TTL) after its stream breaks or its server shuts
+    /// down, so that it can be resumed: by this guard on its own, or by
+    /// [`LeaseBuilder::resume`] with [`LeaseGuard::token`]. Default: the TTL while
+    /// [`LeaseBuilder::auto_resume`] is on, else released the moment the stream ends. A shorter
+    /// grace frees a crashed holder's lock sooner, and costs renewals every third of it.
     pub fn resume_grace(mut self, grace: Duration) -> Self {
         self.resume_grace = grace;
+        self
+    }
+
+    /// Whether the guard resumes the lease on its own, on this or another server, when its
+    /// stream breaks (the server was stopped or crashed, the connection failed). On by default:
+    /// the guard then reports `lost` only if it could not resume within the validity last
+    /// confirmed. Off: a broken stream is `lost` at once, as before, and the lease is kept only
+    /// for an explicit [`LeaseBuilder::resume_grace`].
+    pub fn auto_resume(mut self, on: bool) -> Self {
+        self.auto_resume = on;
         self
     }
 
@@ -107,61 +121,136 @@ impl LeaseBuilder {
     /// As [`LeaseBuilder::acquire`], telling `on_waiting` about each `Waiting` event (the holder
     /// and the place in line) while the lock is taken.
     pub async fn acquire_with_progress(
-        mut self,
+        self,
         mut on_waiting: impl FnMut(&pb::Waiting),
     ) -> Result<LeaseGuard, ClientError> {
-        let (requests, outbox) = mpsc::channel(2);
-        let acquire = LeaseRequest {
-            action: Some(Action::Acquire(pb::LeaseAcquire {
-                name: self.name,
-                ttl_ms: millis(self.ttl),
-                wait_ms: millis(self.wait),
-                holder: self.holder,
-                fair: self.fair,
-                limit: self.limit,
-                mode: if self.shared {
-                    pb::LeaseMode::Shared
-                } else {
-                    pb::LeaseMode::Exclusive
-                }
-                .into(),
-                resume_token: self.resume_token,
-                resume_grace_ms: millis(self.resume_grace),
-            })),
+        let resume_grace = match (self.auto_resume, self.resume_grace) {
+            (true, grace) if grace.is_zero() => self.ttl,
+            (_, grace) => grace,
         };
-        requests
-            .send(acquire)
-            .await
-            .map_err(|_| ClientError::Protocol("request stream closed".into()))?;
-        let mut events = self
-            .client
-            .lease(ReceiverStream::new(outbox))
-            .await?
-            .into_inner();
-        let acquired = loop {
-            match events.message().await? {
-                Some(LeaseResponse {
-                    event: Some(Event::Acquired(acquired)),
-                }) => break acquired,
-                Some(LeaseResponse {
-                    event: Some(Event::Waiting(waiting)),
-                }) => on_waiting(&waiting),
-                other => {
-                    return Err(ClientError::Protocol(format!(
-                        "expected acquired, got {other:?}"
-                    )));
-                }
+        let acquire = pb::LeaseAcquire {
+            name: self.name,
+            ttl_ms: millis(self.ttl),
+            wait_ms: millis(self.wait),
+            holder: self.holder,
+            fair: self.fair,
+            limit: self.limit,
+            mode: if self.shared {
+                pb::LeaseMode::Shared
+            } else {
+                pb::LeaseMode::Exclusive
+            }
+            .into(),
+            resume_token: self.resume_token,
+            resume_grace_ms: millis(resume_grace),
+        };
+        let client = self.client;
+        // A server that is unreachable or shutting down before the lease is taken: the attempt
+        // moves to the next replica (a waiter there joins the line anew), within the wait.
+        let deadline = Instant::now() + self.wait;
+        let mut tries = client.replicas().len();
+        let (requests, mut events, acquired) = loop {
+            let mut attempt = acquire.clone();
+            attempt.wait_ms = millis(deadline.saturating_duration_since(Instant::now()));
+            match open(&client, attempt, &mut on_waiting).await {
+                Err(Opening::Moved(_)) if tries > 1 => tries -= 1,
+                Err(Opening::Moved(status) | Opening::Refused(status)) => return Err(status.into()),
+                Err(Opening::Broken(message)) => return Err(ClientError::Protocol(message)),
+                Ok(opened) => break opened,
             }
         };
         let valid_until = Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
         let (state_tx, state) = watch::channel(LeaseState::Held);
-        tokio::spawn(watch_lease(events, valid_until, state_tx));
+        let (let_go, let_go_rx) = mpsc::channel(1);
+        let resumes = (self.auto_resume && resume_grace > Duration::ZERO).then(|| {
+            let mut acquire = acquire.clone();
+            acquire.resume_token = acquired.token.clone();
+            Resumes {
+                client: client.clone(),
+                acquire,
+                fencing_token: acquired.fencing_token,
+            }
+        });
+        let watcher = Watcher {
+            requests: Some(requests),
+            valid_until,
+            state: state_tx,
+            let_go: let_go_rx,
+            releasing: false,
+            resumes,
+            name: acquire.name.clone(),
+            token: acquired.token.clone(),
+            client,
+        };
+        // Waiting events no longer matter; the watcher reads the rest.
+        let _ = &mut events;
+        tokio::spawn(watcher.run(events));
         Ok(LeaseGuard {
             fencing_token: acquired.fencing_token,
             token: acquired.token,
-            requests: Some(requests),
+            let_go: Some(let_go),
             state,
         })
+    }
+}
+
+/// Why a stream did not get to `acquired`.
+enum Opening {
+    /// The server was unreachable or going away: another replica may do.
+    Moved(Status),
+    /// The server's answer (the lock is taken, bad input, ...).
+    Refused(Status),
+    /// The server broke the protocol.
+    Broken(String),
+}
+
+/// Opens a `Lease` stream on the replica in use and reads up to `acquired`.
+async fn open(
+    client: &Client,
+    acquire: pb::LeaseAcquire,
+    on_waiting: &mut impl FnMut(&pb::Waiting),
+) -> Result<
+    (
+        mpsc::Sender<LeaseRequest>,
+        Streaming<LeaseResponse>,
+        pb::Acquired,
+    ),
+    Opening,
+> {
+    let (requests, outbox) = mpsc::channel(2);
+    let request = LeaseRequest {
+        action: Some(Action::Acquire(acquire)),
+    };
+    requests
+        .send(request)
+        .await
+        .map_err(|_| Opening::Broken("request stream closed".into()))?;
+    let replica = client.replicas().current();
+    let sort = |status: Status| {
+        if moves_on(&status) {
+            client.replicas().failed(&replica);
+            Opening::Moved(status)
+        } else {
+            Opening::Refused(status)
+        }
+    };
+    let mut events = LockServiceClient::new(replica.transport.clone())
+        .lease(ReceiverStream::new(outbox))
+        .await
+        .map_err(sort)?
+        .into_inner();
+    loop {
+        match events.message().await.map_err(sort)? {
+            Some(LeaseResponse {
+                event: Some(Event::Acquired(acquired)),
+            }) => return Ok((requests, events, acquired)),
+            Some(LeaseResponse {
+                event: Some(Event::Waiting(waiting)),
+            }) => on_waiting(&waiting),
+            other => {
+                return Err(Opening::Broken(format!("expected acquired, got {other:?}")));
+            }
+        }
     }
 }
 
@@ -172,32 +261,183 @@ enum LeaseState {
     Released { was_held: bool },
 }
 
-/// Follows the server's events; decides on its own clock when the lease can no longer be trusted.
-async fn watch_lease(
-    mut events: Streaming<LeaseResponse>,
-    mut valid_until: Instant,
+/// How a lease resumes on its own: the request that takes it back, and what it must be.
+struct Resumes {
+    client: Client,
+    /// The original acquire, with the lease's token as `resume_token`.
+    acquire: pb::LeaseAcquire,
+    fencing_token: u64,
+}
+
+/// Whether a broken stream may be resumed: the transport failed or the server went away, rather
+/// than the server saying no.
+pub(super) fn resumable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::Unknown
+            | Code::Internal
+            | Code::Cancelled
+            | Code::DeadlineExceeded
+    )
+}
+
+/// Backoff between resume attempts: short, since the lease's validity is running.
+const FIRST_RETRY: Duration = Duration::from_millis(20);
+const LAST_RETRY: Duration = Duration::from_millis(500);
+
+/// Follows the server's events and the guard's wishes; decides on its own clock when the lease
+/// can no longer be trusted; resumes it elsewhere when its stream breaks.
+struct Watcher {
+    /// The stream's request side; dropping it half-closes, which releases.
+    requests: Option<mpsc::Sender<LeaseRequest>>,
+    valid_until: Instant,
     state: watch::Sender<LeaseState>,
-) {
-    let end = loop {
-        tokio::select! {
-            message = events.next() => match message {
-                Some(Ok(LeaseResponse { event: Some(Event::Extended(extended)) })) => {
-                    valid_until = Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+    /// `Some(())`: release now; closed: the guard was dropped (release too).
+    let_go: mpsc::Receiver<()>,
+    releasing: bool,
+    /// `None`: a broken stream is the end (auto-resume off, or no grace).
+    resumes: Option<Resumes>,
+    name: String,
+    token: String,
+    client: Client,
+}
+
+impl Watcher {
+    async fn run(mut self, mut events: Streaming<LeaseResponse>) {
+        let end = loop {
+            let broke = tokio::select! {
+                message = events.next() => match message {
+                    Some(Ok(LeaseResponse { event: Some(Event::Extended(extended)) })) => {
+                        self.valid_until = Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+                        continue;
+                    }
+                    Some(Ok(LeaseResponse { event: Some(Event::Lost(lost)) })) => break LeaseState::Lost(lost.reason),
+                    Some(Ok(LeaseResponse { event: Some(Event::Released(released)) })) => {
+                        break LeaseState::Released { was_held: released.was_held };
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(status)) if resumable(&status) => format!("lease stream failed: {status}"),
+                    Some(Err(status)) => break LeaseState::Lost(format!("lease stream failed: {status}")),
+                    None => "the server ended the lease stream".to_owned(),
+                },
+                () = sleep_until(self.valid_until) => {
+                    break LeaseState::Lost("no renewal confirmed before the lease ran out (server silent)".into());
                 }
-                Some(Ok(LeaseResponse { event: Some(Event::Lost(lost)) })) => break LeaseState::Lost(lost.reason),
-                Some(Ok(LeaseResponse { event: Some(Event::Released(released)) })) => {
-                    break LeaseState::Released { was_held: released.was_held };
+                wish = self.let_go.recv(), if !self.releasing => {
+                    self.releasing = true;
+                    match (wish, &self.requests) {
+                        (Some(()), Some(requests)) => {
+                            let release = LeaseRequest { action: Some(Action::Release(pb::LeaseRelease {})) };
+                            // A closed stream means it already ended; its events say how.
+                            let _ = requests.try_send(release);
+                        }
+                        // Dropped: half-close, which releases.
+                        _ => self.requests = None,
+                    }
+                    continue;
                 }
-                Some(Ok(_)) => continue,
-                Some(Err(status)) => break LeaseState::Lost(format!("lease stream failed: {status}")),
-                None => break LeaseState::Lost("the server ended the lease stream".into()),
-            },
-            () = sleep_until(valid_until) => {
-                break LeaseState::Lost("no renewal confirmed before the lease ran out (server silent)".into());
+            };
+            if self.releasing {
+                break self.release_by_token(&broke).await;
             }
+            if self.resumes.is_none() {
+                break LeaseState::Lost(broke);
+            }
+            match self.resume(broke).await {
+                Ok(resumed) => events = resumed,
+                Err(end) => break end,
+            }
+        };
+        self.state.send_replace(end);
+    }
+
+    /// The stream broke while the guard was letting go: release by token on any replica.
+    async fn release_by_token(&self, broke: &str) -> LeaseState {
+        let released = timeout_at(
+            self.valid_until.max(Instant::now() + LAST_RETRY),
+            self.client.release(self.name.clone(), self.token.clone()),
+        )
+        .await;
+        match released {
+            Ok(Ok(was_held)) => LeaseState::Released { was_held },
+            Ok(Err(error)) => {
+                LeaseState::Lost(format!("{broke}; release by token failed: {error}"))
+            }
+            Err(_) => LeaseState::Lost(format!("{broke}; release by token timed out")),
         }
-    };
-    state.send_replace(end);
+    }
+
+    /// Takes the lease back on a new stream (any replica) before its validity ends.
+    async fn resume(&mut self, broke: String) -> Result<Streaming<LeaseResponse>, LeaseState> {
+        let Some(Resumes {
+            client,
+            acquire,
+            fencing_token,
+        }) = self.resumes.as_ref().map(|r| Resumes {
+            client: r.client.clone(),
+            acquire: r.acquire.clone(),
+            fencing_token: r.fencing_token,
+        })
+        else {
+            return Err(LeaseState::Lost(broke));
+        };
+        let mut no_waiting = |_: &pb::Waiting| {};
+        tracing::info!(lock = %self.name, reason = %broke, "lease stream broke; resuming");
+        let mut last = broke;
+        let mut backoff = FIRST_RETRY;
+        loop {
+            if Instant::now() >= self.valid_until {
+                return Err(LeaseState::Lost(format!(
+                    "could not resume before the lease's validity ran out: {last}"
+                )));
+            }
+            let attempt = open(&client, acquire.clone(), &mut no_waiting);
+            let outcome = tokio::select! {
+                outcome = timeout_at(self.valid_until, attempt) => outcome,
+                wish = self.let_go.recv() => {
+                    // Letting go while between streams: release by token.
+                    let _ = wish;
+                    self.releasing = true;
+                    return Err(self.release_by_token(&last).await);
+                }
+            };
+            match outcome {
+                Ok(Ok((requests, events, acquired))) => {
+                    if acquired.fencing_token != fencing_token {
+                        return Err(LeaseState::Lost(format!(
+                            "resumed with fencing token {}, not {fencing_token}",
+                            acquired.fencing_token
+                        )));
+                    }
+                    self.valid_until =
+                        Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
+                    self.requests = Some(requests);
+                    tracing::info!(lock = %self.name, "lease resumed");
+                    return Ok(events);
+                }
+                Ok(Err(Opening::Moved(status))) => last = status.to_string(),
+                Ok(Err(Opening::Refused(status))) if resumable(&status) => {
+                    last = status.to_string();
+                }
+                Ok(Err(Opening::Refused(status))) => {
+                    return Err(LeaseState::Lost(format!(
+                        "could not resume the lease: {status}"
+                    )));
+                }
+                Ok(Err(Opening::Broken(message))) => {
+                    return Err(LeaseState::Lost(format!(
+                        "could not resume the lease: {message}"
+                    )));
+                }
+                Err(_) => continue,
+            }
+            let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
+            let pause = backoff / 2 + Duration::from_millis(jitter);
+            sleep_until((Instant::now() + pause).min(self.valid_until)).await;
+            backoff = (backoff * 2).min(LAST_RETRY);
+        }
+    }
 }
 
 /// A held lock. Dropping it releases the lock (the stream half-closes).
@@ -205,7 +445,8 @@ async fn watch_lease(
 pub struct LeaseGuard {
     fencing_token: u64,
     token: String,
-    requests: Option<mpsc::Sender<LeaseRequest>>,
+    /// To the watcher: a message releases, dropping releases too.
+    let_go: Option<mpsc::Sender<()>>,
     state: watch::Receiver<LeaseState>,
 }
 
@@ -220,8 +461,9 @@ impl LeaseGuard {
         &self.token
     }
 
-    /// Completes with the reason once the lock is lost: the server said `Lost`, the stream broke,
-    /// or the last confirmed validity ran out by this process's clock.
+    /// Completes with the reason once the lock is lost: the server said `Lost`, the stream broke
+    /// and could not be resumed (or auto-resume is off), or the last confirmed validity ran out
+    /// by this process's clock.
     pub async fn lost(&self) -> String {
         let mut state = self.state.clone();
         let reason = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
@@ -243,12 +485,9 @@ impl LeaseGuard {
     /// Releases the lock and waits for the server to confirm. `Ok(false)`: the lock had already
     /// been lost.
     pub async fn release(mut self) -> Result<bool, ClientError> {
-        if let Some(requests) = self.requests.take() {
-            let release = LeaseRequest {
-                action: Some(Action::Release(pb::LeaseRelease {})),
-            };
-            // A closed stream means the lease already ended; the state below says how.
-            let _ = requests.send(release).await;
+        if let Some(let_go) = self.let_go.take() {
+            // A closed watcher means the lease already ended; the state below says how.
+            let _ = let_go.send(()).await;
         }
         let mut state = self.state.clone();
         let end = state

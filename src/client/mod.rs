@@ -2,7 +2,9 @@
 //! leader, and guard a resource with fencing tokens.
 //!
 //! - [`Client`] (here): the connection, and the unary calls.
-//! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`).
+//! - [`replicas`]: one address or several (a list, a DNS name), and moving to another on failure.
+//! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
+//!   a held lease resumes on another server on its own when its stream breaks.
 //! - [`election`]: `campaign`, `leader`, `observe`.
 //! - [`fence`]: the protected resource's side, a value that refuses stale fencing tokens.
 //!
@@ -32,6 +34,7 @@
 pub mod election;
 pub mod fence;
 pub mod lease;
+pub mod replicas;
 
 use std::time::Duration;
 
@@ -39,12 +42,13 @@ use tonic::Status;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, millis};
 pub use election::{Candidate, Leader, Observation};
 pub use lease::{LeaseBuilder, LeaseGuard};
+pub use replicas::Replicas;
 
 /// What can go wrong on the client side.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +86,9 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// `http://host:port`, or `https://host:port` for TLS.
+    /// `http://host:port`, or `https://host:port` for TLS (`host:port` is plain HTTP/2); or a
+    /// comma-separated list of them, every replica of one deployment; a host name stands for
+    /// every address it resolves to.
     pub fn new(url: impl Into<String>) -> Self {
         ConnectOptions {
             url: url.into(),
@@ -131,12 +137,16 @@ impl Interceptor for BearerToken {
     }
 }
 
-/// A connection to a Leasehold server. Cheap to clone.
+/// A connection to a Leasehold server (one of its replicas). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: LockServiceClient<Transport>,
-    /// Shared with the election calls.
-    transport: Transport,
+    replicas: Replicas,
+}
+
+/// Whether a call's failure says its server is unreachable or going away, so another replica
+/// should be tried.
+pub(crate) fn moves_on(status: &Status) -> bool {
+    status.code() == tonic::Code::Unavailable
 }
 
 impl Client {
@@ -148,21 +158,19 @@ impl Client {
     /// Connects with TLS settings and a token.
     pub async fn connect_with(options: ConnectOptions) -> Result<Self, ClientError> {
         let url = options.url.clone();
-        let bad_url = |source| ClientError::Url {
-            url: url.clone(),
-            source,
-        };
-        let mut endpoint = Endpoint::from_shared(url.clone()).map_err(bad_url)?;
-        if url.starts_with("https://") || options.ca_pem.is_some() || options.identity.is_some() {
-            let mut tls = ClientTlsConfig::new().with_enabled_roots();
-            if let Some(ca) = options.ca_pem {
-                tls = tls.ca_certificate(Certificate::from_pem(ca));
-            }
-            if let Some((cert, key)) = options.identity {
-                tls = tls.identity(Identity::from_pem(cert, key));
-            }
-            endpoint = endpoint.tls_config(tls).map_err(bad_url)?;
-        }
+        let tls =
+            if url.contains("https://") || options.ca_pem.is_some() || options.identity.is_some() {
+                let mut tls = ClientTlsConfig::new().with_enabled_roots();
+                if let Some(ca) = options.ca_pem {
+                    tls = tls.ca_certificate(Certificate::from_pem(ca));
+                }
+                if let Some((cert, key)) = options.identity {
+                    tls = tls.identity(Identity::from_pem(cert, key));
+                }
+                Some(tls)
+            } else {
+                None
+            };
         let token = match options.token {
             Some(token) => Some(
                 MetadataValue::try_from(format!("Bearer {token}"))
@@ -170,37 +178,64 @@ impl Client {
             ),
             None => None,
         };
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|source| ClientError::Connect { url, source })?;
-        let transport = InterceptedService::new(channel, BearerToken(token));
-        Ok(Client {
-            inner: LockServiceClient::new(transport.clone()),
-            transport,
-        })
+        let replicas = Replicas::connect(&url, tls, BearerToken(token)).await?;
+        Ok(Client { replicas })
+    }
+
+    /// The replicas this client uses.
+    pub fn replicas(&self) -> &Replicas {
+        &self.replicas
+    }
+
+    /// Runs a call that may be repeated (it changes nothing, or nothing twice) on the replica
+    /// in use, moving on to the next while one is unreachable.
+    async fn idempotent<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Transport) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let mut tries = self.replicas.len();
+        loop {
+            let replica = self.replicas.current();
+            match call(replica.transport.clone()).await {
+                Err(status) if moves_on(&status) && tries > 1 => {
+                    self.replicas.failed(&replica);
+                    tries -= 1;
+                }
+                other => return other.map_err(ClientError::from),
+            }
+        }
     }
 
     /// Whether the server reports SERVING on gRPC health (it can reach its Redis).
     pub async fn serving(&self) -> Result<bool, ClientError> {
         use tonic_health::pb::health_check_response::ServingStatus;
-        let mut health = tonic_health::pb::health_client::HealthClient::new(self.transport.clone());
+        use tonic_health::pb::health_client::HealthClient;
         let request = tonic_health::pb::HealthCheckRequest {
             service: String::new(),
         };
-        let status = health.check(request).await?.into_inner().status;
+        let status = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { HealthClient::new(transport).check(request).await }
+            })
+            .await?
+            .into_inner()
+            .status;
         Ok(status == ServingStatus::Serving as i32)
     }
 
     /// The no-op echo service of a server started with `--echo`: the transport's own round trip,
     /// on this client's connection (`leasehold bench` measures leases against it).
     pub fn echo(&self) -> crate::pb::bench::echo_service_client::EchoServiceClient<Transport> {
-        crate::pb::bench::echo_service_client::EchoServiceClient::new(self.transport.clone())
+        crate::pb::bench::echo_service_client::EchoServiceClient::new(
+            self.replicas.current().transport,
+        )
     }
 
     /// Starts building a lease on `name`.
     pub fn lease(&self, name: impl Into<String>) -> LeaseBuilder {
-        LeaseBuilder::new(self.inner.clone(), name.into())
+        LeaseBuilder::new(self.clone(), name.into())
     }
 
     /// Takes `name` once with the unary call, without renewal and without waiting: the caller
@@ -215,7 +250,20 @@ impl Client {
             ttl_ms: millis(ttl),
             ..Default::default()
         };
-        Ok(self.inner.clone().acquire(request).await?.into_inner())
+        // Not repeated on another replica: the first attempt may have taken the lock.
+        let replica = self.replicas.current();
+        match LockServiceClient::new(replica.transport.clone())
+            .acquire(request)
+            .await
+        {
+            Ok(answer) => Ok(answer.into_inner()),
+            Err(status) => {
+                if moves_on(&status) {
+                    self.replicas.failed(&replica);
+                }
+                Err(status.into())
+            }
+        }
     }
 
     /// Releases a lock taken elsewhere, by its token. `false`: the token no longer held it.
@@ -228,20 +276,25 @@ impl Client {
             name: name.into(),
             token: token.into(),
         };
-        Ok(self
-            .inner
-            .clone()
-            .release(request)
-            .await?
-            .into_inner()
-            .released)
+        let answer = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { LockServiceClient::new(transport).release(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner().released)
     }
 
     /// The locks held now, at most `limit` (0: the server's maximum, 1,000); `truncated` says
     /// whether more are held.
     pub async fn list(&self, limit: u32) -> Result<pb::ListResponse, ClientError> {
         let request = pb::ListRequest { limit };
-        Ok(self.inner.clone().list(request).await?.into_inner())
+        let answer = self
+            .idempotent(
+                |transport| async move { LockServiceClient::new(transport).list(request).await },
+            )
+            .await?;
+        Ok(answer.into_inner())
     }
 
     /// Who holds `name`, without changing anything.
@@ -250,6 +303,12 @@ impl Client {
         name: impl Into<String>,
     ) -> Result<pb::DescribeResponse, ClientError> {
         let request = pb::DescribeRequest { name: name.into() };
-        Ok(self.inner.clone().describe(request).await?.into_inner())
+        let answer = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { LockServiceClient::new(transport).describe(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner())
     }
 }

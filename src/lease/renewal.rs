@@ -4,10 +4,16 @@
 //! TTL at some moment after `sent_at`, so `sent_at + ttl - drift` is a time by which the key has
 //! certainly not expired yet, however slow the reply was.
 //!
+//! A resumable lease (one with a resume grace) is vouched for to its client for at most the
+//! grace from each message: its server may shorten the key to the grace the moment it sees the
+//! stream break or shuts down, and a client that kept believing the full TTL could outlive the
+//! key. Its renewals come every third of the smaller of TTL and grace, so the client hears one
+//! well within each grace.
+//!
 //! Renewals fall due on a grid shared by every lease of the server: a lease renews at the last
-//! grid point at or before `ttl/3` after its last confirmed send, the grid's step being
-//! `ttl/30`. Leases of one TTL thus fall due together and are renewed in one batch per node
-//! (`store::renewals`), at most one step early.
+//! grid point at or before `window/3` after its last confirmed send (the window being the TTL,
+//! or the grace if shorter), the grid's step being `window/30`. Leases of one TTL thus fall due
+//! together and are renewed in one batch per node (`store::renewals`), at most one step early.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -35,6 +41,9 @@ fn on_grid(at: Instant, step: Duration) -> Instant {
 #[derive(Debug, Clone)]
 pub struct RenewalClock {
     ttl: Duration,
+    /// What the server may vouch for to the client from any moment: the resume grace (less the
+    /// drift allowance) of a resumable lease.
+    vouch: Option<Duration>,
     valid_until: Instant,
     next_renewal: Instant,
 }
@@ -42,8 +51,15 @@ pub struct RenewalClock {
 impl RenewalClock {
     /// A lease whose acquire command left at `sent_at`.
     pub fn new(ttl: Duration, sent_at: Instant) -> Self {
+        RenewalClock::resumable(ttl, None, sent_at)
+    }
+
+    /// A lease kept for `grace` after its stream breaks (`None`: released at once), whose
+    /// acquire command left at `sent_at`.
+    pub fn resumable(ttl: Duration, grace: Option<Duration>, sent_at: Instant) -> Self {
         let mut clock = RenewalClock {
             ttl,
+            vouch: grace.map(|grace| grace.saturating_sub(drift(grace))),
             valid_until: sent_at,
             next_renewal: sent_at,
         };
@@ -51,11 +67,21 @@ impl RenewalClock {
         clock
     }
 
+    /// The renewal period's base: the TTL, or the grace if shorter.
+    fn window(&self) -> Duration {
+        match self.vouch {
+            Some(vouch) => self.ttl.min(vouch),
+            None => self.ttl,
+        }
+    }
+
     /// A renewal sent at `sent_at` succeeded.
     pub fn confirmed(&mut self, sent_at: Instant) {
         self.valid_until = sent_at + self.ttl - drift(self.ttl);
-        // Every ttl/3: two renewals may fail before the lease is in danger.
-        self.next_renewal = on_grid(sent_at + self.ttl / 3, self.ttl / GRID_STEPS).max(sent_at);
+        // Every window/3: two renewals may fail before the lease (or the client's belief in it)
+        // is in danger.
+        let window = self.window();
+        self.next_renewal = on_grid(sent_at + window / 3, window / GRID_STEPS).max(sent_at);
     }
 
     /// A renewal failed without an answer (Redis unreachable or slow): try again soon, but never
@@ -78,9 +104,14 @@ impl RenewalClock {
         self.valid_until
     }
 
-    /// How long from `now` the lease stays valid without another renewal.
+    /// How long from `now` the server can vouch for the lease without another renewal: until
+    /// its validity ends, and for a resumable lease never more than its grace.
     pub fn valid_for(&self, now: Instant) -> Duration {
-        self.valid_until.saturating_duration_since(now)
+        let valid_for = self.valid_until.saturating_duration_since(now);
+        match self.vouch {
+            Some(vouch) => valid_for.min(vouch),
+            None => valid_for,
+        }
     }
 
     pub fn expired(&self, now: Instant) -> bool {
@@ -125,6 +156,23 @@ mod tests {
         let due = sent_at + Duration::from_millis(1000);
         assert!(clock.next_renewal() <= due);
         assert!(clock.next_renewal() > due - Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_resumable_lease_is_vouched_for_at_most_its_grace_and_renewed_within_it() {
+        let ttl = Duration::from_millis(9000);
+        let grace = Duration::from_millis(1500);
+        let sent_at = Instant::now();
+        let clock = RenewalClock::resumable(ttl, Some(grace), sent_at);
+        // Vouched for the grace less its drift allowance (1500/100 + 2 ms), not the TTL...
+        assert_eq!(clock.valid_for(sent_at), Duration::from_millis(1483));
+        // ...while the server's own validity still counts the TTL.
+        assert_eq!(clock.valid_until(), sent_at + ttl - drift(ttl));
+        // Renewed within a third of the grace, so the client hears one well within it.
+        assert!(clock.next_renewal() <= sent_at + Duration::from_millis(1483) / 3);
+        // A grace of the whole TTL changes nothing but the drift it allows.
+        let full = RenewalClock::resumable(ttl, Some(ttl), sent_at);
+        assert_eq!(full.valid_for(sent_at), ttl - drift(ttl));
     }
 
     #[test]

@@ -88,15 +88,19 @@ impl LeaseStream for Campaign {
     }
 
     fn open(start: pb::CampaignStart) -> Result<(LeaseSpec, Self)> {
+        let ttl = spec::ttl(start.ttl_ms)?;
         let spec = LeaseSpec {
             name: LockName::parse_election(start.election)?,
-            ttl: spec::ttl(start.ttl_ms)?,
+            ttl,
             wait: MAX_WAIT,
             holder: CANDIDATE.to_owned(),
             fair: true,
             mode: spec::Mode::LOCK,
-            resume_grace: None,
-            resume: None,
+            resume_grace: spec::resume_grace(start.resume_grace_ms, ttl)?,
+            resume: match start.resume_token {
+                token if token.is_empty() => None,
+                token => Some(spec::token(token)?),
+            },
         };
         let value = spec::election_value(start.value)?;
         Ok((spec, Campaign { value, term: 0 }))
@@ -108,7 +112,9 @@ impl LeaseStream for Campaign {
         )
     }
 
-    /// Elected: announce it before telling the candidate, so observers never lag the leader.
+    /// Elected: announce it before telling the candidate, so observers never lag the leader. A
+    /// resumed leadership is elected again with its term and value: observers, who never see one
+    /// state twice in a row, see no change.
     async fn acquired(
         &mut self,
         held: &Held<'_, Leadership>,
@@ -119,6 +125,7 @@ impl LeaseStream for Campaign {
         let elected = Event::Elected(pb::Elected {
             term: self.term,
             valid_for_ms: pb::millis(valid_for),
+            token: held.lease.token().secret().to_owned(),
         });
         let lost = "the leadership lease was lost before it could be announced";
         let step = self.announce(held, lost, elected).await?;
@@ -141,10 +148,20 @@ impl LeaseStream for Campaign {
         self.announce(held, lost, proclaimed).await
     }
 
-    /// Candidates hear only the outcome: no place in line, no renewals.
+    /// Candidates hear only the outcome: no place in line, and renewals only if they asked for a
+    /// resume grace (to know how long to believe in their leadership between streams).
     fn tell(event: Tell<'_>) -> Option<CampaignResponse> {
         match event {
-            Tell::Waiting(_) | Tell::Extended { .. } => None,
+            Tell::Waiting(_)
+            | Tell::Extended {
+                resumable: false, ..
+            } => None,
+            Tell::Extended { ttl, valid_for, .. } => {
+                Some(response(Event::Extended(pb::Extended {
+                    ttl_ms: pb::millis(ttl),
+                    valid_for_ms: pb::millis(valid_for),
+                })))
+            }
             Tell::Released { was_held } => Some(response(Event::Resigned(pb::Resigned {
                 was_leader: was_held,
             }))),

@@ -113,8 +113,13 @@ impl Words {
 pub enum Tell<'a> {
     /// Still waiting: the holder and the place in line.
     Waiting(&'a WaitingState),
-    /// Renewed: valid for this long from now.
-    Extended { ttl: Duration, valid_for: Duration },
+    /// Renewed: valid for this long from now. `resumable`: the client asked for a resume grace
+    /// (and so needs to know how long it may believe in the lease between streams).
+    Extended {
+        ttl: Duration,
+        valid_for: Duration,
+        resumable: bool,
+    },
     /// Let go at the client's request; `false` if it was not held (any more).
     Released { was_held: bool },
     /// Gone, for this reason.
@@ -303,8 +308,11 @@ where
                 attachment,
                 ..
             } = acquisition;
-            let clock = RenewalClock::new(spec.ttl, acquisition.sent_at);
+            let clock = RenewalClock::resumable(spec.ttl, spec.resume_grace, acquisition.sent_at);
             info!(fencing_token, resumed = attachment > 0, "acquired");
+            if spec.resume.is_some() {
+                self.streams.metrics().moved("resumed");
+            }
             // Counts the lease as held, and its hold time, from here to the end of the stream.
             let metrics = self.streams.metrics();
             let held_for = (
@@ -417,9 +425,13 @@ where
         clock: RenewalClock,
     ) -> Result<()> {
         let events = self.events.clone();
-        let ttl = spec.ttl;
+        let (ttl, resumable) = (spec.ttl, spec.resume_grace.is_some());
         let on_renewed = Box::new(move |valid_for| {
-            if let Some(progress) = K::tell(Tell::Extended { ttl, valid_for }) {
+            if let Some(progress) = K::tell(Tell::Extended {
+                ttl,
+                valid_for,
+                resumable,
+            }) {
                 events.progress(progress);
             }
         });
@@ -432,6 +444,17 @@ where
                 biased;
                 () = self.streams.tasks().stopping() => {
                     renewals.stop();
+                    if let Some(grace) = spec.resume_grace {
+                        // Hand the lease over: the client hears it first, so it moves at once;
+                        // the lease is then kept for its grace (left alone if the client has
+                        // already resumed it elsewhere: the attachment tells).
+                        let held = K::WORDS.held;
+                        self.events.essential(Err(Error::HandedOver { held, grace_ms: grace.as_millis() }.into()));
+                        Box::pin(lease.detach(grace, attachment)).await;
+                        info!("kept for its client to resume elsewhere");
+                        self.streams.metrics().moved("handed_over");
+                        return Ok(());
+                    }
                     let released = Box::pin(lease.release()).await;
                     let held = K::WORDS.held;
                     let reason = match released {

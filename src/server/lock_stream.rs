@@ -125,7 +125,7 @@ impl LeaseStream for LockStream {
                 holder_ttl_remaining_ms: state.holder_ttl.map(pb::millis).unwrap_or(0),
                 position: state.position,
             }),
-            Tell::Extended { ttl, valid_for } => Event::Extended(pb::Extended {
+            Tell::Extended { ttl, valid_for, .. } => Event::Extended(pb::Extended {
                 ttl_ms: pb::millis(ttl),
                 valid_for_ms: pb::millis(valid_for),
             }),

@@ -168,7 +168,7 @@ pub async fn serve(
         let (tasks, stopped_at) = (tasks.clone(), &stopped_at);
         async move {
             tokio::select! {
-                () = shutdown => info!("shutting down: releasing every lease"),
+                () = shutdown => info!("shutting down: handing resumable leases over, releasing the others"),
                 () = tasks.stopping() => {}
             }
             stopped_at.get_or_init(Instant::now);
