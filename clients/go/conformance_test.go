@@ -278,7 +278,8 @@ func TestConformance_resume_after_break(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer breakable.Close()
-	held, err := Acquire(ctx, breakable, "job", Options{TTL: 3 * time.Second, ResumeGrace: 2 * time.Second})
+	// NoResume: this scenario resumes by hand what the client would otherwise resume itself.
+	held, err := Acquire(ctx, breakable, "job", Options{TTL: 3 * time.Second, ResumeGrace: 2 * time.Second, NoResume: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,11 +304,11 @@ func TestConformance_resume_after_break(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_, err = Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: strings.Repeat("0", 32)})
+	_, err = Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: strings.Repeat("0", 32), NoResume: true})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("a wrong token: %v", err)
 	}
-	resumed, err := Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: held.Token})
+	resumed, err := Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, ResumeToken: held.Token, NoResume: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,5 +317,46 @@ func TestConformance_resume_after_break(t *testing.T) {
 	}
 	if wasHeld, err := resumed.Release(); err != nil || !wasHeld {
 		t.Fatalf("release: %v %v", wasHeld, err)
+	}
+}
+
+func TestConformance_survives_rolling_restart(t *testing.T) {
+	r := startReplicas(t, 3)
+	lease, err := Acquire(context.Background(), dial(t, r.list()), "job", Options{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fencingToken, token := lease.FencingToken, lease.Token
+	r.holds(lease, fencingToken, token, 0, 1, 2)
+	for i := range r.servers {
+		r.stop(i, syscall.SIGTERM)
+		confirmedAfter(t, lease, lease.ValidUntil())
+		r.restart(i)
+		r.holds(lease, fencingToken, token, 0, 1, 2)
+	}
+	if held, err := lease.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if got := redisCli(r.redisPort, "EXISTS", lockKey); got != "0" {
+		t.Fatal("lock key still there after release")
+	}
+}
+
+func TestConformance_survives_server_crash(t *testing.T) {
+	r := startReplicas(t, 3)
+	lease, err := Acquire(context.Background(), dial(t, r.list()), "job", Options{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fencingToken, token := lease.FencingToken, lease.Token
+	r.stop(0, syscall.SIGKILL) // the one the lease is on: the first address
+	r.stop(1, syscall.SIGKILL)
+	confirmedAfter(t, lease, lease.ValidUntil())
+	r.holds(lease, fencingToken, token, 2)
+	if held, err := lease.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if got := redisCli(r.redisPort, "EXISTS", lockKey); got != "0" {
+		t.Fatal("lock key still there after release")
 	}
 }

@@ -14,9 +14,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -133,5 +135,114 @@ func TestTLSWithTheServerCA(t *testing.T) {
 	defer plain.Close()
 	if _, err := Acquire(ctx, plain, "tls/job", Options{TTL: 5 * time.Second}); err == nil {
 		t.Fatal("plaintext was served on a TLS listener")
+	}
+}
+
+// A comma-separated list: a dead address is skipped, and each address keeps its own name for
+// TLS; the bearer token goes along.
+func TestAnAddressListKeepsTLSAndTheToken(t *testing.T) {
+	caPEM, certPEM, keyPEM := testCA(t)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	digest := sha256.Sum256([]byte("go-secret"))
+	grants := filepath.Join(dir, "auth.toml")
+	for path, text := range map[string][]byte{
+		cert: certPEM, key: keyPEM,
+		grants: []byte("[[grant]]\nname = \"go\"\ntoken_sha256 = \"" + hex.EncodeToString(digest[:]) +
+			"\"\nrole = \"hold\"\nlocks = [\"go/\"]\n"),
+	} {
+		if err := os.WriteFile(path, text, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, _, _ := launch(t, "--tls-cert", cert, "--tls-key", key, "--auth-file", grants)
+	dead := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	conn, err := Dial(dead+", "+addr, DialOptions{RootCAs: caPEM, Token: "go-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	lease, err := Acquire(ctx, conn, "go/job", Options{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := lease.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if _, err := Dial(" , ", DialOptions{}); err == nil {
+		t.Fatal("an empty list was accepted")
+	}
+}
+
+// dnsServer answers every A query with addrs, and any other query with no record, on a UDP
+// port of the loopback: its address.
+func dnsServer(t *testing.T, addrs ...[4]byte) string {
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		packet := make([]byte, 512)
+		for {
+			n, from, err := conn.ReadFrom(packet)
+			if err != nil {
+				return
+			}
+			var query dnsmessage.Parser
+			header, err := query.Start(packet[:n])
+			if err != nil {
+				continue
+			}
+			question, err := query.Question()
+			if err != nil {
+				continue
+			}
+			answer := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: header.ID, Response: true,
+				Authoritative: true, RecursionDesired: header.RecursionDesired})
+			answer.StartQuestions()
+			answer.Question(question)
+			answer.StartAnswers()
+			if question.Type == dnsmessage.TypeA {
+				for _, addr := range addrs {
+					answer.AResource(dnsmessage.ResourceHeader{Name: question.Name,
+						Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: addr})
+				}
+			}
+			if reply, err := answer.Finish(); err == nil {
+				conn.WriteTo(reply, from)
+			}
+		}
+	}()
+	return conn.LocalAddr().String()
+}
+
+// A DNS name with two addresses (for two servers on one port): the lease is taken on the
+// second while the first is down, and resumed on the first when the second crashes.
+func TestADNSNameWithSeveralAddresses(t *testing.T) {
+	redisPort := startRedis(t)
+	port := strconv.Itoa(freePort(t))
+	_, second := startLeasehold(t, redisPort, "127.0.0.2:"+port)
+	resolver := dnsServer(t, [4]byte{127, 0, 0, 1}, [4]byte{127, 0, 0, 2})
+	conn := dial(t, "dns://"+resolver+"/leasehold.test:"+port)
+
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startLeasehold(t, redisPort, "127.0.0.1:"+port)
+	if err := second.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	second.Wait()
+	confirmedAfter(t, lease, lease.ValidUntil())
+	if got := redisCli(redisPort, "GET", lockKey); got != lease.Token {
+		t.Fatalf("lock key holds %q", got)
+	}
+	if held, err := lease.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
 	}
 }

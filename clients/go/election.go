@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
@@ -19,101 +22,374 @@ type Leader struct {
 	Value []byte
 }
 
-// Candidate is one candidacy in an election, held by one Campaign stream. Cancelling the context
-// given to Campaign steps down (or leaves the line), like Resign without waiting for the answer.
+// CampaignOptions of one candidacy.
+type CampaignOptions struct {
+	// ResumeGrace keeps the leadership that long (at most the ttl) after the leader's stream
+	// breaks or its server shuts down, so that it can be resumed with its term. Default: the
+	// ttl, or 0 with NoResume (the leader then steps down the moment its stream ends).
+	ResumeGrace time.Duration
+	// NoResume turns automatic resumption off: a leader whose stream breaks has lost its
+	// leadership, as before.
+	NoResume bool
+}
+
+// Candidate is one candidacy in an election, held by one Campaign stream at a time. Cancelling
+// the context given to Campaign steps down (or leaves the line), like Resign without waiting for
+// the answer.
+//
+// A leader outlives its server: when its stream breaks (the server shut down for a deploy,
+// crashed, or the connection failed) the leadership is resumed on a server that answers, with
+// the same term, and observers see no change. It is lost (Lost returns, Done closes) when it
+// cannot be resumed, or when the validity the server last confirmed (in `elected`, then in
+// every renewal it reports) runs out by this process's clock. CampaignOptions.NoResume turns
+// that off: the server then reports no renewals, and a broken stream ends the leadership. A candidate still waiting in line when its
+// stream breaks ends with the error (Elected returns it): campaign again.
 type Candidate struct {
+	conn     grpc.ClientConnInterface
+	ctx      context.Context
+	cancel   context.CancelFunc
+	election string
+	ttlMs    uint32
+	graceMs  uint32
+	resume   bool
+
+	requests chan candidateRequest
+	elected  chan struct{}
+	done     chan struct{}
+
+	mu         sync.Mutex
+	term       uint64
+	token      string
+	value      []byte
+	validUntil time.Time
+	reason     string // why the candidacy ended
+	err        error  // the error it ended with, if it did
+	outcome    outcome
+	wasLeader  bool
+}
+
+// outcome is how a candidacy ended.
+type outcome int
+
+const (
+	failed   outcome = iota // the stream failed (err)
+	lost                    // the leadership was lost (reason)
+	resigned                // it stepped down (wasLeader)
+)
+
+// candidateRequest is a Proclaim (value, answered on reply) or a Resign.
+type candidateRequest struct {
+	resign bool
+	value  []byte
+	reply  chan error
+}
+
+// campaignAttachment is one Campaign stream of a candidate.
+type campaignAttachment struct {
+	reader[*pb.CampaignResponse]
 	stream pb.ElectionService_CampaignClient
 	cancel context.CancelFunc
 }
 
 // Campaign joins `election` as a candidate publishing `value` and returns at once; Elected waits
 // in line. ttl bounds how long the election stays leaderless if this process's server dies while
-// it leads.
-func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election string, value []byte, ttl time.Duration) (*Candidate, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := pb.NewElectionServiceClient(conn).Campaign(ctx)
-	if err == nil {
-		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: &pb.CampaignStart{
-			Election: election, Value: value, TtlMs: uint32(ttl.Milliseconds()),
-		}}})
+// it leads. At most one CampaignOptions.
+func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election string, value []byte, ttl time.Duration, opts ...CampaignOptions) (*Candidate, error) {
+	var o CampaignOptions
+	if len(opts) > 0 {
+		o = opts[len(opts)-1]
 	}
-	if err != nil {
+	grace := o.ResumeGrace
+	if grace == 0 && !o.NoResume {
+		grace = ttl
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	c := &Candidate{
+		conn: conn, ctx: ctx, cancel: cancel, election: election,
+		ttlMs: millis(ttl), graceMs: millis(grace), resume: !o.NoResume, value: value,
+		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
+	}
+	streamCtx, streamCancel := context.WithCancel(ctx)
+	stream, err := pb.NewElectionServiceClient(conn).Campaign(streamCtx)
+	if err == nil {
+		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: c.start("")}})
+	}
+	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says how
+		streamCancel()
 		cancel()
 		return nil, err
 	}
-	return &Candidate{stream: stream, cancel: cancel}, nil
+	go c.run(&campaignAttachment{read(streamCtx, stream.Recv), stream, streamCancel})
+	return c, nil
 }
 
-func (c *Candidate) next() (*pb.CampaignResponse, error) {
-	msg, err := c.stream.Recv()
-	if errors.Is(err, io.EOF) {
-		return nil, errors.New("leasehold: campaign stream ended")
+func (c *Candidate) start(resumeToken string) *pb.CampaignStart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &pb.CampaignStart{
+		Election: c.election, Value: c.value, TtlMs: c.ttlMs,
+		ResumeToken: resumeToken, ResumeGraceMs: c.graceMs,
 	}
-	return msg, err
+}
+
+func (c *Candidate) vouched(received time.Time, validForMs uint32) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.validUntil = received.Add(time.Duration(validForMs) * time.Millisecond)
+	return c.validUntil
+}
+
+// end records how the candidacy ended.
+func (c *Candidate) end(how outcome, reason string, err error, wasLeader bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outcome, c.reason, c.err, c.wasLeader = how, reason, err, wasLeader
+}
+
+// loseLeadership records a lost leadership.
+func (c *Candidate) loseLeadership(reason string) {
+	c.end(lost, reason, errors.New("leasehold: leadership lost: "+reason), false)
+}
+
+// ended is the error for a call made after the candidacy ended.
+func (c *Candidate) ended() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return errors.New("leasehold: campaign ended: " + c.reason)
+}
+
+// run follows the candidacy until it ends, resuming the leadership when its stream breaks.
+func (c *Candidate) run(att *campaignAttachment) {
+	var proclaims []chan error // sent, not yet proclaimed
+	defer close(c.done)
+	defer func() {
+		for _, reply := range proclaims {
+			reply <- c.ended()
+		}
+	}()
+	defer c.cancel()
+	defer func() { att.cancel() }()
+	timer := time.NewTimer(time.Hour) // armed while leading with a grace (extended then arrives)
+	timer.Stop()
+	defer timer.Stop()
+	leading, resigning := false, false
+	for {
+		select {
+		case msg := <-att.events:
+			switch event := msg.Event.(type) {
+			case *pb.CampaignResponse_Elected:
+				if leading {
+					continue
+				}
+				leading = true
+				c.mu.Lock()
+				c.term, c.token = event.Elected.Term, event.Elected.Token
+				c.mu.Unlock()
+				until := c.vouched(time.Now(), event.Elected.ValidForMs)
+				if c.resume && c.graceMs > 0 {
+					timer.Reset(time.Until(until))
+				}
+				close(c.elected)
+			case *pb.CampaignResponse_Extended:
+				timer.Reset(time.Until(c.vouched(time.Now(), event.Extended.ValidForMs)))
+			case *pb.CampaignResponse_Proclaimed:
+				if len(proclaims) > 0 {
+					proclaims[0] <- nil
+					proclaims = proclaims[1:]
+				}
+			case *pb.CampaignResponse_Lost:
+				c.loseLeadership(event.Lost.Reason)
+				return
+			case *pb.CampaignResponse_Resigned:
+				c.end(resigned, "resigned", nil, event.Resigned.WasLeader)
+				return
+			}
+		case err := <-att.failed:
+			att.cancel()
+			if !leading || !c.resume || c.ctx.Err() != nil || !transient(err) {
+				if errors.Is(err, io.EOF) {
+					err = errors.New("leasehold: campaign stream ended")
+				}
+				c.end(failed, err.Error(), err, false)
+				return
+			}
+			next := c.resumeAfter(err)
+			if next == nil {
+				return
+			}
+			att = next
+			c.mu.Lock()
+			until := c.validUntil
+			c.mu.Unlock()
+			timer.Reset(time.Until(until))
+			// The resumed start published the latest value asked for.
+			for _, reply := range proclaims {
+				reply <- nil
+			}
+			proclaims = nil
+			if resigning {
+				_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
+			}
+		case <-timer.C:
+			c.loseLeadership("no renewal confirmed before the leadership ran out (server silent)")
+			return
+		case request := <-c.requests:
+			// A failed send means a broken stream: failed says so next.
+			if request.resign {
+				resigning = true
+				_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
+				continue
+			}
+			c.mu.Lock()
+			c.value = request.value
+			c.mu.Unlock()
+			proclaims = append(proclaims, request.reply)
+			_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Proclaim{Proclaim: &pb.Proclaim{Value: request.value}}})
+		}
+	}
+}
+
+// resumeAfter reattaches the leadership on a new stream (any server the connection reaches),
+// trying again with backoff and jitter until its validity runs out. It returns the new stream,
+// or nil once the leadership is lost (recorded by end).
+func (c *Candidate) resumeAfter(cause error) *campaignAttachment {
+	c.mu.Lock()
+	term, token := c.term, c.token
+	c.mu.Unlock()
+	last := cause
+	delay := firstBackoff
+	lose := func(reason string) *campaignAttachment {
+		c.loseLeadership(reason)
+		return nil
+	}
+	for {
+		c.mu.Lock()
+		until := c.validUntil
+		c.mu.Unlock()
+		if !time.Now().Before(until) {
+			return lose("could not resume before the leadership's validity ran out: " + describe(last))
+		}
+		att, elected, err := c.attach(c.start(token), until)
+		if err == nil {
+			if elected.Term != term {
+				att.cancel()
+				return lose(fmt.Sprintf("resumed with term %d instead of %d", elected.Term, term))
+			}
+			return att
+		}
+		if c.ctx.Err() != nil {
+			return lose("campaign stream ended: " + c.ctx.Err().Error())
+		}
+		var lost lostError
+		if errors.As(err, &lost) {
+			return lose(string(lost))
+		}
+		if !transient(err) {
+			return lose("could not resume the leadership: " + describe(err))
+		}
+		if time.Now().Before(until) || status.Code(err) != codes.Canceled {
+			last = err // else the attempt was cut at the validity: the error before says more
+		}
+		wait := time.NewTimer(min(jitter(delay), time.Until(until)))
+		delay = min(2*delay, maxBackoff)
+		select {
+		case <-wait.C:
+		case <-c.ctx.Done():
+			wait.Stop()
+		}
+	}
+}
+
+// attach opens a Campaign stream, sends `start` and waits for `elected` until `until`.
+func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignAttachment, *pb.Elected, error) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	expire := time.AfterFunc(time.Until(until), cancel) // not a deadline: the stream lives on
+	defer expire.Stop()
+	stream, err := pb.NewElectionServiceClient(c.conn).Campaign(ctx)
+	if err == nil {
+		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: start}})
+		if errors.Is(err, io.EOF) {
+			err = nil // the stream ended: Recv says how
+		}
+	}
+	for err == nil {
+		var msg *pb.CampaignResponse
+		msg, err = stream.Recv()
+		if err != nil {
+			break
+		}
+		if elected := msg.GetElected(); elected != nil {
+			c.vouched(time.Now(), elected.ValidForMs)
+			return &campaignAttachment{read(ctx, stream.Recv), stream, cancel}, elected, nil
+		}
+		if lost := msg.GetLost(); lost != nil {
+			err = lostError(lost.Reason)
+		}
+	}
+	cancel()
+	return nil, nil, err
 }
 
 // Elected waits until this candidate leads and returns its term.
 func (c *Candidate) Elected() (uint64, error) {
-	msg, err := c.next()
-	if err != nil {
-		return 0, err
+	select {
+	case <-c.elected:
+	case <-c.done:
+		select {
+		case <-c.elected:
+		default:
+			return 0, c.ended()
+		}
 	}
-	if elected := msg.GetElected(); elected != nil {
-		return elected.Term, nil
-	}
-	return 0, fmt.Errorf("leasehold: expected elected, got %v", msg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.term, nil
 }
 
 // Proclaim publishes a new value while leading.
 func (c *Candidate) Proclaim(value []byte) error {
-	err := c.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Proclaim{Proclaim: &pb.Proclaim{Value: value}}})
-	if err != nil {
-		return err
-	}
-	msg, err := c.next()
-	switch {
-	case err != nil:
-		return err
-	case msg.GetProclaimed() != nil:
-		return nil
-	case msg.GetLost() != nil:
-		return fmt.Errorf("leasehold: leadership lost: %s", msg.GetLost().Reason)
-	default:
-		return fmt.Errorf("leasehold: expected proclaimed, got %v", msg)
+	reply := make(chan error, 1)
+	select {
+	case c.requests <- candidateRequest{value: value, reply: reply}:
+		return <-reply
+	case <-c.done:
+		return c.ended()
 	}
 }
 
-// Lost waits until the leadership is lost and returns the reason. Call it only while leading.
+// Lost waits until the leadership is lost and returns the reason (or, should the candidacy end
+// otherwise, how it ended: "resigned", or the stream's error).
 func (c *Candidate) Lost() string {
-	for {
-		msg, err := c.next()
-		if err != nil {
-			return err.Error()
-		}
-		if lost := msg.GetLost(); lost != nil {
-			return lost.Reason
-		}
-	}
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reason
 }
+
+// Done is closed when the candidacy has ended: leadership lost (Lost says why), resigned, or
+// the stream failed.
+func (c *Candidate) Done() <-chan struct{} { return c.done }
 
 // Resign steps down now and reports whether this candidate was leading.
 func (c *Candidate) Resign() (bool, error) {
 	defer c.cancel()
-	err := c.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
-	if err != nil {
-		return false, err
+	select {
+	case c.requests <- candidateRequest{resign: true}:
+	case <-c.done:
 	}
-	for {
-		msg, err := c.next()
-		if err != nil {
-			return false, err
-		}
-		if resigned := msg.GetResigned(); resigned != nil {
-			return resigned.WasLeader, nil
-		}
-		if msg.GetLost() != nil {
-			return false, nil
-		}
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.outcome {
+	case resigned:
+		return c.wasLeader, nil
+	case lost:
+		return false, nil
+	default:
+		return false, c.err
 	}
 }
 

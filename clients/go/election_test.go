@@ -2,6 +2,8 @@ package leasehold
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -71,5 +73,122 @@ func TestLeadershipHandsOverAndObserversSeeEveryLeader(t *testing.T) {
 		if seen[i] != want[i] {
 			t.Fatalf("observer saw %v, want %v", seen, want)
 		}
+	}
+}
+
+// A leader whose server restarts resumes its leadership on the other one with the same term:
+// an observer elsewhere sees no change, and the leader can still proclaim and resign.
+func TestALeaderKeepsItsTermAcrossARestartOfItsServer(t *testing.T) {
+	r := startReplicas(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	changes, failure, err := Observe(ctx, r.conns[1], "scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *Leader {
+		t.Helper()
+		select {
+		case change, open := <-changes:
+			if !open {
+				t.Fatalf("observation ended: %v", failure())
+			}
+			return change
+		case <-ctx.Done():
+			t.Fatal("the observer saw nothing")
+			return nil
+		}
+	}
+	if first := next(); first != nil {
+		t.Fatalf("a new election has no leader, got %+v", first)
+	}
+	// Its connection is on the first replica, while the observer is on the second.
+	candidate, err := Campaign(ctx, dial(t, r.list()), "scheduler", []byte("host-a"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := candidate.Elected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen := next(); seen == nil || seen.Term != term || string(seen.Value) != "host-a" {
+		t.Fatalf("the observer saw %+v", seen)
+	}
+	r.stop(0, syscall.SIGTERM)
+	r.restart(0)
+	// Answered only on a resumed stream: the first replica's is gone.
+	if err := candidate.Proclaim([]byte("host-a:8080")); err != nil {
+		t.Fatal(err)
+	}
+	if seen := next(); seen == nil || seen.Term != term || string(seen.Value) != "host-a:8080" {
+		t.Fatalf("after the restart the observer saw %+v, want term %d and the new value", seen, term)
+	}
+	leader, err := CurrentLeader(ctx, r.conns[0], "scheduler")
+	if err != nil || leader == nil || leader.Term != term || string(leader.Value) != "host-a:8080" {
+		t.Fatalf("leader through the restarted replica: %+v %v", leader, err)
+	}
+	select {
+	case <-candidate.Done():
+		t.Fatalf("the candidacy ended: %s", candidate.Lost())
+	default:
+	}
+	if wasLeader, err := candidate.Resign(); err != nil || !wasLeader {
+		t.Fatalf("resign: %v %v", wasLeader, err)
+	}
+	if seen := next(); seen != nil {
+		t.Fatalf("after the resignation the observer saw %+v", seen)
+	}
+}
+
+// A leader whose server freezes is lost by its own clock: no extended came in time.
+func TestALeaderIsLostByItsClockWhenItsServerFreezes(t *testing.T) {
+	conn, _, server := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	candidate, err := Campaign(ctx, conn, "scheduler", []byte("host-a"), 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := candidate.Elected(); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Signal(syscall.SIGCONT)
+	select {
+	case <-candidate.Done():
+		if reason := candidate.Lost(); !strings.Contains(reason, "server silent") {
+			t.Fatalf("reason: %s", reason)
+		}
+	case <-ctx.Done():
+		t.Fatal("the leadership was never lost while the server was frozen")
+	}
+}
+
+// With NoResume a leader whose server stops has lost its leadership, as before.
+func TestALeaderWithoutResumeIsLostWhenItsServerStops(t *testing.T) {
+	r := startReplicas(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	candidate, err := Campaign(ctx, dial(t, r.list()), "scheduler", []byte("host-a"), 2*time.Second,
+		CampaignOptions{NoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := candidate.Elected(); err != nil {
+		t.Fatal(err)
+	}
+	r.stop(0, syscall.SIGTERM)
+	select {
+	case <-candidate.Done():
+		if reason := candidate.Lost(); !strings.Contains(reason, "shutting down") {
+			t.Fatalf("reason: %s", reason)
+		}
+	case <-ctx.Done():
+		t.Fatal("the leadership was kept")
+	}
+	if leader, err := CurrentLeader(ctx, r.conns[1], "scheduler"); err != nil || leader != nil {
+		t.Fatalf("leader after its server stopped: %+v %v", leader, err)
 	}
 }

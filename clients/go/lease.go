@@ -1,6 +1,6 @@
 // Package leasehold holds Leasehold locks from Go, over the Lease stream.
 //
-//	conn, _ := grpc.NewClient("127.0.0.1:50051", grpc.WithTransportCredentials(insecure.NewCredentials()))
+//	conn, _ := leasehold.Dial("10.0.0.1:50051,10.0.0.2:50051", leasehold.DialOptions{})
 //	lease, err := leasehold.Acquire(ctx, conn, "nightly-report", leasehold.Options{TTL: 10 * time.Second})
 //	if err != nil { ... } // errors.Is(err, leasehold.ErrNotAcquired) when the lock stays taken
 //	defer lease.Release()
@@ -9,14 +9,21 @@
 //	case <-work(lease.FencingToken):
 //	}
 //
-// Lost() is closed when the server says the lease is lost, when the stream breaks, or when the
-// validity the server last confirmed runs out by this process's clock.
+// A held lease outlives its server: when its stream breaks (the server shut down for a deploy,
+// crashed, or the connection failed) the lease is resumed on a server that answers, with the
+// same token and fencing token, without a word to the caller. Options.NoResume turns that off.
+//
+// Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
+// cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
+// out by this process's clock.
 package leasehold
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -41,12 +48,16 @@ type Options struct {
 	// Shared holds the name with other shared leases (readers); an exclusive one (a writer)
 	// waits for them all, and readers that come after a waiting writer wait behind it.
 	Shared bool
-	// ResumeGrace keeps the lease that long (at most TTL) after the stream breaks, so that
-	// Options{ResumeToken: lease.Token} can take it back with its fencing token.
+	// ResumeGrace keeps the lease that long (at most TTL) after the stream breaks or its server
+	// shuts down, so that it can be resumed. Default: TTL, or 0 with NoResume (the server then
+	// releases the lease the moment its stream ends).
 	ResumeGrace time.Duration
 	// ResumeToken reattaches to the lease this token holds instead of taking a new one
 	// (NOT_FOUND once it is gone).
 	ResumeToken string
+	// NoResume turns automatic resumption off for this lease: a broken stream ends it as lost,
+	// as a server shutting down does, and ResumeGrace is only what is given.
+	NoResume bool
 }
 
 // Lease is a held lock.
@@ -54,59 +65,66 @@ type Lease struct {
 	FencingToken uint64
 	Token        string
 
-	stream   pb.LockService_LeaseClient
-	cancel   context.CancelFunc
-	lost     chan struct{}
-	released chan struct{}
+	conn    grpc.ClientConnInterface
+	ctx     context.Context // every stream of the lease lives under it: the caller's context
+	stop    context.CancelFunc
+	name    string
+	ttlMs   uint32
+	graceMs uint32
+	resume  bool
+
+	lost         chan struct{}
+	done         chan struct{} // the lease's goroutine ended: released, or lost and let go
+	releaseAsked chan struct{}
+	releaseOnce  sync.Once
 
 	mu         sync.Mutex
 	lostReason string
+	validUntil time.Time
 	wasHeld    bool
+	releaseErr error
 }
 
-// Acquire takes the lock `name`, waiting up to opts.Wait.
+// Lease streams, resumption and release between streams are bounded by these.
+const (
+	releaseTimeout = 10 * time.Second
+	firstBackoff   = 20 * time.Millisecond
+	maxBackoff     = 500 * time.Millisecond
+)
+
+// Acquire takes the lock `name`, waiting up to opts.Wait. Cancelling ctx releases the lease.
 func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Options) (*Lease, error) {
 	if opts.TTL == 0 {
 		opts.TTL = 30 * time.Second
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := pb.NewLockServiceClient(conn).Lease(ctx)
+	grace := opts.ResumeGrace
+	if grace == 0 && !opts.NoResume {
+		grace = opts.TTL
+	}
+	ctx, stop := context.WithCancel(ctx)
+	l := &Lease{
+		conn: conn, ctx: ctx, stop: stop, name: name,
+		ttlMs: millis(opts.TTL), graceMs: millis(grace), resume: !opts.NoResume,
+		lost: make(chan struct{}), done: make(chan struct{}), releaseAsked: make(chan struct{}),
+	}
+	streamCtx, cancel := context.WithCancel(ctx)
+	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseAcquire{
+		Name: name, TtlMs: l.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
+		Limit: opts.Limit, Mode: mode(opts.Shared), ResumeGraceMs: l.graceMs, ResumeToken: opts.ResumeToken,
+	}, time.Time{})
 	if err != nil {
-		cancel()
+		stop()
+		if status.Code(err) == codes.Aborted {
+			return nil, fmt.Errorf("%w: %s", ErrNotAcquired, status.Convert(err).Message())
+		}
 		return nil, err
 	}
-	err = stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
-		Name: name, TtlMs: uint32(opts.TTL.Milliseconds()), WaitMs: uint32(opts.Wait.Milliseconds()),
-		Holder: opts.Holder, Limit: opts.Limit, Mode: mode(opts.Shared),
-		ResumeGraceMs: uint32(opts.ResumeGrace.Milliseconds()), ResumeToken: opts.ResumeToken,
-	}}})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	for {
-		msg, err := stream.Recv()
-		if err != nil {
-			cancel()
-			if status.Code(err) == codes.Aborted {
-				return nil, fmt.Errorf("%w: %s", ErrNotAcquired, status.Convert(err).Message())
-			}
-			return nil, err
-		}
-		if acquired := msg.GetAcquired(); acquired != nil {
-			lease := &Lease{
-				FencingToken: acquired.FencingToken,
-				Token:        acquired.Token,
-				stream:       stream,
-				cancel:       cancel,
-				lost:         make(chan struct{}),
-				released:     make(chan struct{}),
-			}
-			go lease.watch(time.Duration(acquired.ValidForMs) * time.Millisecond)
-			return lease, nil
-		}
-	}
+	l.FencingToken, l.Token = acquired.FencingToken, acquired.Token
+	go l.run(att)
+	return l, nil
 }
+
+func millis(d time.Duration) uint32 { return uint32(d.Milliseconds()) }
 
 func mode(shared bool) pb.LeaseMode {
 	if shared {
@@ -125,79 +143,358 @@ func (l *Lease) LostReason() string {
 	return l.lostReason
 }
 
+// ValidUntil is how long the server last vouched for the lease (on this process's monotonic
+// clock): the moment it last confirmed the lease plus the validity it gave. Lost is closed by
+// then unless a later confirmation moves it.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+func (l *Lease) vouched(received time.Time, validForMs uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.validUntil = received.Add(time.Duration(validForMs) * time.Millisecond)
+}
+
 func (l *Lease) lose(reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
 	case <-l.lost:
-	case <-l.released:
 	default:
 		l.lostReason = reason
 		close(l.lost)
 	}
 }
 
-func (l *Lease) watch(validFor time.Duration) {
-	events := make(chan *pb.LeaseResponse)
-	failed := make(chan error, 1)
+func (l *Lease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *Lease) released(wasHeld bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wasHeld, l.releaseErr = wasHeld, err
+}
+
+// reader reads a stream on a goroutine of its own: every message to events, then how the
+// stream ended (one error) to failed. It stops when ctx ends.
+type reader[T any] struct {
+	events chan T
+	failed chan error
+}
+
+func read[T any](ctx context.Context, recv func() (T, error)) reader[T] {
+	r := reader[T]{events: make(chan T), failed: make(chan error, 1)}
 	go func() {
 		for {
-			msg, err := l.stream.Recv()
+			msg, err := recv()
 			if err != nil {
-				failed <- err
+				r.failed <- err
 				return
 			}
-			events <- msg
+			select {
+			case r.events <- msg:
+			case <-ctx.Done():
+				r.failed <- status.FromContextError(ctx.Err()).Err()
+				return
+			}
 		}
 	}()
-	timer := time.NewTimer(validFor)
+	return r
+}
+
+// attachment is one Lease stream holding the lease.
+type attachment struct {
+	reader[*pb.LeaseResponse]
+	stream pb.LockService_LeaseClient
+	cancel context.CancelFunc
+}
+
+// lostError: the server answered `lost` instead of `acquired`.
+type lostError string
+
+func (e lostError) Error() string { return string(e) }
+
+// attach opens a Lease stream in ctx (which cancel ends), sends `request` and waits for
+// `acquired` (until `until`, unless it is zero), which it returns with the stream, now read by
+// a goroutine of its own.
+func (l *Lease) attach(ctx context.Context, cancel context.CancelFunc, request *pb.LeaseAcquire, until time.Time) (*attachment, *pb.Acquired, error) {
+	if !until.IsZero() {
+		// Not a deadline of the stream's context: a resumed stream lives on past it.
+		expire := time.AfterFunc(time.Until(until), cancel)
+		defer expire.Stop()
+	}
+	stream, err := pb.NewLockServiceClient(l.conn).Lease(ctx)
+	if err == nil {
+		err = stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: request}})
+		if errors.Is(err, io.EOF) {
+			err = nil // the stream ended: Recv says how
+		}
+	}
+	for err == nil {
+		var msg *pb.LeaseResponse
+		msg, err = stream.Recv()
+		if err != nil {
+			break
+		}
+		if acquired := msg.GetAcquired(); acquired != nil {
+			l.vouched(time.Now(), acquired.ValidForMs)
+			return &attachment{read(ctx, stream.Recv), stream, cancel}, acquired, nil
+		}
+		if lost := msg.GetLost(); lost != nil {
+			err = lostError(lost.Reason)
+		}
+	}
+	cancel()
+	return nil, nil, err
+}
+
+// run follows the lease until it is released or lost, resuming it when its stream breaks.
+func (l *Lease) run(att *attachment) {
+	defer close(l.done)
+	defer l.stop()
+	defer func() {
+		if att != nil {
+			att.cancel()
+		}
+	}()
+	timer := time.NewTimer(time.Until(l.ValidUntil()))
 	defer timer.Stop()
+	var releaseAsked <-chan struct{} = l.releaseAsked
+	releasing := false
+	var sendErr error
 	for {
 		select {
-		case msg := <-events:
+		case msg := <-att.events:
 			switch {
 			case msg.GetExtended() != nil:
-				if !timer.Stop() {
-					<-timer.C
-				}
-				timer.Reset(time.Duration(msg.GetExtended().ValidForMs) * time.Millisecond)
+				l.vouched(time.Now(), msg.GetExtended().ValidForMs)
+				timer.Reset(time.Until(l.ValidUntil()))
 			case msg.GetLost() != nil:
 				l.lose(msg.GetLost().Reason)
 			case msg.GetReleased() != nil:
-				l.mu.Lock()
-				l.wasHeld = msg.GetReleased().WasHeld
-				l.mu.Unlock()
-				close(l.released)
+				l.released(msg.GetReleased().WasHeld, nil)
 				return
 			}
-		case err := <-failed:
-			l.lose("lease stream ended: " + err.Error())
-			close(l.released)
-			return
+		case err := <-att.failed:
+			att.cancel()
+			broken := l.resume && l.broken(err)
+			switch {
+			case l.isLost():
+				l.released(false, sendErr)
+				return
+			case releasing && broken:
+				l.released(l.releaseBetweenStreams())
+				return
+			case !broken:
+				l.lose("lease stream ended: " + describe(err))
+				l.released(false, sendErr)
+				return
+			}
+			var releaseNow bool
+			att, releaseNow = l.resumeAfter(err, &releaseAsked)
+			if att == nil {
+				return
+			}
+			timer.Reset(time.Until(l.ValidUntil()))
+			if releaseNow {
+				releasing = true
+				sendErr = l.sendRelease(att)
+			}
 		case <-timer.C:
 			l.lose("no renewal confirmed before the lease ran out (server silent)")
+		case <-releaseAsked:
+			releaseAsked = nil
+			releasing = true
+			sendErr = l.sendRelease(att)
 		}
 	}
 }
 
-// Release gives the lock up and reports whether it was still held.
-func (l *Lease) Release() (bool, error) {
-	defer l.cancel()
-	err := l.stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Release{Release: &pb.LeaseRelease{}}})
+// sendRelease asks the server to release the lease; the stream then ends with `released`
+// (or breaks, which run sees).
+func (l *Lease) sendRelease(att *attachment) error {
+	err := att.stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Release{Release: &pb.LeaseRelease{}}})
 	if err == nil {
-		err = l.stream.CloseSend()
+		err = att.stream.CloseSend()
 	}
+	return err
+}
+
+// broken tells a stream that broke (resumable) from one that ended for good: the caller's
+// cancellation, or an answer such as NOT_FOUND or PERMISSION_DENIED.
+func (l *Lease) broken(err error) bool {
+	return l.ctx.Err() == nil && transient(err)
+}
+
+func transient(err error) bool {
+	var lost lostError
+	if errors.As(err, &lost) {
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		return true // the stream ended without `released` or `lost`
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Unknown, codes.Internal, codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// describe words an error for a lost reason.
+func describe(err error) string {
+	if errors.Is(err, io.EOF) {
+		return "the stream ended"
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String() + ": " + s.Message()
+	}
+	return err.Error()
+}
+
+// jitter is a random wait between half the delay and the delay.
+func jitter(delay time.Duration) time.Duration { return delay/2 + rand.N(delay/2+1) }
+
+// resumeAfter reattaches the lease on a new stream (any server the connection reaches), trying
+// again with backoff and jitter until the lease's validity runs out. It returns the new stream,
+// and whether a release was asked for meanwhile (to send on it), or nil once the lease is lost
+// or released.
+func (l *Lease) resumeAfter(cause error, releaseAsked *<-chan struct{}) (*attachment, bool) {
+	request := &pb.LeaseAcquire{Name: l.name, TtlMs: l.ttlMs, ResumeGraceMs: l.graceMs, ResumeToken: l.Token}
+	last := cause
+	delay := firstBackoff
+	for {
+		until := l.ValidUntil()
+		if !time.Now().Before(until) {
+			l.lose("could not resume before the lease's validity ran out: " + describe(last))
+			return nil, false
+		}
+		type result struct {
+			att      *attachment
+			acquired *pb.Acquired
+			err      error
+		}
+		attempt := make(chan result, 1)
+		ctx, cancel := context.WithCancel(l.ctx)
+		go func() {
+			att, acquired, err := l.attach(ctx, cancel, request, until)
+			attempt <- result{att, acquired, err}
+		}()
+		var r result
+		releaseNow := false
+		select {
+		case r = <-attempt:
+		case <-*releaseAsked:
+			// Asked while the attempt is under way: give it a moment to finish (then release on
+			// its stream), else abandon it and release by the token.
+			*releaseAsked = nil
+			releaseNow = true
+			select {
+			case r = <-attempt:
+			case <-time.After(time.Second):
+				cancel()
+				r = <-attempt
+			}
+		}
+		if r.err == nil {
+			if r.acquired.FencingToken != l.FencingToken || r.acquired.Token != l.Token {
+				r.att.cancel()
+				l.lose(fmt.Sprintf("resumed with fencing token %d instead of %d", r.acquired.FencingToken, l.FencingToken))
+				return nil, false
+			}
+			return r.att, releaseNow
+		}
+		if releaseNow {
+			l.released(l.releaseBetweenStreams())
+			return nil, false
+		}
+		if l.ctx.Err() != nil {
+			l.lose("lease stream ended: " + l.ctx.Err().Error())
+			l.releaseBestEffort()
+			return nil, false
+		}
+		var lost lostError
+		if errors.As(r.err, &lost) {
+			l.lose(string(lost))
+			return nil, false
+		}
+		if !transient(r.err) {
+			l.lose("could not resume the lease: " + describe(r.err))
+			return nil, false
+		}
+		if time.Now().Before(until) || status.Code(r.err) != codes.Canceled {
+			last = r.err // else the attempt was cut at the validity: the error before says more
+		}
+		wait := time.NewTimer(min(jitter(delay), time.Until(until)))
+		delay = min(2*delay, maxBackoff)
+		select {
+		case <-wait.C:
+		case <-l.ctx.Done():
+			wait.Stop()
+		case <-*releaseAsked:
+			wait.Stop()
+			*releaseAsked = nil
+			l.released(l.releaseBetweenStreams())
+			return nil, false
+		}
+	}
+}
+
+// releaseBetweenStreams releases the lease by its token with the unary Release call, on any
+// server the connection reaches, within releaseTimeout.
+func (l *Lease) releaseBetweenStreams() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), releaseTimeout)
+	defer cancel()
+	client := pb.NewLockServiceClient(l.conn)
+	delay := firstBackoff
+	for {
+		answer, err := client.Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token}, grpc.WaitForReady(true))
+		if err == nil {
+			return answer.Released, nil
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return false, err
+		}
+		select {
+		case <-time.After(jitter(delay)):
+			delay = min(2*delay, maxBackoff)
+		case <-ctx.Done():
+			return false, err
+		}
+	}
+}
+
+// releaseBestEffort frees a lease whose caller cancelled it while it was between streams (as
+// the server does for a cancelled stream), briefly, without reporting.
+func (l *Lease) releaseBestEffort() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), time.Second)
+	defer cancel()
+	_, _ = pb.NewLockServiceClient(l.conn).Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token})
+}
+
+// Release gives the lock up and reports whether it was still held. Between two streams of a
+// lease being resumed, it releases it with the unary Release call.
+func (l *Lease) Release() (bool, error) {
+	l.releaseOnce.Do(func() { close(l.releaseAsked) })
 	select {
-	case <-l.released:
-	case <-time.After(10 * time.Second):
+	case <-l.done:
+	case <-time.After(releaseTimeout + 5*time.Second):
+		l.stop() // a cancelled stream is released by its server
 		return false, errors.New("leasehold: no answer to release")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	select {
-	case <-l.lost:
-		return false, err
-	default:
-		return l.wasHeld, err
+	if l.isLost() {
+		return false, l.releaseErr
 	}
+	return l.wasHeld, l.releaseErr
 }

@@ -51,6 +51,14 @@ func startServer(t *testing.T) (*grpc.ClientConn, int, *os.Process) {
 // launch starts redis-server and the leasehold binary (with extra serve arguments): the
 // server's address, Redis's port, and the server's process.
 func launch(t *testing.T, extra ...string) (string, int, *os.Process) {
+	port := startRedis(t)
+	addr, server := startLeasehold(t, port, "127.0.0.1:0", extra...)
+	return addr, port, server.Process
+}
+
+// startRedis runs a redis-server of the test's own on a free port, which it returns; it stops
+// at cleanup.
+func startRedis(t *testing.T) int {
 	port := freePort(t)
 	redis := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
@@ -65,9 +73,16 @@ func launch(t *testing.T, extra ...string) (string, int, *os.Process) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return port
+}
+
+// startLeasehold runs the leasehold binary on Redis's port, listening on `listen`, and waits
+// until it serves: its address and its process, stopped at cleanup.
+func startLeasehold(t *testing.T, redisPort int, listen string, extra ...string) (string, *exec.Cmd) {
+	t.Helper()
 	binary := os.Getenv("LEASEHOLD_BIN")
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--redis",
-		"redis://127.0.0.1:" + strconv.Itoa(port)}, extra...)
+	args := append([]string{"serve", "--listen", listen, "--redis",
+		"redis://127.0.0.1:" + strconv.Itoa(redisPort)}, extra...)
 	server := exec.Command(binary, args...)
 	stdout, err := server.StdoutPipe()
 	if err != nil {
@@ -81,8 +96,7 @@ func launch(t *testing.T, extra ...string) (string, int, *os.Process) {
 	if err != nil || !strings.HasPrefix(line, "leasehold: listening on ") {
 		t.Fatalf("server did not start: %q %v", line, err)
 	}
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "leasehold: listening on "))
-	return addr, port, server.Process
+	return strings.TrimSpace(strings.TrimPrefix(line, "leasehold: listening on ")), server
 }
 
 func TestLeaseHoldsExcludesAndReleases(t *testing.T) {
