@@ -223,6 +223,7 @@ async fn conformance_resume_after_break() {
         .lease("job")
         .ttl(Duration::from_secs(3))
         .resume_grace(Duration::from_secs(2))
+        .auto_resume(false) // This scenario resumes by hand.
         .acquire()
         .await
         .unwrap();
@@ -252,4 +253,67 @@ async fn conformance_resume_after_break() {
         Some(held.token())
     );
     assert!(resumed.release().await.unwrap());
+}
+
+/// The lease on `name` still ours (not lost, its key holding its token, its fencing token
+/// unchanged), and a thief with no wait through each server in `through` refused.
+async fn still_held(
+    guard: &leasehold::client::LeaseGuard,
+    direct: &fred::prelude::Client,
+    through: &[&ServerProcess],
+) {
+    assert!(!guard.is_lost(), "reported lost");
+    assert_eq!(
+        get(direct, &lock_key("job")).await.as_deref(),
+        Some(guard.token())
+    );
+    for server in through {
+        let thief = Client::connect(server.url()).await.unwrap();
+        let refused = thief.lease("job").auto_resume(false).acquire().await;
+        assert_eq!(refusal(refused).code(), Code::Aborted);
+        let described = thief.describe("job").await.unwrap();
+        assert_eq!(described.fencing_token, guard.fencing_token());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_survives_rolling_restart() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 3, &[]);
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
+    for i in 0..3 {
+        replicas.stop(i).await;
+        let others: Vec<&ServerProcess> = (0..3)
+            .filter(|&j| j != i)
+            .map(|j| &replicas.servers[j])
+            .collect();
+        still_held(&guard, &direct, &others).await;
+        replicas.start_again(i).await;
+    }
+    // A whole TTL on: a lease that had not resumed would have been reported lost by now.
+    tokio::time::sleep(ttl).await;
+    let all: Vec<&ServerProcess> = replicas.servers.iter().collect();
+    still_held(&guard, &direct, &all).await;
+    assert!(guard.release().await.unwrap());
+    assert_eq!(get(&direct, &lock_key("job")).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_survives_server_crash() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 3, &[]);
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
+    replicas.kill(0);
+    replicas.kill(1);
+    // Past the validity it had when its servers died.
+    tokio::time::sleep(ttl).await;
+    still_held(&guard, &direct, &[&replicas.servers[2]]).await;
+    assert!(guard.release().await.unwrap());
+    assert_eq!(get(&direct, &lock_key("job")).await, None);
 }

@@ -45,7 +45,13 @@ async fn a_stopped_server_leaves_no_task_and_no_redis_connection_behind() {
     let client = Client::connect(server.url()).await.unwrap();
     // Every kind of work the server keeps: a held lock, a waiter (waiting room), a leader and a
     // waiting candidate (campaigns), an observer (election hub).
-    let held = client.lease("held").acquire().await.unwrap();
+    // Not resumable: released at shutdown, as a lease without a grace is.
+    let held = client
+        .lease("held")
+        .auto_resume(false)
+        .acquire()
+        .await
+        .unwrap();
     let mut raw = server.client().await;
     let mut waiter = LeaseStream::acquire(&mut raw, "held", 30_000, 60_000, "waiter").await;
     assert!(matches!(
@@ -53,7 +59,7 @@ async fn a_stopped_server_leaves_no_task_and_no_redis_connection_behind() {
         Ok(Some(leasehold::pb::lease_response::Event::Waiting(_)))
     ));
     let mut leader = client
-        .campaign("vote", "a", Duration::from_secs(30))
+        .campaign_with("vote", "a", Duration::from_secs(30), false)
         .await
         .unwrap();
     leader.elected().await.unwrap();

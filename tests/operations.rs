@@ -510,7 +510,8 @@ async fn a_client_certificate_subject_stands_in_for_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the_drain() {
+async fn sigterm_releases_leases_without_a_grace_hands_the_others_over_and_exits_0_within_the_drain()
+ {
     let redis = RedisServer::start();
     let direct = redis.client().await;
     let mut server = ServerProcess::start(&redis, &["--drain", "3s"]);
@@ -519,12 +520,22 @@ async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the
     // past the drain (it never ends by itself).
     let mut health = HealthWatch::open(&server.url(), "").await;
     assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
+    // Twenty leases that do not resume (released at shutdown), ten that do (kept for their
+    // grace, for their client to resume on another server).
     let mut guards = Vec::new();
     for i in 0..20 {
-        guards.push(client.lease(format!("job-{i}")).acquire().await.unwrap());
+        let lease = client.lease(format!("job-{i}")).auto_resume(false);
+        guards.push(lease.acquire().await.unwrap());
+    }
+    let mut kept = Vec::new();
+    for i in 0..10 {
+        let lease = client
+            .lease(format!("kept-{i}"))
+            .ttl(Duration::from_secs(30));
+        kept.push(lease.acquire().await.unwrap());
     }
     let mut leader = client
-        .campaign("vote", "a", Duration::from_secs(30))
+        .campaign_with("vote", "a", Duration::from_secs(30), false)
         .await
         .unwrap();
     leader.elected().await.unwrap();
@@ -545,6 +556,11 @@ async fn sigterm_tells_every_holder_lost_frees_every_lock_and_exits_0_within_the
     }
     let keys = keys_matching(&direct, "*vote*:lock").await;
     assert!(keys.is_empty(), "{keys:?}");
+    // Handed over: still theirs in Redis (no other replica here to resume on).
+    for (i, guard) in kept.iter().enumerate() {
+        let key = lock_key(&format!("kept-{i}"));
+        assert_eq!(get(&direct, &key).await.as_deref(), Some(guard.token()));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,25 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The URL the servers reach the lock Redis by (through its proxy).
+    pub fn redis_url(&self) -> String {
+        format!("redis://{}", self.redis_proxy.addr)
+    }
+
+    /// Stops server `i` (SIGTERM, as a deploy does) and starts it again where it was.
+    pub async fn restart(&mut self, i: usize) {
+        let addr = self.servers[i].addr;
+        self.servers[i].stop().await;
+        self.servers[i] = ServerProcess::start_at(&self.redis_url(), addr, SERVER_FLAGS);
+    }
+
+    /// Kills server `i` (SIGKILL: nothing handed over) and starts it again where it was.
+    pub fn kill_and_restart(&mut self, i: usize) {
+        let addr = self.servers[i].addr;
+        self.servers[i].kill();
+        self.servers[i] = ServerProcess::start_at(&self.redis_url(), addr, SERVER_FLAGS);
+    }
+
     pub async fn start(servers: usize) -> Self {
         let lock_redis = RedisServer::start();
         let resource_redis = RedisServer::start();
@@ -171,6 +190,16 @@ pub struct Chaos {
 
 impl Chaos {
     pub async fn start(cluster: Cluster, workers: usize) -> Self {
+        Chaos::start_with(cluster, workers, false).await
+    }
+
+    /// As [`Chaos::start`], each worker's client given every server (through its own proxies,
+    /// its own first), so a lease resumes on another server when its server stops or dies.
+    pub async fn start_resuming(cluster: Cluster, workers: usize) -> Self {
+        Chaos::start_with(cluster, workers, true).await
+    }
+
+    async fn start_with(cluster: Cluster, workers: usize, every_server: bool) -> Self {
         let (current, _) = watch::channel(None);
         let (writes, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -183,10 +212,22 @@ impl Chaos {
         let stop = CancellationToken::new();
         let mut handles = Vec::new();
         for id in 0..workers {
-            let mut routes = Vec::new();
+            let mut proxies = Vec::new();
             for server in &cluster.servers {
-                let proxy = Proxy::start(server.addr).await;
-                let client = Client::connect(proxy.url()).await.expect("connect worker");
+                proxies.push(Proxy::start(server.addr).await);
+            }
+            let mut routes = Vec::new();
+            for (first, proxy) in proxies.into_iter().enumerate() {
+                let url = if every_server {
+                    let n = cluster.servers.len();
+                    let urls: Vec<String> = (0..n)
+                        .map(|i| format!("http://{}", cluster.servers[(first + i) % n].addr))
+                        .collect();
+                    urls.join(",")
+                } else {
+                    proxy.url()
+                };
+                let client = Client::connect(url).await.expect("connect worker");
                 routes.push((proxy, client));
             }
             let counter = FencedKey::new(cluster.resource_redis.client().await, "counter")

@@ -313,14 +313,31 @@ impl ServerProcess {
         Self::spawn(&["--redis", redis_url], extra)
     }
 
+    /// A server listening on `addr` (a replica started again where it was).
+    pub fn start_at(redis_url: &str, addr: SocketAddr, extra: &[&str]) -> Self {
+        Self::spawn_at(&addr.to_string(), &["--redis", redis_url], extra)
+    }
+
+    /// Sends SIGTERM (a deploy's stop) and waits for the process to exit by itself.
+    pub async fn stop(&mut self) -> std::process::ExitStatus {
+        signal(self.pid(), "TERM");
+        self.exited_within(Duration::from_secs(15))
+            .await
+            .expect("the server did not exit within 15 s of SIGTERM")
+    }
+
     /// A server on Redlock's independent primaries at `urls`.
     pub fn start_redlock(urls: &[String], extra: &[&str]) -> Self {
         Self::spawn(&["--redlock", &urls.join(",")], extra)
     }
 
     fn spawn(redis: &[&str], extra: &[&str]) -> Self {
+        Self::spawn_at("127.0.0.1:0", redis, extra)
+    }
+
+    fn spawn_at(listen: &str, redis: &[&str], extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(redis)
             .args(extra)
             .env("RUST_LOG", "warn")
@@ -657,5 +674,68 @@ impl HealthWatch {
         let message = within(limit, "a health change", self.0.next()).await;
         let status = message.expect("the health watch ended").unwrap().status;
         tonic_health::pb::health_check_response::ServingStatus::try_from(status).unwrap()
+    }
+}
+
+/// Several replicas of the real binary on one Redis, each on an address of its own that it
+/// keeps across restarts (as a deployment's replicas do behind their names).
+pub struct Replicas {
+    redis_url: String,
+    flags: Vec<String>,
+    pub servers: Vec<ServerProcess>,
+}
+
+impl Replicas {
+    pub fn start(redis: &RedisServer, count: usize, flags: &[&str]) -> Self {
+        let redis_url = redis.url();
+        let servers = (0..count)
+            .map(|_| ServerProcess::start_with_url(&redis_url, flags))
+            .collect();
+        Replicas {
+            redis_url,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            servers,
+        }
+    }
+
+    /// Every replica's URL, comma-separated, starting with replica `first`.
+    pub fn urls_from(&self, first: usize) -> String {
+        let n = self.servers.len();
+        (0..n)
+            .map(|i| self.servers[(first + i) % n].url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn urls(&self) -> String {
+        self.urls_from(0)
+    }
+
+    /// Stops replica `i` as a deploy does (SIGTERM, waiting for its exit); returns its status.
+    pub async fn stop(&mut self, i: usize) -> std::process::ExitStatus {
+        self.servers[i].stop().await
+    }
+
+    /// Starts replica `i` again where it was, and waits until it serves.
+    pub async fn start_again(&mut self, i: usize) {
+        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        self.servers[i] = ServerProcess::start_at(&self.redis_url, self.servers[i].addr, &flags);
+        let url = self.servers[i].url();
+        within(EVENT_TIMEOUT, "the replica serves again", async {
+            loop {
+                if let Ok(client) = leasehold::client::Client::connect(url.clone()).await
+                    && client.serving().await.unwrap_or(false)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+
+    /// SIGKILL: the replica hands nothing over.
+    pub fn kill(&mut self, i: usize) {
+        self.servers[i].kill();
     }
 }

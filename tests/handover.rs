@@ -1,0 +1,296 @@
+//! Leases that outlive their server: replicas on one Redis are stopped for a deploy (SIGTERM),
+//! started again, or killed (SIGKILL), while clients that know every replica hold leases, lead
+//! an election and run a `leasehold run` job. Nobody is told `lost`, every fencing token and
+//! term stays the same, and nobody else gets a lock in between.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fred::prelude::ClientLike;
+use leasehold::client::{Client, LeaseGuard};
+use support::*;
+use tokio::time::{Instant, sleep_until};
+
+const TTL: Duration = Duration::from_secs(2);
+const LEASES: usize = 9;
+
+/// A client per replica, each starting with its own, so the leases spread over all three.
+async fn clients(replicas: &Replicas) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for first in 0..replicas.servers.len() {
+        clients.push(Client::connect(replicas.urls_from(first)).await.unwrap());
+    }
+    clients
+}
+
+async fn hold(clients: &[Client]) -> Vec<(String, LeaseGuard)> {
+    let mut held = Vec::new();
+    for k in 0..LEASES {
+        let name = format!("lease-{k}");
+        let guard = clients[k % clients.len()]
+            .lease(&name)
+            .ttl(TTL)
+            .acquire()
+            .await
+            .unwrap();
+        held.push((name, guard));
+    }
+    held
+}
+
+/// Every lease still believed held, its key holding its token, and Redis reporting the fencing
+/// token it was acquired with.
+async fn assert_all_held(
+    held: &[(String, LeaseGuard)],
+    client: &Client,
+    direct: &fred::prelude::Client,
+) {
+    for (name, guard) in held {
+        assert!(!guard.is_lost(), "{name} was reported lost");
+        assert_eq!(
+            get(direct, &lock_key(name)).await.as_deref(),
+            Some(guard.token()),
+            "{name}'s key"
+        );
+        let described = client.describe(name.clone()).await.unwrap();
+        assert_eq!(described.fencing_token, guard.fencing_token(), "{name}");
+    }
+}
+
+/// A thief with no wait, through `replica`, gets none of the names.
+async fn assert_thief_refused(replica: &ServerProcess, held: &[(String, LeaseGuard)]) {
+    let thief = Client::connect(replica.url()).await.unwrap();
+    for (name, _) in held {
+        let answer = thief.acquire_once(name.clone(), TTL).await.unwrap();
+        assert!(
+            !answer.acquired,
+            "a thief took {name} through {}",
+            replica.url()
+        );
+    }
+}
+
+/// `leasehold run` holding `job` until `done` exists, through every replica.
+fn start_job(replicas: &Replicas, done: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "run",
+            "--server",
+            &replicas.urls(),
+            "--ttl",
+            "2s",
+            "job",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!("until [ -e {} ]; do sleep 0.05; done", done.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for the job's lease to be taken (its key exists).
+async fn job_started(direct: &fred::prelude::Client) {
+    within(EVENT_TIMEOUT, "the job's lease", async {
+        while get(direct, &lock_key("job")).await.is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+async fn job_exits_zero(mut job: tokio::process::Child, done: &std::path::Path) {
+    std::fs::write(done, b"").unwrap();
+    let output = within(EVENT_TIMEOUT, "the job's exit", async {
+        job.wait().await.unwrap()
+    })
+    .await;
+    let mut stderr = String::new();
+    if let Some(mut pipe) = job.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = pipe.read_to_string(&mut stderr).await;
+    }
+    assert!(output.success(), "the job exited {output:?}: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_every_replica_loses_no_lease_leadership_or_job() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 3, &[]);
+    let clients = clients(&replicas).await;
+    let held = hold(&clients).await;
+
+    // A leader on replica 0, an observer on replica 1.
+    let mut candidate = clients[0]
+        .campaign("scheduler", "host-a", TTL)
+        .await
+        .unwrap();
+    let term = candidate.elected().await.unwrap();
+    let mut observation = clients[1].observe("scheduler").await.unwrap();
+    let first = observation.next().await.unwrap().expect("a leader");
+    assert_eq!(first.term, term);
+    let (changes_tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
+    let observer = tokio::spawn(async move {
+        while let Ok(state) = observation.next().await {
+            let _ = changes_tx.send(state);
+        }
+    });
+    let (lost_tx, mut leader_lost) = tokio::sync::oneshot::channel();
+    let leader = tokio::spawn(async move {
+        let reason = candidate.lost().await;
+        let _ = lost_tx.send(reason);
+    });
+
+    let dir = tempdir();
+    let done = dir.join("done");
+    let job = start_job(&replicas, &done);
+    job_started(&direct).await;
+
+    for i in 0..3 {
+        let status = replicas.stop(i).await;
+        assert!(status.success(), "replica {i} exited {status:?}");
+        let up = (i + 1) % 3;
+        let client = Client::connect(replicas.servers[up].url()).await.unwrap();
+        assert_all_held(&held, &client, &direct).await;
+        for j in (0..3).filter(|&j| j != i) {
+            assert_thief_refused(&replicas.servers[j], &held).await;
+        }
+        replicas.start_again(i).await;
+    }
+    // Past a whole TTL since the last restart: any lease not resumed would be lost by now.
+    sleep_until(Instant::now() + TTL).await;
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    assert_all_held(&held, &client, &direct).await;
+    let now = client.leader("scheduler").await.unwrap().expect("a leader");
+    assert_eq!(now.term, term, "the leader's term changed");
+    assert!(leader_lost.try_recv().is_err(), "the leader was told lost");
+    assert!(changes.try_recv().is_err(), "observers saw a leader change");
+    job_exits_zero(job, &done).await;
+
+    for (name, guard) in held {
+        assert!(
+            guard.release().await.unwrap(),
+            "{name} was not held at release"
+        );
+        assert_eq!(get(&direct, &lock_key(&name)).await, None);
+    }
+    leader.abort();
+    observer.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_two_of_three_replicas_loses_no_lease_or_job() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 3, &[]);
+    let clients = clients(&replicas).await;
+    let held = hold(&clients).await;
+    let dir = tempdir();
+    let done = dir.join("done");
+    let job = start_job(&replicas, &done);
+    job_started(&direct).await;
+
+    replicas.kill(0);
+    replicas.kill(1);
+    let killed_at = Instant::now();
+    // Every lease resumes on the survivor: each resume counts an attachment in Redis.
+    within(
+        EVENT_TIMEOUT,
+        "every lease resumed on the survivor",
+        async {
+            loop {
+                let mut resumed = 0;
+                for (name, _) in &held {
+                    let owner = lock_key(name).replace(":lock", ":owner");
+                    let attached = redis_cli(redis.port(), &["HGET", &owner, "attached"]);
+                    resumed += usize::from(!attached.is_empty());
+                }
+                if resumed >= LEASES * 2 / 3 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    // Past the validity the leases had when their servers died.
+    sleep_until(killed_at + TTL).await;
+    let survivor = &replicas.servers[2];
+    let client = Client::connect(survivor.url()).await.unwrap();
+    assert_all_held(&held, &client, &direct).await;
+    assert_thief_refused(survivor, &held).await;
+    job_exits_zero(job, &done).await;
+    for (_, guard) in held {
+        assert!(guard.release().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_cannot_be_resumed_is_lost_before_redis_could_free_it() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 2, &[]);
+    let ttl = Duration::from_secs(3);
+
+    // Deleted behind the server's back, then its server dies: the resume finds nothing and
+    // says so at once, long before the validity would have run out.
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let guard = client.lease("deleted").ttl(ttl).acquire().await.unwrap();
+    signal(replicas.servers[0].pid(), "STOP"); // No renewal finds the deletion first.
+    let _: i64 = fred::prelude::KeysInterface::del(&direct, lock_key("deleted"))
+        .await
+        .unwrap();
+    replicas.kill(0);
+    let killed_at = Instant::now();
+    let reason = within(EVENT_TIMEOUT, "lost", guard.lost()).await;
+    assert!(
+        killed_at.elapsed() < ttl / 2,
+        "told after {:?}: {reason}",
+        killed_at.elapsed()
+    );
+    assert!(reason.contains("no lease of lock"), "{reason}");
+
+    // No replica left: lost by the client's own clock, while Redis still holds the key.
+    replicas.start_again(0).await;
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let guard = client.lease("stranded").ttl(ttl).acquire().await.unwrap();
+    replicas.kill(0);
+    replicas.kill(1);
+    // Nobody renews it now: Redis frees it at this moment (Unix ms, the same machine's clock).
+    let expires_at: i64 = direct
+        .custom(fred::cmd!("PEXPIRETIME"), vec![lock_key("stranded")])
+        .await
+        .unwrap();
+    let reason = within(EVENT_TIMEOUT, "lost", guard.lost()).await;
+    let told_at = unix_ms();
+    assert!(reason.contains("could not resume"), "{reason}");
+    assert!(
+        told_at < expires_at,
+        "told {} ms after Redis could free the lock",
+        told_at - expires_at
+    );
+}
+
+fn unix_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(now.as_millis()).unwrap()
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-handover-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
