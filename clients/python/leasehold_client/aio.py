@@ -8,45 +8,79 @@
         await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
 
 ``held.lost`` (an ``asyncio.Event``) is set when the server says the lease is lost, when the
-stream breaks, or when the validity the server last confirmed runs out by this process's clock.
+stream breaks and the lease cannot be resumed on another server, or when the validity the
+server last confirmed runs out by this process's clock. ``server``, ``auto_resume`` and the
+other options are those of the threaded client (``leasehold_client``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, Set, Tuple, Union
 
 import grpc
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-from . import (_SILENT, DEFAULT_SERVER, Leader, NotAcquired, _acquire_request, _credentials,
-               _leader, _LeaseState, _millis)
+from . import (_FIRST_PAUSE, _LAST_PAUSE, _LEADER_SILENT, _RELEASE, _SILENT, DEFAULT_SERVER,
+               Leader, NotAcquired, _acquire_request, _channel_args, _credentials, _describe,
+               _grace, _leader, _LeaseState, _log, _millis, _pause, _resumable, _too_late)
 
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
 
+_Failure = Union[grpc.RpcError, str, Tuple[str, str]]
+_WRITE_FAILED = (aio.AioRpcError, asyncio.InvalidStateError)
+
+
+async def _nap(wake: asyncio.Event, seconds: float) -> None:
+    """Waits ``seconds``, or less if ``wake`` is set."""
+    try:
+        await asyncio.wait_for(wake.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    wake.clear()
+
 
 class AsyncLease(_LeaseState):
-    """A held lock. Use ``lease(...)``."""
+    """A held lock. Use ``lease(...)``.
 
-    def __init__(self, call: aio.StreamStreamCall, name: str):
-        self.name = name
+    ``lost`` (an ``asyncio.Event``) and ``lost_reason`` say whether and why it was lost;
+    ``resumes`` counts the times it was taken back on a new stream after its stream broke;
+    ``valid_until`` is when the validity last confirmed runs out (``loop.time()``).
+    """
+
+    def __init__(self, stub: lock_pb2_grpc.LockServiceStub, request: lock_pb2.LeaseAcquire,
+                 auto_resume: bool = False):
+        self.name = request.name
         self.lost = asyncio.Event()
         self.lost_reason: Optional[str] = None
         self.fencing_token = 0
         self.token = ""
-        self._call = call
+        self.resumes = 0
+        self.valid_until = 0.0
+        self._stub = stub
+        self._request = request
+        self._auto_resume = auto_resume
+        self._call: Optional[aio.StreamStreamCall] = None  # the live stream; None between
         self._released = asyncio.Event()
         self._was_held = False
+        self._releasing = False
+        self._release_sent = False
+        self._resuming = False
+        self._last_error = ""
+        self._wake = asyncio.Event()
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._generation = 0
         self._watcher: Optional[asyncio.Task] = None
 
-    async def _acquire(self, request: lock_pb2.LeaseAcquire) -> None:
-        await self._call.write(lock_pb2.LeaseRequest(acquire=request))
+    async def _acquire(self) -> None:
+        call = self._stub.Lease()
+        await call.write(lock_pb2.LeaseRequest(acquire=self._request))
         try:
             while True:
-                event = await self._call.read()
+                event = await call.read()
                 if event is aio.EOF:
                     raise NotAcquired(f"lock {self.name!r}: the server ended the stream")
                 if event.HasField("acquired"):
@@ -55,6 +89,7 @@ class AsyncLease(_LeaseState):
             if error.code() == grpc.StatusCode.ABORTED:
                 raise NotAcquired(error.details()) from None
             raise
+        self._call = call
         self.fencing_token = event.acquired.fencing_token
         self.token = event.acquired.token
         self._arm(event.acquired.valid_for_ms)
@@ -65,36 +100,157 @@ class AsyncLease(_LeaseState):
         if self._timer:
             self._timer.cancel()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(valid_for_ms / 1000, self._lose, _SILENT)
+        self._generation += 1
+        self.valid_until = loop.time() + valid_for_ms / 1000
+        self._timer = loop.call_later(valid_for_ms / 1000, self._expire, self._generation)
+
+    def _expire(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        if self._resuming:
+            self._lose(_too_late("lease", self._last_error))
+            if self._watcher:
+                self._watcher.cancel()  # stops the attempt in flight
+        else:
+            self._lose(_SILENT)
 
     async def _watch(self) -> None:
+        call = self._call
         try:
-            while True:
-                event = await self._call.read()
-                if event is aio.EOF:
-                    self._lose("the server ended the lease stream")
-                    return
-                if self._hear(event):
-                    return
-        except aio.AioRpcError as error:
-            self._stream_failed(error)
+            while call is not None:
+                error = await self._follow(call)
+                call = None if error is None else await self._after_break(error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug of ours must not leave the lease believed held
+            _log.exception("lease %r: watcher failed", self.name)
+            self._lose(f"client error: {error!r}")
         finally:
+            self._generation += 1
             if self._timer:
                 self._timer.cancel()
+            if self._call is not None:
+                self._call.cancel()
             self._released.set()
+
+    async def _follow(self, call: aio.StreamStreamCall) -> Optional[_Failure]:
+        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        try:
+            while True:
+                event = await call.read()
+                if event is aio.EOF:
+                    return "the server ended the lease stream"
+                if self._hear(event):
+                    self._call = None
+                    return None
+        except aio.AioRpcError as error:
+            return error
+
+    async def _after_break(self, error: _Failure) -> Optional[aio.StreamStreamCall]:
+        """The next stream after a break (resumed), or None when the lease is over."""
+        self._call = None
+        if self.lost.is_set():
+            return None
+        if self._releasing:  # its release may never have arrived: release by token
+            await self._release_by_token()
+            return None
+        if not self._auto_resume or not _resumable(error):
+            self._lose(self._broke(error))
+            return None
+        self._resuming = True
+        self._last_error = _describe(error)
+        _log.info("lease %r: stream broke (%s); resuming it", self.name, self._last_error)
+        return await self._resume()
+
+    async def _resume(self) -> Optional[aio.StreamStreamCall]:
+        loop = asyncio.get_running_loop()
+        delay = _FIRST_PAUSE
+        while not self._releasing:
+            if self.lost.is_set():
+                return None
+            if loop.time() >= self.valid_until:
+                self._lose(_too_late("lease", self._last_error))
+                return None
+            call = self._stub.Lease(wait_for_ready=True)
+            answer, failure = None, None
+            try:
+                await call.write(self._resume_request())
+                while True:
+                    event = await call.read()
+                    if event is aio.EOF:
+                        failure = "the server ended the stream before resuming the lease"
+                        break
+                    if event.HasField("acquired"):
+                        answer = event.acquired
+                        break
+                    if event.HasField("lost"):
+                        failure = ("lost", event.lost.reason)
+                        break
+            except _WRITE_FAILED as error:
+                failure = error if isinstance(error, aio.AioRpcError) else str(error)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            if answer is not None:
+                mismatch = self._same_lease(answer)
+                if mismatch is not None:
+                    self._lose(mismatch)
+                    call.cancel()
+                    return None
+                self._resuming = False
+                self._call = call
+                self.resumes += 1
+                self._arm(answer.valid_for_ms)
+                _log.info("lease %r resumed (fencing token %d)", self.name, self.fencing_token)
+                if self._releasing:  # release() came while we were between streams
+                    await self._send_release(call)
+                return call
+            if isinstance(failure, tuple):
+                self._lose(failure[1])  # the server said `lost`
+                return None
+            if not _resumable(failure):
+                self._lose(f"could not resume: {_describe(failure)}")
+                return None
+            self._last_error = _describe(failure)
+            pause = _pause(delay, self.valid_until, loop.time())
+            _log.debug("lease %r: resume failed (%s); again in %.3f s", self.name,
+                       self._last_error, pause)
+            await _nap(self._wake, pause)
+            delay = min(delay * 2, _LAST_PAUSE)
+        await self._release_by_token()
+        return None
+
+    async def _release_by_token(self) -> None:
+        """Releases with the unary call, on any server: for a release asked between streams."""
+        timeout = max(1.0, self.valid_until - asyncio.get_running_loop().time())
+        try:
+            answer = await self._stub.Release(
+                lock_pb2.ReleaseRequest(name=self.name, token=self.token), timeout=timeout,
+                wait_for_ready=True)
+            self._was_held = answer.released
+        except aio.AioRpcError as error:
+            _log.warning("lease %r: release failed (%s); it expires by itself", self.name,
+                         _describe(error))
+
+    async def _send_release(self, call: aio.StreamStreamCall) -> None:
+        self._release_sent = True
+        try:
+            await call.write(_RELEASE)
+            await call.done_writing()
+        except _WRITE_FAILED:
+            pass  # The stream already ended; the watcher says how.
 
     async def release(self, timeout: float = 10.0) -> bool:
         """Releases the lock; returns True if it was still held."""
-        if not self._released.is_set():
-            try:
-                await self._call.write(lock_pb2.LeaseRequest(release=lock_pb2.LeaseRelease()))
-                await self._call.done_writing()
-            except (aio.AioRpcError, asyncio.InvalidStateError):
-                pass  # The stream already ended; the watcher says how.
-            try:
-                await asyncio.wait_for(self._released.wait(), timeout)
-            except asyncio.TimeoutError:
-                self._call.cancel()
+        self._releasing = True
+        self._wake.set()
+        if self._call is not None and not self._release_sent and not self._released.is_set():
+            await self._send_release(self._call)
+        try:
+            await asyncio.wait_for(self._released.wait(), timeout)
+        except asyncio.TimeoutError:
+            if self._watcher:
+                self._watcher.cancel()
         return self._was_held and not self.lost.is_set()
 
 
@@ -127,17 +283,20 @@ class _TokenStreamStream(_WithToken, aio.StreamStreamClientInterceptor):
 
 def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
             root_certificates: Optional[bytes] = None, private_key: Optional[bytes] = None,
-            certificate_chain: Optional[bytes] = None, tls: Optional[bool] = None) -> aio.Channel:
-    """An asyncio channel to a Leasehold server, for the ``channel=`` argument of every call:
+            certificate_chain: Optional[bytes] = None, tls: Optional[bool] = None,
+            options: Sequence[Tuple[str, Any]] = ()) -> aio.Channel:
+    """An asyncio channel to Leasehold servers, for the ``channel=`` argument of every call:
     the same options as :func:`leasehold_client.connect`."""
     interceptors = None
     if token is not None:
         interceptors = [kind(token) for kind in (_TokenUnaryUnary, _TokenUnaryStream,
                                                  _TokenStreamStream)]
+    target, channel_options = _channel_args(server, options)
     credentials = _credentials(tls, root_certificates, private_key, certificate_chain)
     if credentials is not None:
-        return aio.secure_channel(server, credentials, interceptors=interceptors)
-    return aio.insecure_channel(server, interceptors=interceptors)
+        return aio.secure_channel(target, credentials, options=channel_options,
+                                  interceptors=interceptors)
+    return aio.insecure_channel(target, options=channel_options, interceptors=interceptors)
 
 
 @asynccontextmanager
@@ -145,7 +304,8 @@ async def _channel(server: str, channel: Optional[aio.Channel]) -> AsyncIterator
     if channel is not None:
         yield channel
         return
-    own = aio.insecure_channel(server)
+    target, options = _channel_args(server, ())
+    own = aio.insecure_channel(target, options=options)
     try:
         yield own
     finally:
@@ -155,15 +315,16 @@ async def _channel(server: str, channel: Optional[aio.Channel]) -> AsyncIterator
 @asynccontextmanager
 async def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0,
                 wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
-                shared: bool = False, resume_grace: float = 0.0, resume_token: str = "",
+                shared: bool = False, auto_resume: bool = True,
+                resume_grace: Optional[float] = None, resume_token: str = "",
                 channel: Optional[aio.Channel] = None) -> AsyncIterator[AsyncLease]:
     """Holds lock ``name`` for the ``async with`` block; NotAcquired if it stays taken. The
     options are those of ``leasehold_client.lease``."""
-    request = _acquire_request(name, ttl, wait, holder, fair, limit, shared, resume_grace,
-                               resume_token)
+    request = _acquire_request(name, ttl, wait, holder, fair, limit, shared,
+                               _grace(ttl, resume_grace, auto_resume), resume_token)
     async with _channel(server, channel) as chan:
-        held = AsyncLease(lock_pb2_grpc.LockServiceStub(chan).Lease(), name)
-        await held._acquire(request)
+        held = AsyncLease(lock_pb2_grpc.LockServiceStub(chan), request, auto_resume)
+        await held._acquire()
         try:
             yield held
         finally:
@@ -171,74 +332,282 @@ async def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0,
 
 
 class AsyncCandidate:
-    """One candidacy, held by one Campaign stream. Use ``campaign(...)``."""
+    """One candidacy, held by one Campaign stream (or the next, when a leader's stream breaks
+    and it resumes elsewhere). Use ``campaign(...)``.
 
-    def __init__(self, call: aio.StreamStreamCall, election: str):
+    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
+    """
+
+    def __init__(self, stub: election_pb2_grpc.ElectionServiceStub, election: str,
+                 value: bytes, ttl: float, *, auto_resume: bool = False,
+                 resume_grace: float = 0.0):
         self.election = election
-        self._call = call
+        self.term: Optional[int] = None
+        self.resumes = 0
+        self._stub = stub
+        self._value = value  # the value to publish: the last proclaimed, or asked for
+        self._ttl_ms = _millis(ttl)
+        self._grace_ms = _millis(resume_grace)
+        self._auto_resume = auto_resume and self._grace_ms > 0
+        self._token = ""
+        self._call: Optional[aio.StreamStreamCall] = None  # the live stream; None between
+        self._over = False  # lost, resigned or failed: nothing more happens
+        self._reason: Optional[str] = None
+        self._error: Optional[aio.AioRpcError] = None
+        self._was_leader = False
+        self._sent = 0  # proclaims asked for
+        self._published = 0  # proclaims confirmed
         self._closed = False
+        self._resign_sent = False
+        self._resuming = False
+        self._last_error = ""
+        self._valid_until = 0.0
+        self._wake = asyncio.Event()
+        self._waiters: Set[asyncio.Future] = set()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._generation = 0
+        self._watcher: Optional[asyncio.Task] = None
 
-    async def _next(self) -> election_pb2.CampaignResponse:
-        event = await self._call.read()
-        if event is aio.EOF:
-            raise RuntimeError(f"election {self.election!r}: the campaign stream ended")
-        return event
+    def _start_request(self, resume_token: str) -> election_pb2.CampaignRequest:
+        return election_pb2.CampaignRequest(start=election_pb2.CampaignStart(
+            election=self.election, value=self._value, ttl_ms=self._ttl_ms,
+            resume_token=resume_token, resume_grace_ms=self._grace_ms))
+
+    async def _begin(self) -> None:
+        self._call = self._stub.Campaign()
+        await self._call.write(self._start_request(""))
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(self._call))
+
+    def _changed(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.add(waiter)
+            try:
+                await waiter
+            finally:
+                self._waiters.discard(waiter)
+
+    def _end(self, reason: str, error: Optional[aio.AioRpcError] = None) -> None:
+        if not self._over:
+            self._over, self._reason, self._error = True, reason, error
+            if self.term is not None and reason != "resigned":
+                _log.info("election %r: leadership lost: %s", self.election, reason)
+        self._wake.set()
+        self._changed()
+
+    def _arm(self, valid_for_ms: int) -> None:
+        """Ends the leadership if nothing confirms it within valid_for_ms (only with a grace:
+        without one the server sends no `extended`)."""
+        if self._timer:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._generation += 1
+        self._valid_until = loop.time() + valid_for_ms / 1000
+        if self._grace_ms:
+            self._timer = loop.call_later(valid_for_ms / 1000, self._expire, self._generation)
+
+    def _expire(self, generation: int) -> None:
+        if generation != self._generation or self._over:
+            return
+        if self._resuming:
+            self._end(_too_late("leadership", self._last_error))
+            if self._watcher:
+                self._watcher.cancel()  # stops the attempt in flight
+        else:
+            self._end(_LEADER_SILENT)
+
+    async def _watch(self, call: Optional[aio.StreamStreamCall]) -> None:
+        try:
+            while call is not None:
+                error = await self._follow(call)
+                call = None if error is None else await self._after_break(error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug of ours must not leave the leadership believed held
+            _log.exception("election %r: watcher failed", self.election)
+            self._end(f"client error: {error!r}")
+        finally:
+            self._generation += 1
+            if self._timer:
+                self._timer.cancel()
+            if self._call is not None:
+                self._call.cancel()
+            self._end("the campaign stream ended")
+
+    async def _follow(self, call: aio.StreamStreamCall) -> Optional[_Failure]:
+        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        try:
+            while True:
+                event = await call.read()
+                if event is aio.EOF:
+                    return "the campaign stream ended"
+                kind = event.WhichOneof("event")
+                if kind == "elected":
+                    self.term, self._token = event.elected.term, event.elected.token
+                    self._arm(event.elected.valid_for_ms)
+                elif kind == "extended":
+                    self._arm(event.extended.valid_for_ms)
+                elif kind == "proclaimed":
+                    self._published = min(self._published + 1, self._sent)
+                elif kind == "lost":
+                    self._call = None
+                    self._end(event.lost.reason)
+                    return None
+                elif kind == "resigned":
+                    self._call = None
+                    if not self._over:
+                        self._was_leader = event.resigned.was_leader
+                    self._end("resigned")
+                    return None
+                self._changed()
+        except aio.AioRpcError as error:
+            return error
+
+    async def _after_break(self, error: _Failure) -> Optional[aio.StreamStreamCall]:
+        """The next stream after a break (resumed), or None when the candidacy is over."""
+        self._call = None
+        if self._over:
+            return None
+        if self.term is None or not self._auto_resume or not _resumable(error):
+            if isinstance(error, aio.AioRpcError):
+                self._end(f"campaign stream failed: {_describe(error)}", error)
+            else:
+                self._end(str(error))
+            return None
+        self._resuming = True
+        self._last_error = _describe(error)
+        _log.info("election %r: stream broke (%s); resuming the leadership", self.election,
+                  self._last_error)
+        return await self._resume()
+
+    async def _resume(self) -> Optional[aio.StreamStreamCall]:
+        loop = asyncio.get_running_loop()
+        delay = _FIRST_PAUSE
+        while not self._over:
+            if loop.time() >= self._valid_until:
+                self._end(_too_late("leadership", self._last_error))
+                return None
+            call = self._stub.Campaign(wait_for_ready=True)
+            answer, failure = None, None
+            try:
+                await call.write(self._start_request(self._token))
+                while True:
+                    event = await call.read()
+                    if event is aio.EOF:
+                        failure = "the server ended the stream before resuming the leadership"
+                        break
+                    if event.HasField("elected"):
+                        answer = event.elected
+                        break
+                    if event.HasField("lost"):
+                        failure = ("lost", event.lost.reason)
+                        break
+            except _WRITE_FAILED as error:
+                failure = error if isinstance(error, aio.AioRpcError) else str(error)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            if answer is not None:
+                if self._over or answer.term != self.term:
+                    self._end(f"resumed with term {answer.term} instead of {self.term}")
+                    call.cancel()
+                    return None
+                self._resuming = False
+                self._call = call
+                self.resumes += 1
+                self._published = self._sent  # the start published the last value
+                self._arm(answer.valid_for_ms)
+                _log.info("election %r: leadership resumed (term %d)", self.election, self.term)
+                self._changed()
+                if self._closed:  # resign() came while we were between streams
+                    await self._send_resign(call)
+                return call
+            if isinstance(failure, tuple):
+                self._end(failure[1])
+                return None
+            if not _resumable(failure):
+                self._end(f"could not resume: {_describe(failure)}")
+                return None
+            self._last_error = _describe(failure)
+            await _nap(self._wake, _pause(delay, self._valid_until, loop.time()))
+            delay = min(delay * 2, _LAST_PAUSE)
+        return None
 
     async def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""
-        event = await self._next()
-        if not event.HasField("elected"):
-            raise RuntimeError(f"expected elected, got {event}")
-        return event.elected.term
+        await self._until(lambda: self.term is not None or self._over)
+        if self.term is not None:
+            return self.term
+        if self._error is not None:
+            raise self._error
+        raise RuntimeError(f"election {self.election!r}: {self._reason}")
 
     async def proclaim(self, value: bytes) -> None:
         """Publishes a new value while leading."""
-        await self._call.write(election_pb2.CampaignRequest(
-            proclaim=election_pb2.Proclaim(value=value)))
-        event = await self._next()
-        if event.HasField("lost"):
-            raise RuntimeError(f"leadership lost: {event.lost.reason}")
-        if not event.HasField("proclaimed"):
-            raise RuntimeError(f"expected proclaimed, got {event}")
+        if not self._over:
+            self._value = value
+            self._sent += 1
+            sent = self._sent
+            if self._call is not None:  # else the resumed stream publishes it
+                try:
+                    await self._call.write(election_pb2.CampaignRequest(
+                        proclaim=election_pb2.Proclaim(value=value)))
+                except _WRITE_FAILED:
+                    pass  # the stream broke: resumed, it publishes the value; else lost
+            await self._until(lambda: self._published >= sent or self._over)
+            if self._published >= sent:
+                return
+        if self._error is not None:
+            raise self._error
+        raise RuntimeError(f"leadership lost: {self._reason}")
 
     async def lost(self) -> str:
         """Waits until the leadership is lost; returns the reason. Only while leading."""
+        await self._until(lambda: self._over)
+        return self._reason or ""
+
+    async def _send_resign(self, call: aio.StreamStreamCall) -> None:
+        self._resign_sent = True
         try:
-            while True:
-                event = await self._next()
-                if event.HasField("lost"):
-                    return event.lost.reason
-        except (aio.AioRpcError, RuntimeError) as error:
-            return str(error)
+            await call.write(election_pb2.CampaignRequest(resign=election_pb2.Resign()))
+            await call.done_writing()
+        except _WRITE_FAILED:
+            pass  # The stream already ended; the watcher says how.
 
     async def resign(self) -> bool:
         """Steps down (or leaves the line); True if this candidate was leading."""
         if self._closed:
             return False
         self._closed = True
+        self._wake.set()
+        if self._call is not None and not self._resign_sent:
+            await self._send_resign(self._call)  # else the resumed stream resigns
         try:
-            await self._call.write(election_pb2.CampaignRequest(resign=election_pb2.Resign()))
-            await self._call.done_writing()
-            while True:
-                event = await self._next()
-                if event.HasField("resigned"):
-                    return event.resigned.was_leader
-                if event.HasField("lost"):
-                    return False
-        except (aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
-            return False  # The stream already ended: nothing is held.
+            await asyncio.wait_for(self._until(lambda: self._over), 10)
+        except asyncio.TimeoutError:
+            if self._watcher:
+                self._watcher.cancel()
+        return self._was_leader
 
 
 @asynccontextmanager
 async def campaign(election: str, value: bytes, *, server: str = DEFAULT_SERVER,
-                   ttl: float = 5.0,
+                   ttl: float = 5.0, auto_resume: bool = True,
+                   resume_grace: Optional[float] = None,
                    channel: Optional[aio.Channel] = None) -> AsyncIterator[AsyncCandidate]:
-    """Runs for leader of ``election`` for the block; ``await elected()`` to wait in line."""
+    """Runs for leader of ``election`` for the block; ``await elected()`` to wait in line. The
+    options are those of ``leasehold_client.campaign``."""
     async with _channel(server, channel) as chan:
-        call = election_pb2_grpc.ElectionServiceStub(chan).Campaign()
-        await call.write(election_pb2.CampaignRequest(start=election_pb2.CampaignStart(
-            election=election, value=value, ttl_ms=_millis(ttl))))
-        candidate = AsyncCandidate(call, election)
+        candidate = AsyncCandidate(election_pb2_grpc.ElectionServiceStub(chan), election, value,
+                                   ttl, auto_resume=auto_resume,
+                                   resume_grace=_grace(ttl, resume_grace, auto_resume))
+        await candidate._begin()
         try:
             yield candidate
         finally:
@@ -254,14 +623,33 @@ async def leader(election: str, *, server: str = DEFAULT_SERVER,
         return _leader(answer.has_leader, answer.term, answer.value)
 
 
+_NOTHING_YET = object()
+
+
 async def observe(election: str, *, server: str = DEFAULT_SERVER,
                   channel: Optional[aio.Channel] = None) -> AsyncIterator[Optional[Leader]]:
-    """Yields the leader of ``election`` now (None for none), then every change, in order."""
+    """Yields the leader of ``election`` now (None for none), then every change, in order;
+    follows the election again on any server when the stream breaks (as the threaded one)."""
     async with _channel(server, channel) as chan:
-        call = election_pb2_grpc.ElectionServiceStub(chan).Observe(
-            election_pb2.ObserveRequest(election=election))
-        try:
-            async for state in call:
-                yield _leader(state.has_leader, state.term, state.value)
-        finally:
-            call.cancel()
+        stub = election_pb2_grpc.ElectionServiceStub(chan)
+        last: Any = _NOTHING_YET
+        delay = _FIRST_PAUSE
+        while True:
+            call = stub.Observe(election_pb2.ObserveRequest(election=election),
+                                wait_for_ready=last is not _NOTHING_YET)
+            try:
+                async for state in call:
+                    delay = _FIRST_PAUSE
+                    now = _leader(state.has_leader, state.term, state.value)
+                    if now != last:
+                        last = now
+                        yield now
+                return
+            except aio.AioRpcError as error:
+                if last is _NOTHING_YET or not _resumable(error):
+                    raise
+                _log.info("election %r: observing again (%s)", election, _describe(error))
+            finally:
+                call.cancel()
+            await asyncio.sleep(random.uniform(delay / 2, delay))  # backoff between attempts
+            delay = min(delay * 2, _LAST_PAUSE)

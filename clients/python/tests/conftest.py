@@ -106,3 +106,63 @@ def cuttable(server):
     proxy = CuttableProxy(server)
     yield proxy
     proxy.cut()
+
+
+class Server:
+    """One server process on a port of its own, to stop (SIGTERM), kill (SIGKILL) and start
+    again on the same port, as a rolling restart or a crash does."""
+
+    def __init__(self, redis_port):
+        self._redis = f"redis://127.0.0.1:{redis_port}"
+        self.address = f"127.0.0.1:{free_port()}"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        """Starts it; returns once it listens (it serves from then on)."""
+        deadline = time.monotonic() + 10
+        while True:
+            proc = subprocess.Popen(
+                [BINARY, "serve", "--listen", self.address, "--redis", self._redis,
+                 "--drain", "5s"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            line = proc.stdout.readline()
+            if line.startswith("leasehold: listening on "):
+                self.proc = proc
+                return
+            proc.wait(timeout=15)  # the port is not free yet (a closing socket): again
+            assert time.monotonic() < deadline, f"{self.address}: could not start: {line!r}"
+            time.sleep(0.05)
+
+    def stop(self):
+        """SIGTERM, as a deploy does; returns once the process has exited."""
+        self.proc.terminate()
+        assert self.proc.wait(timeout=15) == 0
+
+    def kill(self):
+        """SIGKILL: the process does nothing more, its connections drop."""
+        self.proc.kill()
+        self.proc.wait(timeout=15)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+
+
+@pytest.fixture
+def cluster(redis_port):
+    """Three servers on one Redis, each on its own port."""
+    servers = [Server(redis_port) for _ in range(3)]
+    yield servers
+    for server in servers:
+        server.close()
+
+
+def wait_until(condition, what, timeout=15.0):
+    """Polls ``condition`` until it holds (a bounded poll, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.01)

@@ -74,3 +74,67 @@ def test_async_permits_and_readers(server):
                     pass
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_async_lease_survives_rolling_restart(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+
+    async def refused(address):
+        with pytest.raises(NotAcquired):
+            async with aio.lease("job", server=address, auto_resume=False):
+                pass
+
+    async def scenario():
+        async with aio.lease("job", server=everyone, ttl=2) as held:
+            fencing_token = held.fencing_token
+            for server in cluster:
+                # In a thread: stopping waits for the process, and the lease needs the loop.
+                await asyncio.to_thread(server.stop)
+                await asyncio.to_thread(server.start)
+                assert not held.lost.is_set(), held.lost_reason
+                assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+                for other in cluster:
+                    await refused(other.address)
+            assert held.resumes >= 1
+            assert held.fencing_token == fencing_token
+            with pytest.raises(asyncio.TimeoutError):  # longer than its TTL: still renewed
+                await asyncio.wait_for(held.lost.wait(), 2.5)
+            assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+        assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_async_lease_that_cannot_be_resumed_is_lost(cluster):
+    everyone = ",".join(server.address for server in cluster)
+
+    async def scenario():
+        async with aio.lease("job", server=everyone, ttl=2) as held:
+            for server in cluster:
+                server.kill()
+            await asyncio.wait_for(held.lost.wait(), 15)
+            assert asyncio.get_running_loop().time() < held.valid_until + 1.0
+            assert held.lost_reason.startswith(
+                "could not resume before the lease's validity ran out"), held.lost_reason
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_async_leader_keeps_its_term_across_a_restart_of_its_server(cluster):
+    everyone = ",".join(server.address for server in cluster)
+
+    async def scenario():
+        async with aio.campaign("vote", b"a", server=everyone, ttl=2) as a:
+            term = await a.elected()
+            await asyncio.to_thread(cluster[0].stop)  # its server (pick_first)
+            while a.resumes < 1:  # a bounded poll (the scenario's timeout)
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(cluster[0].start)
+            for server in cluster:
+                assert await aio.leader("vote", server=server.address) == Leader(term, b"a")
+            await a.proclaim(b"a2")
+            assert await aio.leader("vote", server=cluster[1].address) == Leader(term, b"a2")
+            assert await a.resign()
+        assert await aio.leader("vote", server=cluster[2].address) is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -9,7 +9,7 @@ import pytest
 
 from leasehold_client import connect, lease
 
-from conftest import BINARY
+from conftest import BINARY, free_port
 
 
 def _start(args):
@@ -67,9 +67,15 @@ def test_tls_with_the_server_ca(redis_port, tmp_path):
     try:
         port = addr.rsplit(":", 1)[1]
         with open(ca, "rb") as f:
-            with connect(f"localhost:{port}", root_certificates=f.read()) as channel:
-                with lease("tls/job", channel=channel) as held:
-                    assert held.fencing_token > 0
+            root = f.read()
+        with connect(f"localhost:{port}", root_certificates=root) as channel:
+            with lease("tls/job", channel=channel) as held:
+                assert held.fencing_token > 0
+        # A list (here a name whose first server is down): checked against its first name.
+        with connect(f"localhost:{free_port()},localhost:{port}",
+                     root_certificates=root) as channel:
+            with lease("tls/job", channel=channel) as held:
+                assert held.fencing_token > 0
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)

@@ -10,7 +10,10 @@ import time
 import grpc
 import pytest
 
+from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from leasehold_client import Leader, NotAcquired, campaign, lease, leader
+
+from conftest import wait_until
 
 LOCK_KEY = "leasehold:{job}:lock"
 
@@ -133,7 +136,8 @@ def test_conformance_shared_readers(server, redis_port):
 
 
 def test_conformance_resume_after_break(server, redis_port, cuttable):
-    with lease("job", server=cuttable.address, ttl=3, resume_grace=2) as held:
+    # By hand: auto_resume=False, so the broken stream is reported lost and resumed below.
+    with lease("job", server=cuttable.address, ttl=3, resume_grace=2, auto_resume=False) as held:
         cuttable.cut()  # the connection breaks; the lease is kept for its grace
         while not held.lost.wait(10):
             pass
@@ -148,4 +152,55 @@ def test_conformance_resume_after_break(server, redis_port, cuttable):
     with lease("job", server=server, ttl=3, resume_token=held.token) as resumed:
         assert resumed.fencing_token == held.fencing_token
         assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+    assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
+
+
+def fencing_token_of(address, name):
+    """The fencing token of the holder of ``name``, as the server at ``address`` reads Redis."""
+    with grpc.insecure_channel(address) as channel:
+        answer = lock_pb2_grpc.LockServiceStub(channel).Describe(
+            lock_pb2.DescribeRequest(name=name), timeout=10)
+    return answer.fencing_token if answer.held else None
+
+
+def still_held(held, fencing_token, redis_port, servers):
+    """The lease is not lost, Redis holds its token and fencing token, and a thief through each
+    of ``servers`` is refused."""
+    assert not held.lost.is_set(), held.lost_reason
+    assert held.fencing_token == fencing_token
+    assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+    for server in servers:
+        assert fencing_token_of(server.address, "job") == fencing_token
+        with pytest.raises(NotAcquired):
+            with lease("job", server=server.address, auto_resume=False):
+                pass
+
+
+def test_conformance_survives_rolling_restart(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    with lease("job", server=everyone, ttl=2) as held:
+        fencing_token = held.fencing_token
+        for server in cluster:
+            server.stop()
+            still_held(held, fencing_token, redis_port, [s for s in cluster if s is not server])
+            server.start()
+            still_held(held, fencing_token, redis_port, cluster)
+        # Its first server (pick_first) stopped, so its stream broke: it was resumed.
+        assert held.resumes >= 1
+        # Longer than its TTL: still held, so the resumed stream renews it.
+        assert not held.lost.wait(2.5), held.lost_reason
+        still_held(held, fencing_token, redis_port, cluster)
+    assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
+
+
+def test_conformance_survives_server_crash(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    with lease("job", server=everyone, ttl=2) as held:
+        fencing_token = held.fencing_token
+        cluster[0].kill()  # its server (pick_first): no goodbye, the connection just drops
+        cluster[1].kill()
+        wait_until(lambda: held.resumes >= 1 or held.lost.is_set(), "the lease resumed")
+        still_held(held, fencing_token, redis_port, cluster[2:])
+        assert not held.lost.wait(2.5), held.lost_reason  # longer than its TTL
+        still_held(held, fencing_token, redis_port, cluster[2:])
     assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"

@@ -81,3 +81,28 @@ def test_sync_election_helpers_hand_over_in_order(server):
                 seen = next(changes)
             assert seen == Leader(term_b, b"b")
     changes.close()
+
+
+def test_a_leader_keeps_its_term_across_a_restart_of_its_server(cluster):
+    from leasehold_client import Leader, campaign, leader, observe
+
+    from conftest import wait_until
+
+    everyone = ",".join(server.address for server in cluster)
+    changes = observe("restart-vote", server=cluster[2].address)  # a server that stays up
+    assert next(changes) is None
+    with campaign("restart-vote", b"a", server=everyone, ttl=2) as a:
+        term = a.elected()
+        assert next(changes) == Leader(term, b"a")
+        cluster[0].stop()  # its server (pick_first): the stream ends, the leadership is kept
+        wait_until(lambda: a.resumes >= 1, "the leadership resumed")
+        cluster[0].start()
+        for server in cluster:
+            assert leader("restart-vote", server=server.address) == Leader(term, b"a")
+        a.proclaim(b"a2")  # on the resumed stream
+        # The observer saw no change between the first leadership and the proclaim.
+        assert next(changes) == Leader(term, b"a2")
+        with campaign("restart-vote", b"b", server=cluster[1].address, ttl=2) as b:
+            assert a.resign()
+            assert b.elected() > term
+    changes.close()

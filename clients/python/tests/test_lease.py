@@ -1,5 +1,7 @@
 """The Python client against a real leasehold server and a real redis-server."""
 
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -50,3 +52,44 @@ def test_lost_is_set_when_the_lock_is_taken_away(server, redis_port):
         redis_cli(redis_port, "DEL", "leasehold:{job}:lock")
         assert held.lost.wait(timeout=5), "lost was never set"
         assert "deleted or taken" in held.lost_reason
+
+
+def test_a_lease_whose_resume_is_refused_is_lost_at_once(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    with lease("job", server=everyone, ttl=10) as held:
+        os.kill(cluster[0].proc.pid, signal.SIGSTOP)  # its server (pick_first) notices nothing
+        redis_cli(redis_port, "DEL", "leasehold:{job}:lock")
+        valid_until = held.valid_until
+        cluster[0].kill()
+        assert held.lost.wait(15), "lost was never set"
+        assert time.monotonic() < valid_until, "lost only when its validity ran out"
+        assert held.lost_reason.startswith("could not resume: NOT_FOUND"), held.lost_reason
+        assert held.resumes == 0
+
+
+def test_a_lease_that_cannot_be_resumed_is_lost_when_its_validity_runs_out(cluster):
+    everyone = ",".join(server.address for server in cluster)
+    with lease("job", server=everyone, ttl=2) as held:
+        for server in cluster:
+            server.kill()
+        assert held.lost.wait(15), "lost was never set"
+        # By its own clock, at the end of the validity last confirmed (a timer: give the
+        # threads a moment to wake up on a loaded machine).
+        assert time.monotonic() < held.valid_until + 1.0, "lost long after its validity ran out"
+        assert held.lost_reason.startswith(
+            "could not resume before the lease's validity ran out: UNAVAILABLE"), held.lost_reason
+
+
+def test_a_lease_released_between_streams_is_released_by_token(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    with lease("job", server=everyone, ttl=5) as held:
+        for server in cluster:
+            server.kill()  # no server to resume on, nor to release on, until one comes back
+        answers = []
+        releasing = threading.Thread(target=lambda: answers.append(held.release(timeout=15)))
+        releasing.start()
+        cluster[2].start()
+        releasing.join(timeout=20)
+        assert answers == [True]  # by token, on the server that came back
+        assert not held.lost.is_set(), held.lost_reason
+    assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
