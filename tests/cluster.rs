@@ -363,3 +363,11 @@ async fn scripts_while_renewed(
     let after: u64 = primaries.iter().map(|port| evalsha_calls(*port)).sum();
     after - before
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_moves_to_another_server_when_its_server_stops() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let b = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    a_lease_moves_when_its_server_stops(a, &b).await;
+}

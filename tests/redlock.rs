@@ -441,3 +441,11 @@ async fn health_follows_the_majority_of_primaries() {
     }
     assert_eq!(health.next(SETTLE).await, ServingStatus::Serving);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_moves_to_another_server_when_its_server_stops() {
+    let primaries: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let a = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let b = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    support::a_lease_moves_when_its_server_stops(a, &b).await;
+}

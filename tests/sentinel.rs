@@ -60,3 +60,11 @@ async fn the_server_follows_a_failover_and_a_lease_the_replica_missed_is_lost() 
         assert!(redis.holds(redis.replica, &lock_key("replicated")));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_moves_to_another_server_when_its_server_stops() {
+    let redis = RedisSentinel::start();
+    let a = TestServer::start_at(&redis.url(), "leasehold:", fast_keepalive()).await;
+    let b = TestServer::start_at(&redis.url(), "leasehold:", fast_keepalive()).await;
+    a_lease_moves_when_its_server_stops(a, &b).await;
+}

@@ -739,3 +739,25 @@ impl Replicas {
         self.servers[i].kill();
     }
 }
+
+/// A lease taken through `a` (its client knowing `a` and `b`) moves to `b` when `a` stops as a
+/// deploy stops it: never reported lost, the same fencing token, nobody else let in; whatever
+/// the Redis mode behind both.
+pub async fn a_lease_moves_when_its_server_stops(a: TestServer, b: &TestServer) {
+    let ttl = Duration::from_secs(2);
+    let client = leasehold::client::Client::connect(format!("{},{}", a.url(), b.url()))
+        .await
+        .unwrap();
+    let guard = client.lease("moving").ttl(ttl).acquire().await.unwrap();
+    a.stop().await;
+    // Past the validity it had when its server stopped: not resumed, it would be lost by now.
+    tokio::time::sleep(ttl).await;
+    assert!(!guard.is_lost(), "lost: {}", guard.lost().await);
+    let via_b = leasehold::client::Client::connect(b.url()).await.unwrap();
+    let described = via_b.describe("moving").await.unwrap();
+    assert_eq!(described.fencing_token, guard.fencing_token());
+    let thief = via_b.acquire_once("moving", ttl).await.unwrap();
+    assert!(!thief.acquired, "a thief took the lease between servers");
+    assert!(guard.release().await.unwrap());
+    assert!(!via_b.describe("moving").await.unwrap().held);
+}
