@@ -171,7 +171,9 @@ impl LeaseBuilder {
                 fencing_token: acquired.fencing_token,
             }
         });
+        let outages = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let watcher = Watcher {
+            outages: outages.clone(),
             requests: Some(requests),
             valid_until,
             state: state_tx,
@@ -189,6 +191,7 @@ impl LeaseBuilder {
             fencing_token: acquired.fencing_token,
             token: acquired.token,
             let_go: Some(let_go),
+            outages,
             state,
         })
     }
@@ -293,6 +296,8 @@ struct Watcher {
     requests: Option<mpsc::Sender<LeaseRequest>>,
     valid_until: Instant,
     state: watch::Sender<LeaseState>,
+    /// Every resume so far, shared with the guard.
+    outages: Outages,
     /// `Some(())`: release now; closed: the guard was dropped (release too).
     let_go: mpsc::Receiver<()>,
     releasing: bool,
@@ -384,6 +389,7 @@ impl Watcher {
         };
         let mut no_waiting = |_: &pb::Waiting| {};
         tracing::info!(lock = %self.name, reason = %broke, "lease stream broke; resuming");
+        let broke_at = Instant::now();
         let mut last = broke;
         let mut backoff = FIRST_RETRY;
         loop {
@@ -414,6 +420,14 @@ impl Watcher {
                         Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
                     self.requests = Some(requests);
                     tracing::info!(lock = %self.name, "lease resumed");
+                    let outage = Outage {
+                        broke_at,
+                        resumed_at: Instant::now(),
+                    };
+                    self.outages
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(outage);
                     return Ok(events);
                 }
                 Ok(Err(Opening::Moved(status))) => last = status.to_string(),
@@ -440,6 +454,23 @@ impl Watcher {
     }
 }
 
+/// One time a held lease's stream broke and the guard resumed it: from when the break was
+/// noticed to when the lease was held again on a new stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    pub broke_at: Instant,
+    pub resumed_at: Instant,
+}
+
+impl Outage {
+    /// How long the lease was between streams.
+    pub fn duration(&self) -> Duration {
+        self.resumed_at.saturating_duration_since(self.broke_at)
+    }
+}
+
+type Outages = std::sync::Arc<std::sync::Mutex<Vec<Outage>>>;
+
 /// A held lock. Dropping it releases the lock (the stream half-closes).
 #[derive(Debug)]
 pub struct LeaseGuard {
@@ -448,6 +479,7 @@ pub struct LeaseGuard {
     /// To the watcher: a message releases, dropping releases too.
     let_go: Option<mpsc::Sender<()>>,
     state: watch::Receiver<LeaseState>,
+    outages: Outages,
 }
 
 impl LeaseGuard {
@@ -475,6 +507,15 @@ impl LeaseGuard {
         };
         // No verdict and no watcher: nothing vouches for the lock any more.
         reason.unwrap_or_else(|| "lease watcher stopped".into())
+    }
+
+    /// Every time the lease's stream broke and the guard resumed it (on this or another
+    /// server), oldest first: for a holder's own metrics of deploys and crashes.
+    pub fn outages(&self) -> Vec<Outage> {
+        self.outages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether the lock is known to be lost already.

@@ -47,7 +47,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, millis};
 pub use election::{Candidate, Leader, Observation};
-pub use lease::{LeaseBuilder, LeaseGuard};
+pub use lease::{LeaseBuilder, LeaseGuard, Outage};
 pub use replicas::Replicas;
 
 /// What can go wrong on the client side.
