@@ -441,6 +441,15 @@ fn start(election: &str, value: Vec<u8>, ttl_ms: u32) -> CampaignRequest {
     }
 }
 
+/// `request` (a start) resuming `token` with `grace_ms`.
+fn with_resume(mut request: CampaignRequest, token: &str, grace_ms: u32) -> CampaignRequest {
+    if let Some(Action::Start(start)) = &mut request.action {
+        start.resume_token = token.to_owned();
+        start.resume_grace_ms = grace_ms;
+    }
+    request
+}
+
 fn proclaim(value: &str) -> CampaignRequest {
     CampaignRequest {
         action: Some(Action::Proclaim(pb::Proclaim {
@@ -507,6 +516,24 @@ async fn bad_input_gets_a_clear_status_and_leaves_the_leader_alone() {
             start("steady", vec![], 0),
             Code::InvalidArgument,
             "ttl_ms",
+        ),
+        (
+            "grace above the ttl",
+            with_resume(start("steady", vec![], 1000), "", 1001),
+            Code::InvalidArgument,
+            "resume_grace_ms",
+        ),
+        (
+            "oversized resume token",
+            with_resume(start("steady", vec![], 1000), &"t".repeat(4096), 1000),
+            Code::InvalidArgument,
+            "token is 4096 bytes",
+        ),
+        (
+            "resume token that leads nothing",
+            with_resume(start("steady", vec![], 1000), &"0".repeat(32), 1000),
+            Code::NotFound,
+            "resume token",
         ),
         (
             "proclaim first",

@@ -41,6 +41,11 @@ type DialOptions struct {
 // leaderships resume there (see Options.NoResume). Reconnection backs off from 100 ms to at
 // most 3 s, so that a lease can be resumed within its validity.
 func Dial(target string, opts DialOptions) (*grpc.ClientConn, error) {
+	// The URL form the other clients and the CLI take names the same server (https: with TLS).
+	if rest, ok := strings.CutPrefix(target, "https://"); ok {
+		target, opts.TLS = rest, true
+	}
+	target = strings.TrimPrefix(target, "http://")
 	secure := opts.TLS || opts.RootCAs != nil || opts.CertPEM != nil
 	dial := []grpc.DialOption{
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"pick_first": {}}]}`),

@@ -8,21 +8,17 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	leasehold "github.com/leasehold/leasehold/clients/go"
 )
 
 func main() {
-	server := strings.TrimPrefix(os.Getenv("LEASEHOLD_SERVER"), "http://")
+	server := os.Getenv("LEASEHOLD_SERVER") // one address, or every replica: "a:50051,b:50051"
 	if server == "" {
 		server = "127.0.0.1:50051"
 	}
-	conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := leasehold.Dial(server, leasehold.DialOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
