@@ -294,3 +294,31 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A draining server closes its listening socket at once, even while a call that never ends by
+/// itself keeps it draining: a client connecting then is refused and moves to another replica,
+/// rather than waiting in a backlog nobody accepts from, past its leases' validity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_refuses_new_connections_at_once() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let redis = RedisServer::start();
+    let mut server = ServerProcess::start(&redis, &["--drain", "5s"]);
+    let mut watch = HealthWatch::open(&server.url(), "").await;
+    assert_eq!(watch.next(EVENT_TIMEOUT).await, ServingStatus::Serving);
+    signal(server.pid(), "TERM");
+    assert_eq!(watch.next(EVENT_TIMEOUT).await, ServingStatus::NotServing);
+    within(EVENT_TIMEOUT, "the listener closed", async {
+        while tokio::net::TcpStream::connect(server.addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // Still draining (the watch holds it), yet no longer listening.
+    assert!(
+        server
+            .exited_within(Duration::from_millis(100))
+            .await
+            .is_none(),
+        "the server exited before its drain ended"
+    );
+}

@@ -1,6 +1,11 @@
 //! Where client connections come from: plain TCP, or TLS (optionally mutual) whose certificates
 //! are re-read on SIGHUP or when their files change, without touching open connections.
 //!
+//! Both close the listening socket the moment shutdown begins: tonic keeps its incoming stream
+//! until every connection has closed, and a socket still listening would let a client connect
+//! into a backlog nobody accepts from, and wait there, instead of being refused at once and
+//! moving to another replica with its leases.
+//!
 //! tonic's own TLS reads its certificates once; rotating them would mean a restart, and a restart
 //! drops every held lease. So the TLS handshake happens here, with the configuration current at
 //! that moment, and tonic receives finished `TlsStream`s (which still carry the peer's
@@ -121,6 +126,41 @@ async fn recv(_: &mut Option<()>) {
 
 /// Accepts TCP connections and hands tonic TLS streams, each handshake in a task of its own so
 /// one slow client never holds up the next. Ends when the server stops.
+/// Plain TCP connections (no delay), accepted until shutdown begins.
+pub fn plain_incoming(
+    listener: TcpListener,
+    tasks: &Tasks,
+) -> ReceiverStream<io::Result<TcpStream>> {
+    let (accepted_tx, incoming) = mpsc::channel(HANDSHAKES_QUEUED);
+    let accepting = tasks.clone();
+    tasks.spawn(async move {
+        loop {
+            let socket = tokio::select! {
+                () = accepting.stopping() => return,
+                accepted = accept(&listener) => accepted,
+            };
+            let _ = socket.set_nodelay(true);
+            if accepted_tx.send(Ok(socket)).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(incoming)
+}
+
+/// The next connection; failures (out of file descriptors and the like) pause rather than spin.
+async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((socket, _)) => return socket,
+            Err(error) => {
+                warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 pub fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ReloadableTls>,
@@ -130,18 +170,11 @@ pub fn tls_incoming(
     let accepting = tasks.clone();
     tasks.spawn(async move {
         loop {
-            let (socket, peer) = tokio::select! {
+            let socket = tokio::select! {
                 () = accepting.stopping() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // Out of file descriptors and the like: pause rather than spin.
-                        warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
+                accepted = accept(&listener) => accepted,
             };
+            let peer = socket.peer_addr().ok();
             let _ = socket.set_nodelay(true);
             let (acceptor, handshaken) = (tls.acceptor(), handshaken.clone());
             accepting.spawn(async move {
@@ -149,8 +182,8 @@ pub fn tls_incoming(
                     Ok(Ok(stream)) => {
                         let _ = handshaken.send(Ok(stream)).await;
                     }
-                    Ok(Err(error)) => debug!(%peer, %error, "TLS handshake failed"),
-                    Err(_) => debug!(%peer, "TLS handshake timed out"),
+                    Ok(Err(error)) => debug!(?peer, %error, "TLS handshake failed"),
+                    Err(_) => debug!(?peer, "TLS handshake timed out"),
                 }
             });
         }

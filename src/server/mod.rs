@@ -35,7 +35,6 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
@@ -228,7 +227,7 @@ pub async fn serve(
                 router.serve_with_incoming_shutdown(incoming, signal).await
             }
             None => {
-                let incoming = TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
+                let incoming = listener::plain_incoming(listeners.grpc, &tasks);
                 router.serve_with_incoming_shutdown(incoming, signal).await
             }
         }
