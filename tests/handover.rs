@@ -322,3 +322,54 @@ async fn a_draining_server_refuses_new_connections_at_once() {
         "the server exited before its drain ended"
     );
 }
+
+/// A DNS name with several addresses stands for every replica: `leasehold run` given one name
+/// (two replicas behind it, on 127.0.0.1 and 127.0.0.2) keeps its command running while each is
+/// restarted in turn. The name lives in a hosts file of the job's own mount namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_with_several_addresses_is_every_replica() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let port = free_port();
+    let addrs: Vec<std::net::SocketAddr> = ["127.0.0.1", "127.0.0.2"]
+        .iter()
+        .map(|ip| format!("{ip}:{port}").parse().unwrap())
+        .collect();
+    let mut servers: Vec<ServerProcess> = addrs
+        .iter()
+        .map(|addr| ServerProcess::start_at(&redis.url(), *addr, &[]))
+        .collect();
+    let dir = tempdir();
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 replicas.test\n127.0.0.2 replicas.test\n").unwrap();
+    let done = dir.join("done");
+    let script = format!(
+        "mount --bind {} /etc/hosts && exec {} run --server http://replicas.test:{port} --ttl 2s job -- sh -c 'until [ -e {} ]; do sleep 0.05; done'",
+        hosts.display(),
+        env!("CARGO_BIN_EXE_leasehold"),
+        done.display()
+    );
+    let job = tokio::process::Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    job_started(&direct).await;
+    let token = get(&direct, &lock_key("job")).await;
+    for (i, addr) in addrs.iter().enumerate() {
+        let status = servers[i].stop().await;
+        assert!(status.success(), "{status:?}");
+        servers[i] = ServerProcess::start_at(&redis.url(), *addr, &[]);
+        assert_eq!(
+            get(&direct, &lock_key("job")).await,
+            token,
+            "the job's lease changed"
+        );
+    }
+    // A whole TTL on: had the job's lease not resumed, the job would have been stopped by now.
+    sleep_until(Instant::now() + TTL).await;
+    assert_eq!(get(&direct, &lock_key("job")).await, token);
+    job_exits_zero(job, &done).await;
+    assert_eq!(get(&direct, &lock_key("job")).await, None);
+}
