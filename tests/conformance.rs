@@ -255,6 +255,29 @@ async fn conformance_resume_after_break() {
     assert!(resumed.release().await.unwrap());
 }
 
+const REPLICATED_TTL: Duration = Duration::from_secs(2);
+
+/// Three servers on one Redis, and a lease on "job" (TTL 2 s) held through a client given all
+/// three.
+async fn three_replicas_holding() -> (
+    RedisServer,
+    fred::prelude::Client,
+    Replicas,
+    leasehold::client::LeaseGuard,
+) {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let replicas = Replicas::start(&redis, 3, &[]);
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let guard = client
+        .lease("job")
+        .ttl(REPLICATED_TTL)
+        .acquire()
+        .await
+        .unwrap();
+    (redis, direct, replicas, guard)
+}
+
 /// The lease on `name` still ours (not lost, its key holding its token, its fencing token
 /// unchanged), and a thief with no wait through each server in `through` refused.
 async fn still_held(
@@ -278,12 +301,7 @@ async fn still_held(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_survives_rolling_restart() {
-    let redis = RedisServer::start();
-    let direct = redis.client().await;
-    let mut replicas = Replicas::start(&redis, 3, &[]);
-    let client = Client::connect(replicas.urls()).await.unwrap();
-    let ttl = Duration::from_secs(2);
-    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
+    let (_redis, direct, mut replicas, guard) = three_replicas_holding().await;
     for i in 0..3 {
         replicas.stop(i).await;
         let others: Vec<&ServerProcess> = (0..3)
@@ -294,7 +312,7 @@ async fn conformance_survives_rolling_restart() {
         replicas.start_again(i).await;
     }
     // A whole TTL on: a lease that had not resumed would have been reported lost by now.
-    tokio::time::sleep(ttl).await;
+    tokio::time::sleep(REPLICATED_TTL).await;
     let all: Vec<&ServerProcess> = replicas.servers.iter().collect();
     still_held(&guard, &direct, &all).await;
     assert!(guard.release().await.unwrap());
@@ -303,16 +321,11 @@ async fn conformance_survives_rolling_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_survives_server_crash() {
-    let redis = RedisServer::start();
-    let direct = redis.client().await;
-    let mut replicas = Replicas::start(&redis, 3, &[]);
-    let client = Client::connect(replicas.urls()).await.unwrap();
-    let ttl = Duration::from_secs(2);
-    let guard = client.lease("job").ttl(ttl).acquire().await.unwrap();
+    let (_redis, direct, mut replicas, guard) = three_replicas_holding().await;
     replicas.kill(0);
     replicas.kill(1);
     // Past the validity it had when its servers died.
-    tokio::time::sleep(ttl).await;
+    tokio::time::sleep(REPLICATED_TTL).await;
     still_held(&guard, &direct, &[&replicas.servers[2]]).await;
     assert!(guard.release().await.unwrap());
     assert_eq!(get(&direct, &lock_key("job")).await, None);

@@ -124,69 +124,72 @@ async fn recv(_: &mut Option<()>) {
     std::future::pending().await
 }
 
-/// Accepts TCP connections and hands tonic TLS streams, each handshake in a task of its own so
-/// one slow client never holds up the next. Ends when the server stops.
-/// Plain TCP connections (no delay), accepted until shutdown begins.
+/// Plain TCP connections, accepted until shutdown begins.
 pub fn plain_incoming(
     listener: TcpListener,
     tasks: &Tasks,
 ) -> ReceiverStream<io::Result<TcpStream>> {
-    let (accepted_tx, incoming) = mpsc::channel(HANDSHAKES_QUEUED);
-    let accepting = tasks.clone();
-    tasks.spawn(async move {
-        loop {
-            let socket = tokio::select! {
-                () = accepting.stopping() => return,
-                accepted = accept(&listener) => accepted,
-            };
-            let _ = socket.set_nodelay(true);
-            if accepted_tx.send(Ok(socket)).await.is_err() {
-                return;
-            }
-        }
+    let (accepted, incoming) = mpsc::channel(HANDSHAKES_QUEUED);
+    accept_until_stopped(listener, tasks, move |socket| {
+        let accepted = accepted.clone();
+        async move { accepted.send(Ok(socket)).await.is_ok() }
     });
     ReceiverStream::new(incoming)
 }
 
-/// The next connection; failures (out of file descriptors and the like) pause rather than spin.
-async fn accept(listener: &TcpListener) -> TcpStream {
-    loop {
-        match listener.accept().await {
-            Ok((socket, _)) => return socket,
-            Err(error) => {
-                warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+/// Accepts connections (no delay) and gives each to `handle` until shutdown begins (or `handle`
+/// says stop); then the listener is dropped, which closes its socket. Accept failures (out of
+/// file descriptors and the like) pause rather than spin.
+fn accept_until_stopped<F, Fut>(listener: TcpListener, tasks: &Tasks, mut handle: F)
+where
+    F: FnMut(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let accepting = tasks.clone();
+    tasks.spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = accepting.stopping() => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((socket, _)) => {
+                    let _ = socket.set_nodelay(true);
+                    if !handle(socket).await {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         }
-    }
+    });
 }
 
+/// Accepts TCP connections and hands tonic TLS streams, each handshake in a task of its own so
+/// one slow client never holds up the next. Ends when the server stops.
 pub fn tls_incoming(
     listener: TcpListener,
     tls: Arc<ReloadableTls>,
     tasks: &Tasks,
 ) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
     let (handshaken, incoming) = mpsc::channel(HANDSHAKES_QUEUED);
-    let accepting = tasks.clone();
-    tasks.spawn(async move {
-        loop {
-            let socket = tokio::select! {
-                () = accepting.stopping() => return,
-                accepted = accept(&listener) => accepted,
-            };
-            let peer = socket.peer_addr().ok();
-            let _ = socket.set_nodelay(true);
-            let (acceptor, handshaken) = (tls.acceptor(), handshaken.clone());
-            accepting.spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = handshaken.send(Ok(stream)).await;
-                    }
-                    Ok(Err(error)) => debug!(?peer, %error, "TLS handshake failed"),
-                    Err(_) => debug!(?peer, "TLS handshake timed out"),
+    let handshakes = tasks.clone();
+    accept_until_stopped(listener, tasks, move |socket| {
+        let peer = socket.peer_addr().ok();
+        let (acceptor, handshaken) = (tls.acceptor(), handshaken.clone());
+        handshakes.spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+                Ok(Ok(stream)) => {
+                    let _ = handshaken.send(Ok(stream)).await;
                 }
-            });
-        }
+                Ok(Err(error)) => debug!(?peer, %error, "TLS handshake failed"),
+                Err(_) => debug!(?peer, "TLS handshake timed out"),
+            }
+        });
+        std::future::ready(true)
     });
     ReceiverStream::new(incoming)
 }
