@@ -88,6 +88,7 @@ impl Client {
             client: self.clone(),
             start,
             leading: None,
+            proclaiming: None,
         })
     }
 
@@ -158,6 +159,10 @@ impl Client {
 }
 
 /// A candidacy in an election. Dropping it steps down (or leaves the line).
+///
+/// Its events are read when it is asked for one (`elected`, `proclaim`, `lost`, `resign`): keep
+/// [`Candidate::lost`] polled while leading (as in the example above), so a broken stream is
+/// resumed on another server while the leadership is still valid.
 pub struct Candidate {
     requests: mpsc::Sender<CampaignRequest>,
     responses: Streaming<CampaignResponse>,
@@ -166,6 +171,8 @@ pub struct Candidate {
     /// lease's token). A grace of 0: never resumed.
     start: pb::CampaignStart,
     leading: Option<Leading>,
+    /// A `proclaim` not yet answered: a resume publishes this value instead, and answers it.
+    proclaiming: Option<Vec<u8>>,
 }
 
 /// The leadership, once elected.
@@ -225,6 +232,10 @@ impl Candidate {
             if let Err(reason) = self.resume(broke).await {
                 return Ok(Event::Lost(pb::Lost { reason }));
             }
+            // The resumed leadership published the value a pending `proclaim` asked for.
+            if let Some(value) = self.proclaiming.take() {
+                return Ok(Event::Proclaimed(pb::Proclaimed { value }));
+            }
         }
     }
 
@@ -243,6 +254,9 @@ impl Candidate {
         };
         let (term, valid_until) = (leading.term, leading.valid_until);
         tracing::info!(election = %self.start.election, reason = %broke, "campaign stream broke; resuming");
+        if let Some(value) = &self.proclaiming {
+            self.start.value = value.clone();
+        }
         let mut last = broke;
         let mut backoff = Duration::from_millis(20);
         while Instant::now() < valid_until {
@@ -301,13 +315,17 @@ impl Candidate {
     /// Publishes a new value while leading.
     pub async fn proclaim(&mut self, value: impl Into<Vec<u8>>) -> Result<(), ClientError> {
         let value = value.into();
-        self.send(Action::Proclaim(pb::Proclaim {
-            value: value.clone(),
-        }))
-        .await?;
+        self.proclaiming = Some(value.clone());
+        // A stream that just broke refuses it; the resume then publishes the value (below).
+        let _ = self
+            .send(Action::Proclaim(pb::Proclaim {
+                value: value.clone(),
+            }))
+            .await;
         match self.next_event().await? {
             Event::Proclaimed(_) => {
                 // A resumed leadership publishes this value again.
+                self.proclaiming = None;
                 self.start.value = value;
                 Ok(())
             }
