@@ -6,6 +6,7 @@ import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
+import io.grpc.NameResolverRegistry;
 import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.MetadataUtils;
@@ -13,10 +14,13 @@ import io.grpc.stub.StreamObserver;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.time.Duration;
+import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
 import java.util.function.Consumer;
 import leasehold.v1.Election.LeaderRequest;
 import leasehold.v1.Election.LeaderResponse;
@@ -25,21 +29,48 @@ import leasehold.v1.Election.ObserveResponse;
 import leasehold.v1.ElectionServiceGrpc;
 import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseMode;
-import leasehold.v1.LockServiceGrpc;
 
 /**
- * A connection to a Leasehold server.
+ * A connection to Leasehold: one server, or several replicas sharing one Redis.
  *
  * <pre>{@code
- * try (LeaseholdClient client = LeaseholdClient.connect("127.0.0.1:50051");
+ * try (LeaseholdClient client = LeaseholdClient.connect("10.0.0.1:50051,10.0.0.2:50051");
  *      Lease lease = client.lease("nightly-report").ttl(Duration.ofSeconds(10))
  *          .waitUpTo(Duration.ofSeconds(30)).acquire()) {
  *   lease.lost().thenAccept(reason -> stopWork(reason));
  *   doWork(lease.fencingToken());
  * } // released here
  * }</pre>
+ *
+ * <p>Calls and streams go to one reachable server (grpc-java's {@code pick_first} policy over
+ * every address the target names); when it fails, the channel moves on to the next, and leases
+ * and leaderships resume there on their own (see {@link Lease}).
  */
 public final class LeaseholdClient implements AutoCloseable {
+  static {
+    NameResolverRegistry.getDefaultRegistry().register(new AddressListNameResolverProvider());
+  }
+
+  private static final Pattern SCHEME = Pattern.compile("^[a-zA-Z][a-zA-Z0-9+.-]*:/.*");
+
+  /**
+   * pick_first over all addresses; the unary calls the client makes are retried on another server
+   * when one is unavailable (grpc-java's retry policy; streams are resumed by the client itself).
+   */
+  private static final Map<String, ?> SERVICE_CONFIG = Map.of(
+      "loadBalancingConfig", List.of(Map.of("pick_first", Map.of())),
+      "methodConfig", List.of(Map.of(
+          "name", List.of(
+              Map.of("service", "leasehold.v1.LockService", "method", "Release"),
+              Map.of("service", "leasehold.v1.LockService", "method", "Describe"),
+              Map.of("service", "leasehold.v1.ElectionService", "method", "Leader")),
+          "retryPolicy", Map.of(
+              "maxAttempts", 5.0,
+              "initialBackoff", "0.02s",
+              "maxBackoff", "0.5s",
+              "backoffMultiplier", 2.0,
+              "retryableStatusCodes", List.of("UNAVAILABLE")))));
+
   private final ManagedChannel channel;
   private final ScheduledExecutorService clock;
 
@@ -52,14 +83,24 @@ public final class LeaseholdClient implements AutoCloseable {
     });
   }
 
-  /** Connects in plaintext to {@code target}, e.g. {@code 127.0.0.1:50051}. */
+  /**
+   * Connects in plaintext to {@code target}: one server ({@code 127.0.0.1:50051}), a DNS name
+   * that resolves to several ({@code leasehold.internal:50051}), or a comma-separated list of
+   * either ({@code 10.0.0.1:50051,10.0.0.2:50051}). Any other grpc-java target
+   * ({@code dns:///...}, {@code unix:...}) is used as it is.
+   */
   public static LeaseholdClient connect(String target) {
-    return new LeaseholdClient(ManagedChannelBuilder.forTarget(target).usePlaintext().build());
+    return new LeaseholdClient(Grpc.newChannelBuilder(
+            grpcTarget(target), InsecureChannelCredentials.create())
+        .defaultServiceConfig(SERVICE_CONFIG)
+        .build());
   }
 
   /**
-   * Connects to {@code target} with TLS and a bearer token as {@code options} say: TLS when it
-   * names a CA or a client certificate, or asks for TLS; the token with every call.
+   * Connects to {@code target} (as {@link #connect(String)} reads it) with TLS and a bearer token
+   * as {@code options} say: TLS when it names a CA or a client certificate, or asks for TLS; the
+   * token with every call. With several servers, each certificate is checked against the name
+   * its server was given by.
    */
   public static LeaseholdClient connect(String target, Options options) throws IOException {
     ChannelCredentials credentials = InsecureChannelCredentials.create();
@@ -74,7 +115,8 @@ public final class LeaseholdClient implements AutoCloseable {
       }
       credentials = tls.build();
     }
-    ManagedChannelBuilder<?> builder = Grpc.newChannelBuilder(target, credentials);
+    ManagedChannelBuilder<?> builder = Grpc.newChannelBuilder(grpcTarget(target), credentials)
+        .defaultServiceConfig(SERVICE_CONFIG);
     if (options.token != null) {
       Metadata headers = new Metadata();
       headers.put(
@@ -83,6 +125,21 @@ public final class LeaseholdClient implements AutoCloseable {
       builder.intercept(MetadataUtils.newAttachHeadersInterceptor(headers));
     }
     return new LeaseholdClient(builder.build());
+  }
+
+  /**
+   * The grpc-java target for what the user wrote: a comma-separated list goes to the client's own
+   * name resolver ({@code leasehold:///a:1,b:2}, every address of every entry); one
+   * {@code host:port} to grpc-java's DNS resolver (every address of the name); a target with a
+   * scheme is left alone.
+   */
+  static String grpcTarget(String target) {
+    String trimmed = target.trim();
+    if (SCHEME.matcher(trimmed).matches() || !trimmed.contains(",")) {
+      return trimmed;
+    }
+    return AddressListNameResolverProvider.target(
+        AddressListNameResolverProvider.HostPort.parseList(trimmed));
   }
 
   /** How to reach a server: TLS, and a bearer token (the server's --auth-file grants it). */
@@ -124,9 +181,18 @@ public final class LeaseholdClient implements AutoCloseable {
     return new LeaseBuilder(name);
   }
 
-  /** Joins {@code election} as a candidate publishing {@code value}; returns at once. */
+  /**
+   * Joins {@code election} as a candidate publishing {@code value}, its leadership lease living
+   * {@code ttl} without renewal; returns at once. The same as {@code candidate(election,
+   * value).ttl(ttl).campaign()}.
+   */
   public Candidate campaign(String election, byte[] value, Duration ttl) {
-    return new Candidate(ElectionServiceGrpc.newStub(channel), election, value, ttl);
+    return candidate(election, value).ttl(ttl).campaign();
+  }
+
+  /** Starts building a candidacy in {@code election} publishing {@code value}. */
+  public CandidateBuilder candidate(String election, byte[] value) {
+    return new CandidateBuilder(election, value);
   }
 
   /** The leader of {@code election} now, if any. */
@@ -175,15 +241,25 @@ public final class LeaseholdClient implements AutoCloseable {
     return () -> context.cancel(null);
   }
 
+  /**
+   * Closes the connection, waiting (up to 10 s) for calls still open: release leases and resign
+   * candidacies first. The lease clock runs until then, so leases still held keep their rules.
+   */
   @Override
   public void close() throws InterruptedException {
-    clock.shutdownNow();
-    channel.shutdown().awaitTermination(10, TimeUnit.SECONDS);
+    try {
+      if (!channel.shutdown().awaitTermination(10, TimeUnit.SECONDS)) {
+        channel.shutdownNow();
+      }
+    } finally {
+      clock.shutdownNow();
+    }
   }
 
   /** Options of one lease; finish with {@link #acquire()}. */
   public final class LeaseBuilder {
     private final LeaseAcquire.Builder request;
+    private boolean autoResume = true;
 
     private LeaseBuilder(String name) {
       request = LeaseAcquire.newBuilder().setName(name).setTtlMs(30_000);
@@ -235,8 +311,10 @@ public final class LeaseholdClient implements AutoCloseable {
     }
 
     /**
-     * Keeps the lease this long (at most the TTL) after its stream breaks, so that {@link
-     * #resume} with {@link Lease#token()} can take it back with its fencing token.
+     * Keeps the lease this long (at most the TTL) after its stream breaks or its server shuts
+     * down, so that it can be taken back with its fencing token: by the lease itself (see {@link
+     * #autoResume}), or by {@link #resume} with {@link Lease#token()}. Default: the TTL with
+     * auto-resume, none without.
      */
     public LeaseBuilder resumeGrace(Duration grace) {
       request.setResumeGraceMs((int) Lease.positive(grace, "resume grace").toMillis());
@@ -249,9 +327,65 @@ public final class LeaseholdClient implements AutoCloseable {
       return this;
     }
 
+    /**
+     * Whether the lease resumes on its own when its stream breaks (default {@code true}): it asks
+     * the server to keep it for a grace (the TTL unless {@link #resumeGrace} says otherwise) and,
+     * when the stream breaks or its server shuts down, takes it back on another server (same
+     * token, same fencing token) without telling anyone, retrying until the validity last
+     * confirmed runs out; only if that fails does {@link Lease#lost()} complete. {@code false}:
+     * the lease is lost when its stream breaks (released at once by the server unless a {@link
+     * #resumeGrace} keeps it).
+     */
+    public LeaseBuilder autoResume(boolean autoResume) {
+      this.autoResume = autoResume;
+      return this;
+    }
+
     /** Takes the lock, waiting as configured. */
     public Lease acquire() throws NotAcquiredException {
-      return new Lease(LockServiceGrpc.newStub(channel), clock, request.build());
+      LeaseAcquire acquire = request.build();
+      if (autoResume && acquire.getResumeGraceMs() == 0) {
+        acquire = acquire.toBuilder().setResumeGraceMs(acquire.getTtlMs()).build();
+      }
+      return new Lease(channel, clock, acquire, autoResume);
+    }
+  }
+
+  /** Options of one candidacy; finish with {@link #campaign()}. */
+  public final class CandidateBuilder {
+    private final String election;
+    private final byte[] value;
+    private Duration ttl = Duration.ofSeconds(30);
+    private boolean autoResume = true;
+
+    private CandidateBuilder(String election, byte[] value) {
+      this.election = election;
+      this.value = value.clone();
+    }
+
+    /**
+     * How long the election stays without a leader if this leader dies with its server: the
+     * leadership lease's TTL, renewed every third of it (default 30 s).
+     */
+    public CandidateBuilder ttl(Duration ttl) {
+      this.ttl = Lease.positive(ttl, "ttl");
+      return this;
+    }
+
+    /**
+     * Whether a leader resumes its leadership on its own (same term) when its stream breaks or
+     * its server shuts down, and a waiting candidate campaigns again (default {@code true}); it
+     * then asks for a resume grace of the TTL. {@code false}: the candidacy ends when its stream
+     * does, as {@link Candidate#lost()} reports.
+     */
+    public CandidateBuilder autoResume(boolean autoResume) {
+      this.autoResume = autoResume;
+      return this;
+    }
+
+    /** Joins the election; returns at once ({@link Candidate#awaitElected} waits). */
+    public Candidate campaign() {
+      return new Candidate(channel, clock, election, value, ttl, autoResume);
     }
   }
 }

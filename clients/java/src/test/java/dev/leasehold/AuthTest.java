@@ -50,4 +50,54 @@ class AuthTest {
       Files.deleteIfExists(grants);
     }
   }
+
+  private static void openssl(Path dir, String... args) throws Exception {
+    String[] command = new String[args.length + 1];
+    command[0] = "openssl";
+    System.arraycopy(args, 0, command, 1, args.length);
+    Process process = new ProcessBuilder(command).directory(dir.toFile())
+        .redirectErrorStream(true).start();
+    String out = new String(process.getInputStream().readAllBytes());
+    if (process.waitFor() != 0) {
+      throw new IllegalStateException("openssl failed: " + out);
+    }
+  }
+
+  @Test
+  void tlsChecksEachServerOfAListAgainstItsOwnName() throws Exception {
+    Path dir = Files.createTempDirectory("leasehold-tls");
+    openssl(dir, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=java test ca", "-days", "1");
+    openssl(dir, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost");
+    // Only the name: a server reached as 127.0.0.1 fails the check.
+    Files.writeString(dir.resolve("ext.cnf"),
+        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n");
+    openssl(dir, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf");
+    byte[] ca = Files.readAllBytes(dir.resolve("ca.pem"));
+    int closed;
+    try (java.net.ServerSocket socket = new java.net.ServerSocket(0)) {
+      closed = socket.getLocalPort();
+    }
+    try (Servers servers = new Servers(2, "--tls-cert", dir.resolve("server.pem").toString(),
+        "--tls-key", dir.resolve("server.key").toString())) {
+      String port0 = servers.target(0).substring(servers.target(0).lastIndexOf(':') + 1);
+      String port1 = servers.target(1).substring(servers.target(1).lastIndexOf(':') + 1);
+      // The list's first entry (the channel's own authority) is 127.0.0.1 and down: the server
+      // reached is checked against the name it was listed by, localhost.
+      try (LeaseholdClient client = LeaseholdClient.connect(
+              "127.0.0.1:" + closed + ",localhost:" + port0 + ",localhost:" + port1,
+              new LeaseholdClient.Options().caPem(ca));
+          Lease lease = client.lease("job").ttl(Duration.ofSeconds(5)).acquire()) {
+        assertTrue(lease.fencingToken() > 0);
+      }
+      try (LeaseholdClient byAddress = LeaseholdClient.connect(
+          "127.0.0.1:" + port0 + ",127.0.0.1:" + port1, new LeaseholdClient.Options().caPem(ca))) {
+        Throwable refused = assertThrows(Throwable.class,
+            () -> byAddress.lease("job").ttl(Duration.ofSeconds(5)).acquire());
+        assertEquals(Status.Code.UNAVAILABLE, refusal(refused));
+      }
+    }
+  }
 }

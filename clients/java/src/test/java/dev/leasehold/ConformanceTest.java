@@ -1,16 +1,24 @@
 package dev.leasehold;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import leasehold.v1.Lock.DescribeRequest;
+import leasehold.v1.LockServiceGrpc;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -176,8 +184,9 @@ class ConformanceTest {
         CuttableProxy proxy = new CuttableProxy(servers.target);
         LeaseholdClient breakable = LeaseholdClient.connect(proxy.target);
         LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
+      // Resumed by hand here: the lease itself must not (it would resume through the proxy).
       Lease held = breakable.lease("job").ttl(Duration.ofSeconds(3))
-          .resumeGrace(Duration.ofSeconds(2)).acquire();
+          .resumeGrace(Duration.ofSeconds(2)).autoResume(false).acquire();
       proxy.cut(); // The connection breaks; the lease is kept for its grace.
       Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
       while (true) {
@@ -189,13 +198,116 @@ class ConformanceTest {
         Thread.sleep(10);
       }
       StatusRuntimeException wrong = assertThrows(StatusRuntimeException.class,
-          () -> client.lease("job").ttl(Duration.ofSeconds(3)).resume("0".repeat(32)).acquire());
+          () -> client.lease("job").ttl(Duration.ofSeconds(3)).autoResume(false)
+              .resume("0".repeat(32)).acquire());
       assertEquals(Status.Code.NOT_FOUND, wrong.getStatus().getCode());
-      try (Lease resumed =
-          client.lease("job").ttl(Duration.ofSeconds(3)).resume(held.token()).acquire()) {
+      try (Lease resumed = client.lease("job").ttl(Duration.ofSeconds(3)).autoResume(false)
+          .resume(held.token()).acquire()) {
         assertEquals(held.fencingToken(), resumed.fencingToken());
         assertEquals(held.token(), servers.redisCli("GET", LOCK_KEY));
       }
+    }
+  }
+
+  @Test
+  void conformance_survives_rolling_restart() throws Exception {
+    try (Servers servers = new Servers(3);
+        LeaseholdClient client = LeaseholdClient.connect(servers.targets())) {
+      List<String> lost = new CopyOnWriteArrayList<>();
+      Lease lease = client.lease("job").ttl(Duration.ofSeconds(3)).acquire();
+      lease.lost().thenAccept(lost::add);
+      String token = lease.token();
+      long fencing = lease.fencingToken();
+      assertHeldAsBefore(servers, lease, token, fencing, 0, 1, 2);
+      for (int i = 0; i < 3; i++) {
+        servers.stop(i); // SIGTERM: the server ends the lease's stream, keeping the lease.
+        servers.start(i);
+        awaitTrue(lease::attached, "the lease is held on a stream again");
+        assertEquals(List.of(), lost);
+        assertHeldAsBefore(servers, lease, token, fencing, 0, 1, 2);
+      }
+      // On the first server first (the list's order), then on the next one up each time.
+      assertTrue(lease.resumes() >= 2, "resumed " + lease.resumes() + " times");
+      assertTrue(lease.release());
+      assertEquals("0", servers.redisCli("EXISTS", LOCK_KEY));
+      assertEquals(List.of(), lost);
+    }
+  }
+
+  @Test
+  void conformance_survives_server_crash() throws Exception {
+    try (Servers servers = new Servers(3);
+        LeaseholdClient client = LeaseholdClient.connect(servers.targets())) {
+      List<String> lost = new CopyOnWriteArrayList<>();
+      Lease lease = client.lease("job").ttl(Duration.ofSeconds(3)).acquire();
+      lease.lost().thenAccept(lost::add);
+      String token = lease.token();
+      long fencing = lease.fencingToken();
+      servers.kill(0); // The lease's server (the list's first): no goodbye.
+      servers.kill(1);
+      // Only the survivor can renew the lease now: its TTL in Redis rising between two readings
+      // (less than a renewal period apart) proves the lease resumed there.
+      long[] last = {pttl(servers)};
+      awaitTrue(() -> {
+        long now = pttl(servers);
+        boolean rose = now > last[0];
+        last[0] = now;
+        return rose;
+      }, "the survivor renews the lease");
+      awaitTrue(lease::attached, "the lease is held on a stream again");
+      assertTrue(lease.resumes() >= 1, "never resumed");
+      assertEquals(List.of(), lost);
+      assertHeldAsBefore(servers, lease, token, fencing, 2);
+      assertTrue(lease.release());
+      assertEquals("0", servers.redisCli("EXISTS", LOCK_KEY));
+      assertEquals(List.of(), lost);
+    }
+  }
+
+  /**
+   * The lease is held as it was: not lost, its token in the lock key, its fencing token what the
+   * servers {@code up} describe, and a thief (no wait, no auto-resume) through each of them is
+   * refused.
+   */
+  private static void assertHeldAsBefore(
+      Servers servers, Lease lease, String token, long fencing, int... up) throws Exception {
+    assertFalse(lease.isLost(), () -> "lost: " + lease.lost().getNow(""));
+    assertEquals(token, lease.token());
+    assertEquals(fencing, lease.fencingToken());
+    assertEquals(token, servers.redisCli("GET", LOCK_KEY));
+    for (int i : up) {
+      ManagedChannel channel =
+          ManagedChannelBuilder.forTarget(servers.target(i)).usePlaintext().build();
+      try {
+        long described = LockServiceGrpc.newBlockingStub(channel)
+            .withDeadlineAfter(10, TimeUnit.SECONDS)
+            .describe(DescribeRequest.newBuilder().setName("job").build()).getFencingToken();
+        assertEquals(fencing, described, "fencing token through server " + i);
+      } finally {
+        channel.shutdownNow().awaitTermination(10, TimeUnit.SECONDS);
+      }
+      try (LeaseholdClient thief = LeaseholdClient.connect(servers.target(i))) {
+        assertThrows(NotAcquiredException.class,
+            () -> thief.lease("job").ttl(Duration.ofSeconds(3)).autoResume(false).acquire(),
+            "a thief through server " + i);
+      }
+    }
+  }
+
+  private static long pttl(Servers servers) {
+    try {
+      return Long.parseLong(servers.redisCli("PTTL", LOCK_KEY));
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** Polls {@code condition} (bounded: 10 s). */
+  static void awaitTrue(BooleanSupplier condition, String what) throws InterruptedException {
+    Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+    while (!condition.getAsBoolean()) {
+      assertTrue(Instant.now().isBefore(deadline), "timed out waiting until " + what);
+      Thread.sleep(10);
     }
   }
 }

@@ -53,4 +53,41 @@ class ElectionTest {
       assertEquals("b", seen.stream().filter(v -> !v.equals("none")).skip(1).findFirst().orElse(""));
     }
   }
+
+  @Test
+  void aLeaderKeepsItsTermAcrossARestartOfItsServer() throws Exception {
+    try (Servers servers = new Servers(2);
+        LeaseholdClient client = LeaseholdClient.connect(servers.targets());
+        LeaseholdClient other = LeaseholdClient.connect(servers.target(1))) {
+      List<Optional<Leader>> seen = new CopyOnWriteArrayList<>();
+      CompletableFuture<Void> sawA2 = new CompletableFuture<>();
+      CompletableFuture<Void> observed = new CompletableFuture<>();
+      try (AutoCloseable observing = other.observe("scheduler", leader -> {
+        seen.add(leader);
+        observed.complete(null);
+        if (leader.isPresent() && new String(leader.get().value()).equals("a2")) {
+          sawA2.complete(null);
+        }
+      })) {
+        observed.get(10, TimeUnit.SECONDS); // Observing before anyone runs.
+        Candidate a = client.candidate("scheduler", "a".getBytes())
+            .ttl(Duration.ofSeconds(2)).campaign();
+        long term = a.awaitElected(Duration.ofSeconds(10));
+        servers.stop(0); // SIGTERM on the leader's server: it keeps the leadership.
+        servers.start(0);
+        ConformanceTest.awaitTrue(() -> a.resumes() >= 1, "the leadership resumed");
+        assertEquals(Optional.of(new Leader(term, "a".getBytes())), client.leader("scheduler"));
+        a.proclaim("a2".getBytes()); // Through the resumed stream.
+        sawA2.get(10, TimeUnit.SECONDS);
+        assertEquals(Optional.of(new Leader(term, "a2".getBytes())), client.leader("scheduler"));
+        assertTrue(!a.lost().isDone(), () -> "lost: " + a.lost().getNow(""));
+        // Observers saw no change of leader: nobody, then a (its one term), then a2.
+        List<String> values = seen.stream()
+            .map(l -> l.map(x -> x.term() + ":" + new String(x.value())).orElse("none"))
+            .toList();
+        assertEquals(List.of("none", term + ":a", term + ":a2"), values);
+        assertTrue(a.resign());
+      }
+    }
+  }
 }

@@ -7,20 +7,36 @@ import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
 
-/** A redis-server and a leasehold server of the test's own, on free loopback ports. */
+/**
+ * A redis-server and one or more leasehold servers sharing it (replicas), the test's own, on free
+ * loopback ports. A replica can be stopped (SIGTERM), killed (SIGKILL) and started again on its
+ * port.
+ */
 final class Servers implements AutoCloseable {
   final int redisPort;
+  /** The first server's address. */
   final String target;
   private final Process redis;
-  private final Process server;
+  private final String[] extra;
+  private final String[] targets;
+  private final Process[] servers;
 
   Servers() throws IOException, InterruptedException {
-    this(new String[0]);
+    this(1);
   }
 
-  /** With {@code extra} arguments for {@code leasehold serve}. */
+  /** One server with {@code extra} arguments for {@code leasehold serve}. */
   Servers(String... extra) throws IOException, InterruptedException {
+    this(1, extra);
+  }
+
+  /** {@code count} servers on one Redis, with {@code extra} arguments for each. */
+  Servers(int count, String... extra) throws IOException, InterruptedException {
+    this.extra = extra;
     try (ServerSocket socket = new ServerSocket(0)) {
       redisPort = socket.getLocalPort();
     }
@@ -35,16 +51,86 @@ final class Servers implements AutoCloseable {
       }
       Thread.sleep(20);
     }
-    String binary = System.getenv().getOrDefault("LEASEHOLD_BIN", "../../target/debug/leasehold");
-    java.util.List<String> command = new java.util.ArrayList<>(java.util.List.of(
-        binary, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:" + redisPort));
-    command.addAll(java.util.List.of(extra));
-    server = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.DISCARD).start();
-    String line = new BufferedReader(new InputStreamReader(server.getInputStream())).readLine();
-    if (line == null || !line.startsWith("leasehold: listening on ")) {
-      throw new IllegalStateException("server did not start: " + line);
+    targets = new String[count];
+    servers = new Process[count];
+    for (int i = 0; i < count; i++) {
+      start(i, "127.0.0.1:0");
     }
-    target = line.substring("leasehold: listening on ".length()).trim();
+    target = targets[0];
+  }
+
+  /** Server {@code i}'s address. */
+  String target(int i) {
+    return targets[i];
+  }
+
+  /** Every server's address, comma-separated. */
+  String targets() {
+    return String.join(",", targets);
+  }
+
+  private void start(int i, String listen) throws IOException {
+    String binary = System.getenv().getOrDefault("LEASEHOLD_BIN", "../../target/debug/leasehold");
+    List<String> command = new ArrayList<>(List.of(
+        binary, "serve", "--listen", listen, "--redis", "redis://127.0.0.1:" + redisPort));
+    command.addAll(List.of(extra));
+    Process server = new ProcessBuilder(command)
+        .redirectError(ProcessBuilder.Redirect.DISCARD).start();
+    BufferedReader out = new BufferedReader(new InputStreamReader(server.getInputStream()));
+    String line = out.readLine();
+    if (line == null || !line.startsWith("leasehold: listening on ")) {
+      server.destroyForcibly();
+      throw new IllegalStateException("server did not start on " + listen + ": " + line);
+    }
+    Thread drain = new Thread(() -> { // Whatever else it prints never fills the pipe.
+      try {
+        while (out.readLine() != null) {
+          // Discarded.
+        }
+      } catch (IOException e) {
+        // Gone.
+      }
+    }, "leasehold-server-stdout");
+    drain.setDaemon(true);
+    drain.start();
+    servers[i] = server;
+    targets[i] = line.substring("leasehold: listening on ".length()).trim();
+  }
+
+  /**
+   * Starts server {@code i} again on its port (after {@link #stop} or {@link #kill}); returns once
+   * it listens.
+   */
+  void start(int i) throws IOException, InterruptedException {
+    if (servers[i].isAlive()) {
+      throw new IllegalStateException("server " + i + " is running");
+    }
+    Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+    while (true) {
+      try {
+        start(i, targets[i]);
+        return;
+      } catch (IllegalStateException e) { // The port may take a moment to be free again.
+        if (Instant.now().isAfter(deadline)) {
+          throw e;
+        }
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  /** Stops server {@code i} as a deploy does (SIGTERM) and waits for it to exit. */
+  void stop(int i) throws InterruptedException {
+    servers[i].destroy();
+    if (!servers[i].waitFor(15, TimeUnit.SECONDS)) {
+      throw new IllegalStateException("server " + i + " did not exit within 15 s of SIGTERM");
+    }
+  }
+
+  /** Kills server {@code i} (SIGKILL: no goodbye to anyone) and waits for it to be gone. */
+  void kill(int i) throws InterruptedException {
+    servers[i].destroyForcibly();
+    servers[i].waitFor();
   }
 
   /** Runs redis-cli against the test's Redis and returns its trimmed output. */
@@ -60,9 +146,14 @@ final class Servers implements AutoCloseable {
     return out;
   }
 
-  /** Sends {@code signal} (STOP, CONT) to the leasehold server, as {@code kill -SIGNAL}. */
+  /** Sends {@code signal} (STOP, CONT) to the first server, as {@code kill -SIGNAL}. */
   void signalServer(String signal) throws IOException, InterruptedException {
-    new ProcessBuilder("kill", "-" + signal, "" + server.pid()).start().waitFor();
+    signalServer(0, signal);
+  }
+
+  /** Sends {@code signal} (STOP, CONT) to server {@code i}, as {@code kill -SIGNAL}. */
+  void signalServer(int i, String signal) throws IOException, InterruptedException {
+    new ProcessBuilder("kill", "-" + signal, "" + servers[i].pid()).start().waitFor();
   }
 
   /** Waits (bounded) until the sorted set {@code line} holds {@code length} waiters. */
@@ -78,12 +169,16 @@ final class Servers implements AutoCloseable {
 
   @Override
   public void close() {
-    try {
-      signalServer("CONT");
-    } catch (IOException | InterruptedException e) {
-      // Killed below either way.
+    for (int i = 0; i < servers.length; i++) {
+      if (servers[i] != null && servers[i].isAlive()) {
+        try {
+          signalServer(i, "CONT");
+        } catch (IOException | InterruptedException e) {
+          // Killed below either way.
+        }
+        servers[i].destroyForcibly();
+      }
     }
-    server.destroyForcibly();
     redis.destroyForcibly();
   }
 }
