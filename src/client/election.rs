@@ -48,10 +48,6 @@ fn leader(has_leader: bool, term: u64, value: Vec<u8>) -> Option<Leader> {
 }
 
 impl Client {
-    fn elections(&self) -> ElectionServiceClient<super::Transport> {
-        ElectionServiceClient::new(self.replicas.current().transport)
-    }
-
     /// Joins `election` as a candidate publishing `value`. Returns at once; wait for
     /// [`Candidate::elected`]. `ttl` bounds how long the election stays leaderless if this
     /// process's server dies while it leads. Once elected, the leadership resumes on another
@@ -89,6 +85,7 @@ impl Client {
             start,
             leading: None,
             proclaiming: None,
+            resigning: false,
         })
     }
 
@@ -124,7 +121,13 @@ impl Client {
         let request = pb::LeaderRequest {
             election: election.into(),
         };
-        let answer = self.elections().leader(request).await?.into_inner();
+        let answer = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { ElectionServiceClient::new(transport).leader(request).await }
+            })
+            .await?
+            .into_inner();
         Ok(leader(answer.has_leader, answer.term, answer.value))
     }
 
@@ -173,6 +176,8 @@ pub struct Candidate {
     leading: Option<Leading>,
     /// A `proclaim` not yet answered: a resume publishes this value instead, and answers it.
     proclaiming: Option<Vec<u8>>,
+    /// A `resign` sent: a resume sends it again on the new stream.
+    resigning: bool,
 }
 
 /// The leadership, once elected.
@@ -231,6 +236,10 @@ impl Candidate {
             }
             if let Err(reason) = self.resume(broke).await {
                 return Ok(Event::Lost(pb::Lost { reason }));
+            }
+            if self.resigning {
+                let _ = self.send(Action::Resign(pb::Resign {})).await;
+                continue;
             }
             // The resumed leadership published the value a pending `proclaim` asked for.
             if let Some(value) = self.proclaiming.take() {
@@ -352,7 +361,9 @@ impl Candidate {
 
     /// Steps down now. `Ok(true)`: this candidate was leading.
     pub async fn resign(mut self) -> Result<bool, ClientError> {
-        self.send(Action::Resign(pb::Resign {})).await?;
+        self.resigning = true;
+        // A stream that just broke refuses it; the resume sends it again (above).
+        let _ = self.send(Action::Resign(pb::Resign {})).await;
         loop {
             match self.next_event().await? {
                 Event::Resigned(resigned) => return Ok(resigned.was_leader),

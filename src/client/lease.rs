@@ -8,6 +8,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
+use super::replicas::Replica;
 use super::{Client, ClientError, moves_on};
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
@@ -149,7 +150,12 @@ impl LeaseBuilder {
         // moves to the next replica (a waiter there joins the line anew), within the wait.
         let deadline = Instant::now() + self.wait;
         let mut tries = client.replicas().len();
-        let (requests, mut events, acquired) = loop {
+        let Opened {
+            requests,
+            events,
+            acquired,
+            replica,
+        } = loop {
             let mut attempt = acquire.clone();
             attempt.wait_ms = millis(deadline.saturating_duration_since(Instant::now()));
             match open(&client, attempt, &mut on_waiting).await {
@@ -173,6 +179,7 @@ impl LeaseBuilder {
         });
         let outages = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let watcher = Watcher {
+            replica,
             outages: outages.clone(),
             requests: Some(requests),
             valid_until,
@@ -185,7 +192,6 @@ impl LeaseBuilder {
             client,
         };
         // Waiting events no longer matter; the watcher reads the rest.
-        let _ = &mut events;
         tokio::spawn(watcher.run(events));
         Ok(LeaseGuard {
             fencing_token: acquired.fencing_token,
@@ -195,6 +201,14 @@ impl LeaseBuilder {
             state,
         })
     }
+}
+
+/// A stream that got to `acquired`, and the replica it runs on.
+struct Opened {
+    requests: mpsc::Sender<LeaseRequest>,
+    events: Streaming<LeaseResponse>,
+    acquired: pb::Acquired,
+    replica: Replica,
 }
 
 /// Why a stream did not get to `acquired`.
@@ -212,14 +226,7 @@ async fn open(
     client: &Client,
     acquire: pb::LeaseAcquire,
     on_waiting: &mut impl FnMut(&pb::Waiting),
-) -> Result<
-    (
-        mpsc::Sender<LeaseRequest>,
-        Streaming<LeaseResponse>,
-        pb::Acquired,
-    ),
-    Opening,
-> {
+) -> Result<Opened, Opening> {
     let (requests, outbox) = mpsc::channel(2);
     let request = LeaseRequest {
         action: Some(Action::Acquire(acquire)),
@@ -246,7 +253,14 @@ async fn open(
         match events.message().await.map_err(sort)? {
             Some(LeaseResponse {
                 event: Some(Event::Acquired(acquired)),
-            }) => return Ok((requests, events, acquired)),
+            }) => {
+                return Ok(Opened {
+                    requests,
+                    events,
+                    acquired,
+                    replica,
+                });
+            }
             Some(LeaseResponse {
                 event: Some(Event::Waiting(waiting)),
             }) => on_waiting(&waiting),
@@ -285,6 +299,8 @@ pub(super) fn resumable(status: &Status) -> bool {
     )
 }
 
+/// Longest one resume attempt may take before the next replica is tried.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Backoff between resume attempts: short, since the lease's validity is running.
 const FIRST_RETRY: Duration = Duration::from_millis(20);
 const LAST_RETRY: Duration = Duration::from_millis(500);
@@ -298,6 +314,8 @@ struct Watcher {
     state: watch::Sender<LeaseState>,
     /// Every resume so far, shared with the guard.
     outages: Outages,
+    /// Where the stream runs: a break that says the server is going away moves the client on.
+    replica: Replica,
     /// `Some(())`: release now; closed: the guard was dropped (release too).
     let_go: mpsc::Receiver<()>,
     releasing: bool,
@@ -322,7 +340,13 @@ impl Watcher {
                         break LeaseState::Released { was_held: released.was_held };
                     }
                     Some(Ok(_)) => continue,
-                    Some(Err(status)) if resumable(&status) => format!("lease stream failed: {status}"),
+                    Some(Err(status)) if resumable(&status) => {
+                        // Going away (draining, unreachable): do not try it first.
+                        if moves_on(&status) {
+                            self.client.replicas().failed(&self.replica);
+                        }
+                        format!("lease stream failed: {status}")
+                    }
                     Some(Err(status)) => break LeaseState::Lost(format!("lease stream failed: {status}")),
                     None => "the server ended the lease stream".to_owned(),
                 },
@@ -399,8 +423,11 @@ impl Watcher {
                 )));
             }
             let attempt = open(&client, acquire.clone(), &mut no_waiting);
+            // One attempt may not spend the whole validity on a replica that hangs.
+            let trying = client.replicas().current();
+            let attempt_ends = (Instant::now() + ATTEMPT_TIMEOUT).min(self.valid_until);
             let outcome = tokio::select! {
-                outcome = timeout_at(self.valid_until, attempt) => outcome,
+                outcome = timeout_at(attempt_ends, attempt) => outcome,
                 wish = self.let_go.recv() => {
                     // Letting go while between streams: release by token.
                     let _ = wish;
@@ -409,7 +436,12 @@ impl Watcher {
                 }
             };
             match outcome {
-                Ok(Ok((requests, events, acquired))) => {
+                Ok(Ok(Opened {
+                    requests,
+                    events,
+                    acquired,
+                    replica,
+                })) => {
                     if acquired.fencing_token != fencing_token {
                         return Err(LeaseState::Lost(format!(
                             "resumed with fencing token {}, not {fencing_token}",
@@ -419,6 +451,7 @@ impl Watcher {
                     self.valid_until =
                         Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
                     self.requests = Some(requests);
+                    self.replica = replica;
                     tracing::info!(lock = %self.name, "lease resumed");
                     let outage = Outage {
                         broke_at,
@@ -444,7 +477,11 @@ impl Watcher {
                         "could not resume the lease: {message}"
                     )));
                 }
-                Err(_) => continue,
+                Err(_) => {
+                    client.replicas().failed(&trying);
+                    last = "no answer from the server within the attempt's time".into();
+                    continue;
+                }
             }
             let jitter = rand::random_range(0..=backoff.as_millis() as u64 / 2);
             let pause = backoff / 2 + Duration::from_millis(jitter);

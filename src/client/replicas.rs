@@ -17,6 +17,11 @@ use super::{BearerToken, ClientError, Transport};
 
 /// How long a connection attempt to one replica may take before the client tries the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 pings on every connection, idle or not: a replica whose host died or was cut off
+/// without a reset is noticed within interval + timeout, and its leases resume elsewhere while
+/// still valid, instead of running out by the client's clock.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Every replica a client may use. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -161,7 +166,11 @@ async fn expand(
         (None, _) => None,
     };
     let configure = |endpoint: Endpoint| -> Result<Endpoint, ClientError> {
-        let endpoint = endpoint.connect_timeout(CONNECT_TIMEOUT);
+        let endpoint = endpoint
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         match &tls {
             Some(tls) => {
                 let host = uri.host().unwrap_or_default().to_owned();

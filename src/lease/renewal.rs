@@ -87,7 +87,9 @@ impl RenewalClock {
     /// A renewal failed without an answer (Redis unreachable or slow): try again soon, but never
     /// later than the end of validity, when the lease must be declared lost.
     pub fn failed(&mut self, now: Instant) {
-        let retry = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        // A tenth of the window: a short grace's client must hear a renewal within it.
+        let retry =
+            (self.window() / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
         self.next_renewal = (now + retry).min(self.valid_until);
     }
 

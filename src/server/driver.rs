@@ -325,7 +325,17 @@ where
                 fencing_token,
             };
             let valid_for = clock.valid_for(Instant::now());
-            match Box::pin(stream.acquired(&held, valid_for)).await? {
+            let answer = match Box::pin(stream.acquired(&held, valid_for)).await {
+                Ok(answer) => answer,
+                // A resumed lease's client still believes in it: an error here (Redis slow)
+                // must not release it under the client, which resumes it elsewhere.
+                Err(error) if spec.resume.is_some() => {
+                    Box::pin(keep_if_resumable(spec, None, lease, attachment)).await;
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            };
+            match answer {
                 Step::Reply(answer) => {
                     if !self.events.essential(Ok(answer)) {
                         return Ok(()); // The client left; `lease` lets go on drop.
@@ -446,11 +456,10 @@ where
                     renewals.stop();
                     if let Some(grace) = spec.resume_grace {
                         // Hand the lease over: the client hears it first, so it moves at once;
-                        // the lease is then kept for its grace (left alone if the client has
-                        // already resumed it elsewhere: the attachment tells).
+                        // the lease is then kept for its grace.
                         let held = K::WORDS.held;
                         self.events.essential(Err(Error::HandedOver { held, grace_ms: grace.as_millis() }.into()));
-                        Box::pin(lease.detach(grace, attachment)).await;
+                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
                         info!("kept for its client to resume elsewhere");
                         self.streams.metrics().moved("handed_over");
                         return Ok(());
@@ -474,7 +483,14 @@ where
                         self.essential(Tell::Released { was_held });
                         return Ok(());
                     }
-                    Move::Other(message) => match Box::pin(stream.handle(message, &Held { lease, spec, fencing_token })).await? {
+                    Move::Other(message) => match Box::pin(stream.handle(message, &Held { lease, spec, fencing_token })).await {
+                        // The client believes in the lease: an error (Redis slow) keeps a
+                        // resumable one for it to resume elsewhere, as a broken stream does.
+                        Err(error) => {
+                            Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                            return Err(error);
+                        }
+                        Ok(step) => match step {
                         Step::Reply(answer) => {
                             self.events.essential(Ok(answer));
                         }
@@ -485,12 +501,12 @@ where
                             self.lost(reason);
                             return Ok(());
                         }
-                    },
+                    }},
                     // A transport failure or an unreadable message: let go (on drop, unless
                     // resumable) and say why, in case the client can still hear it.
                     Move::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke");
-                        Box::pin(keep_if_resumable(spec, &mut renewals, lease, attachment)).await;
+                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
                         return Err(self.broken(status));
                     }
                     Move::Start(_) => return Err(second_start::<K>()),
@@ -498,11 +514,17 @@ where
                 },
                 () = self.events.closed() => {
                     info!("client went away");
-                    Box::pin(keep_if_resumable(spec, &mut renewals, lease, attachment)).await;
+                    Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
                     return Ok(());
                 }
                 Lost { cause, reason, due } = renewals.lost() => {
                     warn!(%reason, ?due, "lease lost");
+                    if spec.resume_grace.is_some() {
+                        // Not ours any more, or this server could not reach Redis in time: its
+                        // client may have resumed it elsewhere meanwhile (same token), so a late
+                        // release from here could cut that. It expires by itself if not.
+                        lease.disarm();
+                    }
                     self.streams.metrics().lost(cause);
                     self.lost(due.explain(reason));
                     return Ok(());
@@ -526,17 +548,28 @@ where
     }
 }
 
-/// The client went away without letting go: a resumable lease is kept for its grace instead of
-/// released (any other is released when `lease` drops).
+/// The client went away without letting go, or the server stops under it: a resumable lease is
+/// kept for its grace instead of released (any other is released when `lease` drops). A grace
+/// of the whole TTL needs no command: renewed at most a TTL ago, the key already ends within
+/// the grace, and its client was never told more (the attachment check is moot: nothing is
+/// shortened). Only a shorter grace shortens the key, so a deploy of a replica costs Redis
+/// nothing per lease with the clients' default grace.
 async fn keep_if_resumable<H: Holding>(
     spec: &LeaseSpec,
-    renewals: &mut Scheduled,
+    renewals: Option<&mut Scheduled>,
     lease: &mut HeldLease<H>,
     attachment: u64,
 ) {
     if let Some(grace) = spec.resume_grace {
-        renewals.stop();
-        lease.detach(grace, attachment).await;
+        if let Some(renewals) = renewals {
+            renewals.stop();
+        }
+        if grace >= spec.ttl {
+            lease.disarm();
+            info!("kept until its TTL runs out, for its client to resume");
+        } else {
+            lease.detach(grace, attachment).await;
+        }
     }
 }
 

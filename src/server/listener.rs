@@ -149,6 +149,7 @@ where
     tasks.spawn(async move {
         loop {
             let accepted = tokio::select! {
+                biased;
                 () = accepting.stopping() => return,
                 accepted = listener.accept() => accepted,
             };
