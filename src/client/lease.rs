@@ -178,9 +178,11 @@ impl LeaseBuilder {
             }
         });
         let outages = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (confirmed, valid) = watch::channel(valid_until);
         let watcher = Watcher {
             replica,
             outages: outages.clone(),
+            confirmed,
             requests: Some(requests),
             valid_until,
             state: state_tx,
@@ -198,6 +200,7 @@ impl LeaseBuilder {
             token: acquired.token,
             let_go: Some(let_go),
             outages,
+            valid,
             state,
         })
     }
@@ -314,6 +317,8 @@ struct Watcher {
     state: watch::Sender<LeaseState>,
     /// Every resume so far, shared with the guard.
     outages: Outages,
+    /// `valid_until`, as the guard reads it.
+    confirmed: watch::Sender<Instant>,
     /// Where the stream runs: a break that says the server is going away moves the client on.
     replica: Replica,
     /// `Some(())`: release now; closed: the guard was dropped (release too).
@@ -332,7 +337,7 @@ impl Watcher {
             let broke = tokio::select! {
                 message = events.next() => match message {
                     Some(Ok(LeaseResponse { event: Some(Event::Extended(extended)) })) => {
-                        self.valid_until = Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+                        self.confirm(extended.valid_for_ms);
                         continue;
                     }
                     Some(Ok(LeaseResponse { event: Some(Event::Lost(lost)) })) => break LeaseState::Lost(lost.reason),
@@ -379,6 +384,12 @@ impl Watcher {
             }
         };
         self.state.send_replace(end);
+    }
+
+    /// The server vouched for the lease for `valid_for_ms` from now.
+    fn confirm(&mut self, valid_for_ms: u32) {
+        self.valid_until = Instant::now() + Duration::from_millis(valid_for_ms.into());
+        self.confirmed.send_replace(self.valid_until);
     }
 
     /// The stream broke while the guard was letting go: release by token on any replica.
@@ -448,8 +459,7 @@ impl Watcher {
                             acquired.fencing_token
                         )));
                     }
-                    self.valid_until =
-                        Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
+                    self.confirm(acquired.valid_for_ms);
                     self.requests = Some(requests);
                     self.replica = replica;
                     tracing::info!(lock = %self.name, "lease resumed");
@@ -517,6 +527,7 @@ pub struct LeaseGuard {
     let_go: Option<mpsc::Sender<()>>,
     state: watch::Receiver<LeaseState>,
     outages: Outages,
+    valid: watch::Receiver<Instant>,
 }
 
 impl LeaseGuard {
@@ -553,6 +564,12 @@ impl LeaseGuard {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Until when the server last vouched for the lease, by this process's clock: the guard
+    /// believes in it no longer than this without another confirmation (resumed or not).
+    pub fn valid_until(&self) -> Instant {
+        *self.valid.borrow()
     }
 
     /// Whether the lock is known to be lost already.
