@@ -74,8 +74,7 @@ public final class Candidate implements AutoCloseable {
   private String token;
   private boolean resigning;
   private boolean lostKnown;
-  private ScheduledFuture<?> deadline;
-  private long validUntilNanos;
+  private final ValidityClock validity;
   private ScheduledFuture<?> retry;
   private Resumption resumption;
   private String lastError = "";
@@ -86,6 +85,7 @@ public final class Candidate implements AutoCloseable {
     this.channel = channel;
     this.stub = ElectionServiceGrpc.newStub(channel);
     this.clock = clock;
+    this.validity = new ValidityClock(clock, this::onDeadline);
     this.election = election;
     this.value = ByteString.copyFrom(value);
     this.ttlMs = (int) ttl.toMillis();
@@ -218,27 +218,17 @@ public final class Candidate implements AutoCloseable {
     if (graceMs == 0) {
       return; // No `extended` without a grace: the server alone watches the leadership.
     }
-    validUntilNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validForMs);
-    if (deadline != null) {
-      deadline.cancel(false);
-    }
-    deadline = Resumption.schedule(clock, this::onDeadline, validForMs);
+    validity.arm(validForMs);
   }
 
   /** Holds this. */
   private void stopClock() {
-    if (deadline != null) {
-      deadline.cancel(false);
-      deadline = null;
-    }
+    validity.stop();
   }
 
   /** Holds this. */
   private void cancelRetry() {
-    if (retry != null) {
-      retry.cancel(false);
-      retry = null;
-    }
+    retry = Resumption.cancel(retry);
   }
 
   /** Holds this. Notes the loss; the reason to report, or null if the user resigned first. */
@@ -281,10 +271,9 @@ public final class Candidate implements AutoCloseable {
   private void onDeadline() {
     String loss = null;
     synchronized (this) {
-      if (System.nanoTime() - validUntilNanos < 0) {
+      if (!validity.ranOut()) {
         return; // Re-armed meanwhile.
       }
-      deadline = null;
       if (state == State.LEADING) {
         loss = lossOf(SILENT);
       } else if (state == State.RESUMING) {

@@ -72,8 +72,7 @@ public final class Lease implements AutoCloseable {
   // Guarded by this.
   private State state = State.ACQUIRING;
   private Stream stream;
-  private ScheduledFuture<?> deadline;
-  private long validUntilNanos;
+  private final ValidityClock validity;
   private ScheduledFuture<?> retry;
   private Resumption resumption;
   private String lastError = "";
@@ -89,6 +88,7 @@ public final class Lease implements AutoCloseable {
     this.channel = channel;
     this.stub = LockServiceGrpc.newStub(channel);
     this.clock = clock;
+    this.validity = new ValidityClock(clock, this::onDeadline);
     this.request = request;
     this.autoResume = autoResume && request.getResumeGraceMs() > 0;
     synchronized (this) {
@@ -159,7 +159,7 @@ public final class Lease implements AutoCloseable {
 
   /** When ({@link System#nanoTime()}) the validity the server last confirmed runs out. */
   synchronized long validUntilNanos() {
-    return validUntilNanos;
+    return validity.validUntilNanos();
   }
 
   /**
@@ -215,27 +215,17 @@ public final class Lease implements AutoCloseable {
 
   /** Holds this. */
   private void arm(long validForMs) {
-    validUntilNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validForMs);
-    if (deadline != null) {
-      deadline.cancel(false);
-    }
-    deadline = Resumption.schedule(clock, this::onDeadline, validForMs);
+    validity.arm(validForMs);
   }
 
   /** Holds this. */
   private void stopClock() {
-    if (deadline != null) {
-      deadline.cancel(false);
-      deadline = null;
-    }
+    validity.stop();
   }
 
   /** Holds this. */
   private void cancelRetry() {
-    if (retry != null) {
-      retry.cancel(false);
-      retry = null;
-    }
+    retry = Resumption.cancel(retry);
   }
 
   /**
@@ -301,10 +291,9 @@ public final class Lease implements AutoCloseable {
     String loss = null;
     Boolean releaseResult = null;
     synchronized (this) {
-      if (System.nanoTime() - validUntilNanos < 0) {
+      if (!validity.ranOut()) {
         return; // Re-armed meanwhile.
       }
-      deadline = null;
       switch (state) {
         case HELD, RELEASING -> loss = lossOf(SILENT); // The stream stays; it may still end well.
         case RESUMING -> {

@@ -56,6 +56,14 @@ final class Resumption {
     return delay / 2 + ThreadLocalRandom.current().nextLong(delay / 2 + 1);
   }
 
+  /** Cancels {@code timer} if there is one; null, for the field that held it. */
+  static ScheduledFuture<?> cancel(ScheduledFuture<?> timer) {
+    if (timer != null) {
+      timer.cancel(false);
+    }
+    return null;
+  }
+
   /** Runs {@code task} after {@code delayMs}; null if the clock is shut down (client closed). */
   static ScheduledFuture<?> schedule(ScheduledExecutorService clock, Runnable task, long delayMs) {
     try {
