@@ -160,6 +160,20 @@ def _grace(ttl: float, resume_grace: Optional[float], auto_resume: bool) -> floa
     return ttl if auto_resume else 0.0
 
 
+def _resumed(call: Any, field: str, what: str) -> Tuple[Any, Any]:
+    """Reads a resuming stream up to its answer (`field`: "acquired", "elected"): `(answer,
+    None)`, or `(None, failure)` for a `lost` (as `("lost", reason)`), the stream ending first
+    (a sentence), or a failed call (the `grpc.RpcError`)."""
+    try:
+        for event in call:
+            if event.HasField(field):
+                return getattr(event, field), None
+            if event.HasField("lost"):
+                return None, ("lost", event.lost.reason)
+    except grpc.RpcError as error:
+        return None, error
+    return None, f"the server ended the stream before resuming the {what}"
+
 def _too_late(what: str, error: str) -> str:
     return f"could not resume before the {what}'s validity ran out: {error}"
 
@@ -370,19 +384,7 @@ class Lease(_LeaseState):
                     self._lose(f"could not resume: {error}")
                     return None
                 self._attempt = call
-            answer, failure = None, None
-            try:
-                for event in call:
-                    if event.HasField("acquired"):
-                        answer = event.acquired
-                        break
-                    if event.HasField("lost"):
-                        failure = ("lost", event.lost.reason)
-                        break
-                else:
-                    failure = "the server ended the stream before resuming the lease"
-            except grpc.RpcError as error:
-                failure = error
+            answer, failure = _resumed(call, "acquired", "lease")
             with self._mutex:
                 self._attempt = None
                 if answer is not None:
@@ -728,19 +730,7 @@ class Candidate:
                     self._end(f"could not resume: {error}")
                     return None
                 self._attempt = call
-            answer, failure = None, None
-            try:
-                for event in call:
-                    if event.HasField("elected"):
-                        answer = event.elected
-                        break
-                    if event.HasField("lost"):
-                        failure = ("lost", event.lost.reason)
-                        break
-                else:
-                    failure = "the server ended the stream before resuming the leadership"
-            except grpc.RpcError as error:
-                failure = error
+            answer, failure = _resumed(call, "elected", "leadership")
             with self._changed:
                 self._attempt = None
                 if answer is not None:

@@ -34,6 +34,28 @@ _Failure = Union[grpc.RpcError, str, Tuple[str, str]]
 _WRITE_FAILED = (aio.AioRpcError, asyncio.InvalidStateError)
 
 
+async def _resumed(call: Any, request: Any, field: str,
+                   what: str) -> Tuple[Any, Optional[_Failure]]:
+    """Sends a resuming stream its request and reads up to its answer (`field`: "acquired",
+    "elected"): `(answer, None)`, or `(None, failure)` for a `lost`, the stream ending first,
+    or a failed call. A cancelled caller cancels the call."""
+    try:
+        await call.write(request)
+        while True:
+            event = await call.read()
+            if event is aio.EOF:
+                return None, f"the server ended the stream before resuming the {what}"
+            if event.HasField(field):
+                return getattr(event, field), None
+            if event.HasField("lost"):
+                return None, ("lost", event.lost.reason)
+    except _WRITE_FAILED as error:
+        return None, error if isinstance(error, aio.AioRpcError) else str(error)
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+
+
 async def _nap(wake: asyncio.Event, seconds: float) -> None:
     """Waits ``seconds``, or less if ``wake`` is set."""
     try:
@@ -172,25 +194,7 @@ class AsyncLease(_LeaseState):
                 self._lose(_too_late("lease", self._last_error))
                 return None
             call = self._stub.Lease(wait_for_ready=True)
-            answer, failure = None, None
-            try:
-                await call.write(self._resume_request())
-                while True:
-                    event = await call.read()
-                    if event is aio.EOF:
-                        failure = "the server ended the stream before resuming the lease"
-                        break
-                    if event.HasField("acquired"):
-                        answer = event.acquired
-                        break
-                    if event.HasField("lost"):
-                        failure = ("lost", event.lost.reason)
-                        break
-            except _WRITE_FAILED as error:
-                failure = error if isinstance(error, aio.AioRpcError) else str(error)
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
+            answer, failure = await _resumed(call, self._resume_request(), "acquired", "lease")
             if answer is not None:
                 mismatch = self._same_lease(answer)
                 if mismatch is not None:
@@ -494,25 +498,7 @@ class AsyncCandidate:
                 self._end(_too_late("leadership", self._last_error))
                 return None
             call = self._stub.Campaign(wait_for_ready=True)
-            answer, failure = None, None
-            try:
-                await call.write(self._start_request(self._token))
-                while True:
-                    event = await call.read()
-                    if event is aio.EOF:
-                        failure = "the server ended the stream before resuming the leadership"
-                        break
-                    if event.HasField("elected"):
-                        answer = event.elected
-                        break
-                    if event.HasField("lost"):
-                        failure = ("lost", event.lost.reason)
-                        break
-            except _WRITE_FAILED as error:
-                failure = error if isinstance(error, aio.AioRpcError) else str(error)
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
+            answer, failure = await _resumed(call, self._start_request(self._token), "elected", "leadership")
             if answer is not None:
                 if self._over or answer.term != self.term:
                     self._end(f"resumed with term {answer.term} instead of {self.term}")
