@@ -20,7 +20,12 @@ pub enum Error {
 
     /// The lock is taken and the caller asked not to wait.
     #[error("lock {name:?} is held by {holder:?}")]
-    LockHeld { name: String, holder: String },
+    LockHeld {
+        name: String,
+        holder: String,
+        /// The holder's remaining TTL, when it has one: the earliest a retry can succeed.
+        retry_after: Option<Duration>,
+    },
 
     /// The lock stayed taken for the whole wait.
     #[error("lock {name:?} is still held by {holder:?} after waiting {waited:?}")]
@@ -28,6 +33,8 @@ pub enum Error {
         name: String,
         holder: String,
         waited: Duration,
+        /// As in `LockHeld`.
+        retry_after: Option<Duration>,
     },
 
     /// The name is held in another mode than the one asked for.
@@ -149,35 +156,284 @@ impl Error {
     }
 }
 
-impl From<Error> for tonic::Status {
-    fn from(error: Error) -> Self {
-        let message = error.to_string();
-        match error {
-            Error::InvalidArgument(_) | Error::Unreadable(_) => {
-                tonic::Status::invalid_argument(message)
+/// The domain of every `google.rpc.ErrorInfo` we send (docs/errors.md).
+pub const ERROR_DOMAIN: &str = "leasehold";
+
+/// How long a client should wait before retrying a call refused for load or a failing Redis.
+const RETRY_LATER: Duration = Duration::from_secs(1);
+
+/// Redlock contenders that split the primaries: a short pause lets one of them win next time.
+const RETRY_SPLIT_VOTE: Duration = Duration::from_millis(100);
+
+/// What a program needs to act on an error without parsing its message: the status code, a
+/// stable reason, named values, and when a retry is worth it. The table in docs/errors.md is
+/// this function written out; the test below checks the two agree.
+struct Details {
+    code: tonic::Code,
+    reason: &'static str,
+    metadata: Vec<(&'static str, String)>,
+    retry_after: Option<Duration>,
+}
+
+impl Details {
+    fn new(code: tonic::Code, reason: &'static str) -> Self {
+        Details {
+            code,
+            reason,
+            metadata: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    fn with(mut self, key: &'static str, value: impl ToString) -> Self {
+        self.metadata.push((key, value.to_string()));
+        self
+    }
+
+    fn retry_after(mut self, delay: Option<Duration>) -> Self {
+        self.retry_after = delay;
+        self
+    }
+}
+
+impl Error {
+    fn details(&self) -> Details {
+        use tonic::Code;
+        match self {
+            Error::InvalidArgument(_) => Details::new(Code::InvalidArgument, "INVALID_REQUEST"),
+            Error::Unreadable(_) => Details::new(Code::InvalidArgument, "UNREADABLE_REQUEST"),
+            Error::FailedPrecondition(_) => Details::new(Code::FailedPrecondition, "WRONG_STATE"),
+            Error::ModeMismatch { name, held, asked } => {
+                Details::new(Code::FailedPrecondition, "LIMIT_MISMATCH")
+                    .with("lock", name)
+                    .with("held_limit", held.kind())
+                    .with("asked_limit", asked.kind())
             }
-            Error::FailedPrecondition(_) | Error::ModeMismatch { .. } => {
-                tonic::Status::failed_precondition(message)
+            Error::NotResumable { name } => {
+                Details::new(Code::NotFound, "NOT_RESUMABLE").with("lock", name)
             }
-            Error::NotResumable { .. } => tonic::Status::not_found(message),
-            Error::LockHeld { .. } | Error::WaitExpired { .. } | Error::NoMajority { .. } => {
-                tonic::Status::aborted(message)
+            Error::LockHeld {
+                name,
+                holder,
+                retry_after,
+            } => Details::new(Code::Aborted, "LOCK_HELD")
+                .with("lock", name)
+                .with("holder", holder)
+                .retry_after(*retry_after),
+            Error::WaitExpired {
+                name,
+                holder,
+                waited,
+                retry_after,
+            } => Details::new(Code::Aborted, "WAIT_EXPIRED")
+                .with("lock", name)
+                .with("holder", holder)
+                .with("waited_ms", waited.as_millis())
+                .retry_after(*retry_after),
+            Error::NoMajority { name } => Details::new(Code::Aborted, "NO_MAJORITY")
+                .with("lock", name)
+                .retry_after(Some(RETRY_SPLIT_VOTE)),
+            Error::Redis { .. } | Error::RedisTimeout { .. } | Error::NotConnected { .. } => {
+                Details::new(Code::Unavailable, "REDIS_UNAVAILABLE").retry_after(Some(RETRY_LATER))
             }
-            Error::Redis { .. }
-            | Error::RedisTimeout { .. }
-            | Error::NotConnected { .. }
-            | Error::NoQuorum { .. }
-            | Error::ShuttingDown
-            | Error::HandedOver { .. } => tonic::Status::unavailable(message),
-            Error::BadReply { .. } | Error::Serve(_) => tonic::Status::internal(message),
-            Error::TooManyLeases { .. }
-            | Error::TooManyWaiters { .. }
-            | Error::TooManyWaitersForLock { .. }
-            | Error::TooManyLeasesOnServer { .. }
-            | Error::MessageTooLarge { .. } => tonic::Status::resource_exhausted(message),
-            Error::PermissionDenied(_) => tonic::Status::permission_denied(message),
+            Error::NoQuorum {
+                answered,
+                nodes,
+                needed,
+                ..
+            } => Details::new(Code::Unavailable, "NO_QUORUM")
+                .with("answered", answered)
+                .with("nodes", nodes)
+                .with("needed", needed)
+                .retry_after(Some(RETRY_LATER)),
+            Error::ShuttingDown => Details::new(Code::Unavailable, "SHUTTING_DOWN"),
+            Error::HandedOver { grace_ms, .. } => {
+                Details::new(Code::Unavailable, "HANDED_OVER").with("grace_ms", grace_ms)
+            }
+            Error::BadReply { .. } => Details::new(Code::Internal, "UNEXPECTED_REDIS_REPLY"),
+            Error::Serve(_) => Details::new(Code::Internal, "SERVER_FAILED"),
+            Error::TooManyLeases { limit } => {
+                Details::new(Code::ResourceExhausted, "CONNECTION_LEASE_LIMIT").with("limit", limit)
+            }
+            Error::TooManyLeasesOnServer { limit } => {
+                Details::new(Code::ResourceExhausted, "SERVER_LEASE_LIMIT")
+                    .with("limit", limit)
+                    .retry_after(Some(RETRY_LATER))
+            }
+            Error::TooManyWaiters { limit } => {
+                Details::new(Code::ResourceExhausted, "SERVER_WAITER_LIMIT")
+                    .with("limit", limit)
+                    .retry_after(Some(RETRY_LATER))
+            }
+            Error::TooManyWaitersForLock { limit } => {
+                Details::new(Code::ResourceExhausted, "LOCK_WAITER_LIMIT")
+                    .with("limit", limit)
+                    .retry_after(Some(RETRY_LATER))
+            }
+            Error::MessageTooLarge { size, limit } => {
+                Details::new(Code::ResourceExhausted, "MESSAGE_TOO_LARGE")
+                    .with("size", size)
+                    .with("limit", limit)
+            }
+            Error::PermissionDenied(_) => Details::new(Code::PermissionDenied, "NOT_GRANTED"),
         }
     }
 }
 
+/// The one place an error becomes a status: its message for people, and gRPC's standard
+/// details (`ErrorInfo`, `RetryInfo`) for programs, so no client parses a message.
+impl From<Error> for tonic::Status {
+    fn from(error: Error) -> Self {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let details = error.details();
+        let metadata: std::collections::HashMap<String, String> = details
+            .metadata
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect();
+        let mut rich = ErrorDetails::with_error_info(details.reason, ERROR_DOMAIN, metadata);
+        if let Some(delay) = details.retry_after {
+            rich.set_retry_info(Some(delay));
+        }
+        tonic::Status::with_error_details(details.code, error.to_string(), rich)
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::locks::Mode;
+    use tonic_types::StatusExt;
+
+    /// One of every error a client can be answered with.
+    fn every_answer() -> Vec<Error> {
+        let name = || "job".to_owned();
+        vec![
+            Error::invalid("lock name is empty"),
+            Error::Unreadable(tonic::Status::internal("h2 protocol error")),
+            Error::FailedPrecondition("not elected".into()),
+            Error::ModeMismatch {
+                name: name(),
+                held: Mode::Exclusive { limit: 2 },
+                asked: Mode::Shared,
+            },
+            Error::NotResumable { name: name() },
+            Error::LockHeld {
+                name: name(),
+                holder: "a".into(),
+                retry_after: Some(Duration::from_secs(3)),
+            },
+            Error::WaitExpired {
+                name: name(),
+                holder: "a".into(),
+                waited: Duration::from_secs(1),
+                retry_after: None,
+            },
+            Error::NoMajority { name: name() },
+            Error::Redis {
+                context: "acquire",
+                source: fred::error::Error::new(fred::error::ErrorKind::IO, "reset"),
+            },
+            Error::RedisTimeout {
+                context: "acquire",
+                timeout: Duration::from_secs(1),
+            },
+            Error::NotConnected { context: "acquire" },
+            Error::NoQuorum {
+                context: "acquire",
+                answered: 1,
+                nodes: 3,
+                needed: 2,
+                first_error: "reset".into(),
+            },
+            Error::BadReply {
+                context: "acquire",
+                detail: "?".into(),
+            },
+            Error::TooManyLeases { limit: 1 },
+            Error::TooManyWaiters { limit: 1 },
+            Error::TooManyWaitersForLock { limit: 1 },
+            Error::TooManyLeasesOnServer { limit: 1 },
+            Error::MessageTooLarge { size: 9, limit: 8 },
+            Error::PermissionDenied("no grant".into()),
+            Error::ShuttingDown,
+            Error::HandedOver {
+                held: "lease",
+                grace_ms: 100,
+            },
+        ]
+    }
+
+    /// A row of docs/errors.md's table: code, reason, metadata keys, whether RetryInfo is sent.
+    fn documented() -> Vec<(String, String, Vec<String>, bool)> {
+        let text = include_str!("../docs/errors.md");
+        let table = text
+            .split("| Code | Reason |")
+            .nth(1)
+            .expect("the table of reasons");
+        table
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let unquote = |cell: &str| cell.trim_matches('`').to_owned();
+                let keys = cells[3]
+                    .split(',')
+                    .map(|key| unquote(key.trim()))
+                    .filter(|key| !key.is_empty())
+                    .collect();
+                (
+                    unquote(cells[1]),
+                    unquote(cells[2]),
+                    keys,
+                    !cells[4].is_empty(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_status_carries_the_documented_reason_metadata_and_retry() {
+        let rows = documented();
+        let mut seen = std::collections::HashSet::new();
+        for error in every_answer() {
+            let status = tonic::Status::from(error);
+            let info = status.get_details_error_info().expect("ErrorInfo");
+            assert_eq!(info.domain, ERROR_DOMAIN);
+            let code = format!("{:?}", status.code());
+            let row = rows
+                .iter()
+                .find(|row| row.1 == info.reason)
+                .unwrap_or_else(|| panic!("{} is not in docs/errors.md", info.reason));
+            assert_eq!(
+                row.0.replace('_', "").to_lowercase(),
+                code.to_lowercase(),
+                "{}",
+                info.reason
+            );
+            let mut keys: Vec<&String> = info.metadata.keys().collect();
+            keys.sort();
+            let mut documented: Vec<&String> = row.2.iter().collect();
+            documented.sort();
+            assert_eq!(keys, documented, "{}", info.reason);
+            // WAIT_EXPIRED above has no holder TTL: RetryInfo is only where one is known.
+            let retry = status.get_details_retry_info().is_some();
+            assert!(
+                retry == row.3 || info.reason == "WAIT_EXPIRED",
+                "{}",
+                info.reason
+            );
+            seen.insert(info.reason);
+        }
+        for row in &rows {
+            assert!(
+                seen.contains(&row.1),
+                "{} is documented but never sent",
+                row.1
+            );
+        }
+    }
+}

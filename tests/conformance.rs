@@ -330,3 +330,57 @@ async fn conformance_survives_server_crash() {
     assert!(guard.release().await.unwrap());
     assert_eq!(get(&direct, &lock_key("job")).await, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_refusal_details() {
+    let (_redis, _server, client, _direct) = start().await;
+    let ttl = Duration::from_secs(30);
+    let _held = client
+        .lease("job")
+        .holder("holder-a")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let Err(error) = client.lease("job").acquire().await else {
+        panic!("a second acquire of a held lock was not refused");
+    };
+    let refusal = error.refusal().expect("the status carries details");
+    assert_eq!(refusal.code, Code::Aborted);
+    assert_eq!(refusal.reason, "LOCK_HELD");
+    assert_eq!(refusal.holder.as_deref(), Some("holder-a"));
+    assert_eq!(
+        refusal.metadata.get("lock").map(String::as_str),
+        Some("job")
+    );
+    let retry_after = refusal.retry_after.expect("a retry delay");
+    assert!(
+        !retry_after.is_zero() && retry_after <= ttl,
+        "{retry_after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_lists_held_locks() {
+    let (_redis, _server, client, _direct) = start().await;
+    let held = client
+        .lease("job")
+        .holder("holder-a")
+        .acquire()
+        .await
+        .unwrap();
+    let listed = client.list(0).await.unwrap();
+    let lock = listed
+        .locks
+        .iter()
+        .find(|lock| lock.name == "job")
+        .expect("the held lock is listed");
+    assert_eq!(lock.holder, "holder-a");
+    assert_eq!(lock.fencing_token, held.fencing_token());
+    assert!(held.release().await.unwrap());
+    let listed = client.list(0).await.unwrap();
+    assert!(
+        listed.locks.iter().all(|lock| lock.name != "job"),
+        "{listed:?}"
+    );
+}

@@ -34,6 +34,7 @@
 pub mod election;
 pub mod fence;
 pub mod lease;
+pub mod refusal;
 pub mod replicas;
 
 use std::time::Duration;
@@ -48,6 +49,7 @@ use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, millis};
 pub use election::{Candidate, Leader, Observation};
 pub use lease::{LeaseBuilder, LeaseGuard, Outage};
+pub use refusal::Refusal;
 pub use replicas::Replicas;
 
 /// What can go wrong on the client side.
@@ -74,6 +76,17 @@ pub enum ClientError {
     /// The server broke the protocol (e.g. ended the stream without an answer).
     #[error("unexpected answer from the server: {0}")]
     Protocol(String),
+}
+
+impl ClientError {
+    /// The server's reason and values for refusing, when it refused (e.g. `LOCK_HELD` with the
+    /// holder and when to retry); `None` for errors that are not the server's answer.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ClientError::Status(status) => Refusal::of(status),
+            _ => None,
+        }
+    }
 }
 
 /// How to reach a server: its URL, TLS (for `https://`) and a bearer token.

@@ -161,6 +161,7 @@ pub async fn acquire(
             return Err(Error::LockHeld {
                 name: spec.name.to_string(),
                 holder,
+                retry_after: holder_ttl.filter(|ttl| !ttl.is_zero()),
             });
         }
         if now >= deadline {
@@ -168,6 +169,7 @@ pub async fn acquire(
                 name: spec.name.to_string(),
                 holder,
                 waited: now - started,
+                retry_after: holder_ttl.filter(|ttl| !ttl.is_zero()),
             });
         }
         let state = WaitingState {

@@ -52,8 +52,9 @@ impl Mode {
     /// A plain lock.
     pub const LOCK: Mode = Mode::Exclusive { limit: 1 };
 
-    /// How the scripts spell it (`permits.lua`): the limit, or `shared`.
-    fn kind(self) -> String {
+    /// How the scripts spell it (`permits.lua`), and errors' details name it: the limit, or
+    /// `shared`.
+    pub fn kind(self) -> String {
         match self {
             Mode::Exclusive { limit } => limit.to_string(),
             Mode::Shared => "shared".to_owned(),
