@@ -360,3 +360,56 @@ func TestConformance_survives_server_crash(t *testing.T) {
 		t.Fatal("lock key still there after release")
 	}
 }
+
+func TestConformance_refusal_details(t *testing.T) {
+	conn, _ := start(t)
+	ttl := 30 * time.Second
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: ttl, Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	_, err = Acquire(context.Background(), conn, "job", Options{})
+	var refused *Refusal
+	if !errors.As(err, &refused) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if refused.Code != codes.Aborted || refused.Reason != "LOCK_HELD" || refused.Holder != "holder-a" ||
+		refused.Metadata["lock"] != "job" {
+		t.Fatalf("refusal: %+v", refused)
+	}
+	if refused.RetryAfter <= 0 || refused.RetryAfter > ttl {
+		t.Fatalf("retry after %v, the lock's TTL %v", refused.RetryAfter, ttl)
+	}
+}
+
+func TestConformance_lists_held_locks(t *testing.T) {
+	conn, _ := start(t)
+	ctx := context.Background()
+	lease, err := Acquire(ctx, conn, "job", Options{Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func() *HeldLock {
+		listing, err := List(ctx, conn, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lock := range listing.Locks {
+			if lock.Name == "job" {
+				return &lock
+			}
+		}
+		return nil
+	}
+	held := find()
+	if held == nil || held.Holder != "holder-a" || held.FencingToken != lease.FencingToken {
+		t.Fatalf("listed: %+v (fencing token %d)", held, lease.FencingToken)
+	}
+	if wasHeld, err := lease.Release(); err != nil || !wasHeld {
+		t.Fatalf("release: %v %v", wasHeld, err)
+	}
+	if held := find(); held != nil {
+		t.Fatalf("still listed after release: %+v", held)
+	}
+}

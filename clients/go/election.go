@@ -117,7 +117,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says how
 		streamCancel()
 		cancel()
-		return nil, err
+		return nil, refusal(err)
 	}
 	go c.run(&campaignAttachment{read(streamCtx, stream.Recv), stream, streamCancel})
 	return c, nil
@@ -143,7 +143,7 @@ func (c *Candidate) vouched(received time.Time, validForMs uint32) time.Time {
 func (c *Candidate) end(how outcome, reason string, err error, wasLeader bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.outcome, c.reason, c.err, c.wasLeader = how, reason, err, wasLeader
+	c.outcome, c.reason, c.err, c.wasLeader = how, reason, refusal(err), wasLeader
 }
 
 // loseLeadership records a lost leadership.
@@ -397,7 +397,7 @@ func (c *Candidate) Resign() (bool, error) {
 func CurrentLeader(ctx context.Context, conn grpc.ClientConnInterface, election string) (*Leader, error) {
 	answer, err := pb.NewElectionServiceClient(conn).Leader(ctx, &pb.LeaderRequest{Election: election})
 	if err != nil || !answer.HasLeader {
-		return nil, err
+		return nil, refusal(err)
 	}
 	return &Leader{Term: answer.Term, Value: answer.Value}, nil
 }
@@ -408,7 +408,7 @@ func CurrentLeader(ctx context.Context, conn grpc.ClientConnInterface, election 
 func Observe(ctx context.Context, conn grpc.ClientConnInterface, election string) (<-chan *Leader, func() error, error) {
 	stream, err := pb.NewElectionServiceClient(conn).Observe(ctx, &pb.ObserveRequest{Election: election})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refusal(err)
 	}
 	changes := make(chan *Leader)
 	var failure error
@@ -417,7 +417,7 @@ func Observe(ctx context.Context, conn grpc.ClientConnInterface, election string
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
-				failure = err
+				failure = refusal(err)
 				return
 			}
 			var leader *Leader

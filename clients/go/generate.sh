@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Generates the Go stubs from proto/ into leaseholdpb/ (never committed): protoc from Debian's
-# protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc from the Go module proxy at the versions
-# pinned here. Usage: clients/go/generate.sh
+# Generates the Go stubs from proto/ into leaseholdpb/, where they are committed (as grpc-go and
+# etcd commit theirs) so that the module builds from a clone or `go get` without protoc:
+# protoc from Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc from the Go module
+# proxy at the versions pinned here. Run it after changing proto/ and commit leaseholdpb/;
+# test.sh fails while the committed stubs differ from what this generates.
+# Usage: clients/go/generate.sh [output directory, default clients/go/leaseholdpb]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+out=${1:-$here/leaseholdpb}
 module=github.com/leasehold/leasehold/clients/go
 if ! command -v protoc >/dev/null 2>&1; then
   echo "protoc is missing: installing Debian's protobuf-compiler with apt-get" >&2
@@ -21,7 +25,12 @@ for proto in lock election; do
   mapping="$mapping,Mleasehold/v1/$proto.proto=$module/leaseholdpb"
 done
 mapping=${mapping#,}
+# protoc writes under the module's root (module=...): into a scratch root, then to $out.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 PATH="$bin:$PATH" protoc -I "$root/proto" \
-  --go_out="$here" --go_opt="module=$module,$mapping" \
-  --go-grpc_out="$here" --go-grpc_opt="module=$module,$mapping" \
+  --go_out="$scratch" --go_opt="module=$module,$mapping" \
+  --go-grpc_out="$scratch" --go-grpc_opt="module=$module,$mapping" \
   "$root/proto/leasehold/v1/lock.proto" "$root/proto/leasehold/v1/election.proto"
+mkdir -p "$out"
+cp "$scratch"/leaseholdpb/*.pb.go "$out"/

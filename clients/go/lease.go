@@ -16,6 +16,10 @@
 // Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
 // cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
 // out by this process's clock.
+//
+// An error the server answers with its details is a *Refusal: the reason (LOCK_HELD,
+// WAIT_EXPIRED, ...), the holder, when to retry and the other named values, as fields
+// (errors.As), never to be parsed from the message.
 package leasehold
 
 import (
@@ -33,9 +37,6 @@ import (
 
 	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
-
-// ErrNotAcquired: the lock stayed taken for the whole wait (status ABORTED).
-var ErrNotAcquired = errors.New("leasehold: lock not acquired")
 
 // Options of one lease.
 type Options struct {
@@ -93,6 +94,8 @@ const (
 )
 
 // Acquire takes the lock `name`, waiting up to opts.Wait. Cancelling ctx releases the lease.
+// When the lock stays taken the error is a *Refusal (reason LOCK_HELD or WAIT_EXPIRED, the
+// holder, when to retry) for which errors.Is(err, ErrNotAcquired) holds.
 func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Options) (*Lease, error) {
 	if opts.TTL == 0 {
 		opts.TTL = 30 * time.Second
@@ -114,10 +117,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}, time.Time{})
 	if err != nil {
 		stop()
-		if status.Code(err) == codes.Aborted {
-			return nil, fmt.Errorf("%w: %s", ErrNotAcquired, status.Convert(err).Message())
-		}
-		return nil, err
+		return nil, refusal(err)
 	}
 	l.FencingToken, l.Token = acquired.FencingToken, acquired.Token
 	go l.run(att)
@@ -181,7 +181,7 @@ func (l *Lease) isLost() bool {
 func (l *Lease) released(wasHeld bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.wasHeld, l.releaseErr = wasHeld, err
+	l.wasHeld, l.releaseErr = wasHeld, refusal(err)
 }
 
 // reader reads a stream on a goroutine of its own: every message to events, then how the

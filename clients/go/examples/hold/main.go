@@ -1,5 +1,8 @@
 // Holds the lock "nightly-report" while it works, stopping if the lock is lost.
-// Run it against scripts/serve.sh: go run ./examples/hold (in clients/go).
+// The server is $LEASEHOLD_SERVER (one address, or every replica: "a:50051,b:50051"), else
+// 127.0.0.1:50051, where scripts/serve.sh starts one. In clients/go:
+//
+//	LEASEHOLD_SERVER=127.0.0.1:50051 go run ./examples/hold
 package main
 
 import (
