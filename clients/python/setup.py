@@ -21,7 +21,9 @@ class BuildWithStubs(build_py):
     def run(self):
         super().run()
         if not os.path.isdir(PROTO):
-            raise RuntimeError(f"{PROTO} not found: build from a checkout of the repository")
+            raise RuntimeError(f"{PROTO} not found: build from a checkout of the repository, "
+                               "with pip 21.3 or newer (older ones build in a copy of "
+                               "clients/python, away from proto/)")
         from grpc_tools import protoc
 
         out = self.build_lib
@@ -33,4 +35,17 @@ class BuildWithStubs(build_py):
             open(os.path.join(out, package, "__init__.py"), "a").close()
 
 
-setup(cmdclass={"build_py": BuildWithStubs})
+def requirements():
+    """The package's dependencies. The generated stubs check their runtime when imported: they
+    refuse a grpcio older than the grpcio-tools that generated them, and a protobuf older than
+    its protoc. So the minimums are this build's versions, not fixed numbers that would let pip
+    keep an older grpcio the stubs then refuse. grpcio-status and googleapis-common-protos read
+    the server's error details (google.rpc.Status, ErrorInfo, RetryInfo); pip picks the
+    grpcio-status that matches the grpcio."""
+    from importlib.metadata import version
+
+    return [f"grpcio>={version('grpcio-tools')}", f"protobuf>={version('protobuf')}",
+            "grpcio-status>=1.60", "googleapis-common-protos>=1.56"]
+
+
+setup(cmdclass={"build_py": BuildWithStubs}, install_requires=requirements())

@@ -21,7 +21,12 @@ it back on another server, with the same token and fencing token, without tellin
 (``auto_resume=False`` turns that off for one lease). A leader keeps its term the same way.
 
 Elections: ``campaign`` (a context manager: leave the block to step down), ``leader`` and
-``observe``. The same API for ``asyncio`` is in ``leasehold_client.aio``. Times are in seconds.
+``observe``. ``leasehold_client.list()`` shows the locks held now. The same API for ``asyncio`` is
+in ``leasehold_client.aio``. Times are in seconds.
+
+A refused lease raises ``NotAcquired``, whose ``reason``, ``holder``, ``retry_after`` and
+``metadata`` come from the status details the server sends (docs/errors.md): program against
+those, not against the message, which is for people and may be reworded.
 """
 
 from __future__ import annotations
@@ -35,14 +40,19 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
+# `list` is left out: `from leasehold_client import *` would hide the builtin. Call it as
+# `leasehold_client.list()`.
 __all__ = [
-    "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "lease", "campaign",
-    "leader", "observe", "connect",
+    "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "Holder", "HeldLock",
+    "Listing", "lease", "campaign", "leader", "observe", "connect",
 ]
 
 #: Where the server is, unless told: ``LEASEHOLD_SERVER`` (as the CLI reads it) or the default.
@@ -70,8 +80,78 @@ _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100),
                     ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
+#: The ``domain`` of the server's ``google.rpc.ErrorInfo``: another one (a proxy's) is not ours.
+_ERROR_DOMAIN = "leasehold"
+
+
 class NotAcquired(Exception):
-    """The lock stayed taken for the whole wait (gRPC status ABORTED)."""
+    """The lock was not acquired (gRPC status ABORTED): it is taken and the request did not wait,
+    it stayed taken for the whole wait, or (Redlock) no contender won a majority.
+
+    ``str(error)`` is the server's message, for people. Programs read the fields, which come
+    from the status details the server sends with the refusal (``google.rpc.ErrorInfo`` and
+    ``RetryInfo``, docs/errors.md), because the message may be reworded:
+
+    ``reason``: why, as the server names it: ``LOCK_HELD`` (taken, and ``wait`` was 0),
+    ``WAIT_EXPIRED`` (still taken when ``wait`` ran out) or ``NO_MAJORITY``; None when the
+    refusal carried no details (a server older than them, or the stream ended without a word).
+    ``holder``: the holder's description, as it gave it (may be ``""``); None if not named.
+    ``retry_after``: seconds after which the server advises a retry (for a taken lock, the
+    holder's remaining TTL: before then only its release frees the lock); None when it cannot
+    tell (the key has no expiry, or the lock is free but others are ahead in line).
+    ``metadata``: every named value the server sent (``lock``, ``holder``, ``waited_ms``...),
+    as strings.
+    """
+
+    def __init__(self, message: str, *, reason: Optional[str] = None,
+                 holder: Optional[str] = None, retry_after: Optional[float] = None,
+                 metadata: Optional[Dict[str, str]] = None):
+        super().__init__(message)
+        self.reason = reason
+        self.holder = holder
+        self.retry_after = retry_after
+        self.metadata: Dict[str, str] = dict(metadata or {})
+
+
+def _error_details(error: grpc.RpcError) -> Tuple[Optional[str], Dict[str, str], Optional[float]]:
+    """The reason, metadata and retry delay (seconds) of a failed call's status details (the
+    ``grpc-status-details-bin`` trailer), as far as it has them.
+
+    Works on a sync call's error and on ``grpc.aio``'s ``AioRpcError`` alike (both answer
+    ``trailing_metadata()``, ``code()`` and ``details()`` at once). Details that do not match the
+    status they came with (rewritten on the way) or cannot be read are ignored: the status
+    itself still says what happened.
+    """
+    try:
+        status = rpc_status.from_call(error)
+    except (ValueError, DecodeError):
+        status = None
+    reason: Optional[str] = None
+    metadata: Dict[str, str] = {}
+    retry_after: Optional[float] = None
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.domain == _ERROR_DOMAIN and reason is None:
+                reason, metadata = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            retry_after = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
+    return reason, metadata, retry_after
+
+
+def _refusal(error: grpc.RpcError) -> Optional[NotAcquired]:
+    """The NotAcquired to raise for a call that failed with ``error``, or None if ``error`` is
+    not a refusal (raise it as it is). Every place a status may become NotAcquired, threaded or
+    asyncio, goes through here, so they all read the details the same way."""
+    if error.code() != grpc.StatusCode.ABORTED:
+        return None
+    reason, metadata, retry_after = _error_details(error)
+    return NotAcquired(error.details() or "lock not acquired", reason=reason,
+                       holder=metadata.get("holder"), retry_after=retry_after,
+                       metadata=metadata)
 
 
 class Leader(NamedTuple):
@@ -79,6 +159,52 @@ class Leader(NamedTuple):
 
     term: int
     value: bytes
+
+
+class Holder(NamedTuple):
+    """One holder of a lock: its description, fencing token, and remaining TTL in seconds."""
+
+    holder: str
+    fencing_token: int
+    ttl_remaining: float
+
+
+class HeldLock(NamedTuple):
+    """One held lock, as ``list()`` reports it.
+
+    ``holder``, ``fencing_token`` and ``ttl_remaining`` (seconds) describe its oldest holder;
+    ``holders`` are all of them, oldest fencing token first (several for a semaphore or shared
+    readers). ``limit`` is the limit they hold it with (1 for a plain lock or readers);
+    ``shared`` is true for readers.
+    """
+
+    name: str
+    holder: str
+    fencing_token: int
+    ttl_remaining: float
+    holders: Tuple[Holder, ...]
+    limit: int
+    shared: bool
+
+
+class Listing(NamedTuple):
+    """What ``list()`` found: the held locks (in no particular order), and whether more are
+    held than it returned."""
+
+    locks: Tuple[HeldLock, ...]
+    truncated: bool
+
+
+def _listing(answer: lock_pb2.ListResponse) -> Listing:
+    def holders(lock: lock_pb2.HeldLock) -> Tuple[Holder, ...]:
+        return tuple(Holder(h.holder, h.fencing_token, h.ttl_remaining_ms / 1000)
+                     for h in lock.holders)
+
+    return Listing(
+        tuple(HeldLock(lock.name, lock.holder, lock.fencing_token, lock.ttl_remaining_ms / 1000,
+                       holders(lock), lock.limit, lock.mode == lock_pb2.LEASE_MODE_SHARED)
+              for lock in answer.locks),
+        answer.truncated)
 
 
 def _millis(seconds: float) -> int:
@@ -281,8 +407,9 @@ class Lease(_LeaseState):
                 raise NotAcquired(f"lock {name!r}: the server ended the stream")
         except grpc.RpcError as error:
             self._outbox.put(None)  # ends the request iterator of the failed stream
-            if error.code() == grpc.StatusCode.ABORTED:
-                raise NotAcquired(error.details()) from None
+            refusal = _refusal(error)
+            if refusal is not None:
+                raise refusal from None
             raise
         self.fencing_token: int = event.acquired.fencing_token
         self.token: str = event.acquired.token
@@ -460,7 +587,7 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
         self._header = ("authorization", f"Bearer {token}")
 
     def _with_token(self, details):
-        metadata = list(details.metadata or []) + [self._header]
+        metadata = [*(details.metadata or ()), self._header]
         return details._replace(metadata=metadata)
 
     def intercept_unary_unary(self, continuation, details, request):
@@ -495,7 +622,7 @@ def _channel_args(server: str, options: Sequence[Tuple[str, Any]]
     target, needed = _target(server)
     given = {key for key, _ in options}
     ours = [option for option in _CHANNEL_OPTIONS + needed if option[0] not in given]
-    return target, ours + list(options)
+    return target, [*ours, *options]
 
 
 def connect(server: str = DEFAULT_SERVER, *, token: Optional[str] = None,
@@ -849,6 +976,21 @@ def leader(election: str, *, server: str = DEFAULT_SERVER,
         answer = election_pb2_grpc.ElectionServiceStub(chan).Leader(
             election_pb2.LeaderRequest(election=election))
         return _leader(answer.has_leader, answer.term, answer.value)
+
+
+def list(limit: int = 0, *, server: str = DEFAULT_SERVER,
+         channel: Optional[grpc.Channel] = None) -> Listing:
+    """The locks held now, at most ``limit`` of them (0: the server's maximum, 1,000).
+
+    ``truncated`` says whether more are held than were returned: the server bounds every answer
+    so that one call cannot make it walk and send a whole large Redis. It is a bounded SCAN of
+    the server's key prefix, not a snapshot: a lock taken or released during the call may or
+    may not appear. So it is for looking (an operator, a dashboard, a test), not for deciding
+    who may act: that is what holding a lease, and its fencing token, are for.
+    """
+    with _channel(server, channel) as chan:
+        answer = lock_pb2_grpc.LockServiceStub(chan).List(lock_pb2.ListRequest(limit=limit))
+        return _listing(answer)
 
 
 _NOTHING_YET = object()

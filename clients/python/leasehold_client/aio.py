@@ -25,9 +25,11 @@ from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
 from . import (_FIRST_PAUSE, _LAST_PAUSE, _LEADER_SILENT, _RELEASE, _SILENT, DEFAULT_SERVER,
-               Leader, NotAcquired, _acquire_request, _channel_args, _credentials, _describe,
-               _grace, _leader, _LeaseState, _log, _millis, _pause, _resumable, _too_late)
+               Leader, Listing, NotAcquired, _acquire_request, _channel_args, _credentials,
+               _describe, _grace, _leader, _LeaseState, _listing, _log, _millis, _pause,
+               _refusal, _resumable, _too_late)
 
+# `list` is left out, as in leasehold_client: a star import would hide the builtin.
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
 
 _Failure = Union[grpc.RpcError, str, Tuple[str, str]]
@@ -108,8 +110,9 @@ class AsyncLease(_LeaseState):
                 if event.HasField("acquired"):
                     break
         except aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.ABORTED:
-                raise NotAcquired(error.details()) from None
+            refusal = _refusal(error)
+            if refusal is not None:
+                raise refusal from None
             raise
         self._call = call
         self.fencing_token = event.acquired.fencing_token
@@ -607,6 +610,16 @@ async def leader(election: str, *, server: str = DEFAULT_SERVER,
         answer = await election_pb2_grpc.ElectionServiceStub(chan).Leader(
             election_pb2.LeaderRequest(election=election))
         return _leader(answer.has_leader, answer.term, answer.value)
+
+
+async def list(limit: int = 0, *, server: str = DEFAULT_SERVER,
+               channel: Optional[aio.Channel] = None) -> Listing:
+    """The locks held now, at most ``limit`` (0: the server's maximum, 1,000), and whether more
+    are held: as ``leasehold_client.list``, a bounded look for people and tools, not a
+    snapshot to act on."""
+    async with _channel(server, channel) as chan:
+        answer = await lock_pb2_grpc.LockServiceStub(chan).List(lock_pb2.ListRequest(limit=limit))
+        return _listing(answer)
 
 
 _NOTHING_YET = object()

@@ -26,6 +26,24 @@ def test_async_lease_holds_refuses_a_second_holder_and_releases(server, redis_po
     asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
+def test_async_refusal_has_the_status_details_and_list_shows_the_lock(server):
+    async def scenario():
+        async with aio.lease("job", server=server, ttl=20, holder="py-aio") as held:
+            with pytest.raises(NotAcquired) as refused:
+                async with aio.lease("job", server=server):
+                    pass
+            assert refused.value.reason == "LOCK_HELD"
+            assert refused.value.holder == "py-aio"
+            assert 0 < refused.value.retry_after <= 20
+            listed = await aio.list(server=server)
+            assert [(lock.name, lock.holder, lock.fencing_token) for lock in listed.locks] == [
+                ("job", "py-aio", held.fencing_token)]
+            assert not listed.truncated
+        assert (await aio.list(server=server)).locks == ()
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
 def test_async_lost_is_set_when_the_lock_is_taken_away(server, redis_port):
     async def scenario():
         async with aio.lease("job", server=server, ttl=0.3) as held:

@@ -10,6 +10,7 @@ import time
 import grpc
 import pytest
 
+import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from leasehold_client import Leader, NotAcquired, campaign, lease, leader
 
@@ -204,3 +205,27 @@ def test_conformance_survives_server_crash(cluster, redis_port):
         assert not held.lost.wait(2.5), held.lost_reason  # longer than its TTL
         still_held(held, fencing_token, redis_port, cluster[2:])
     assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
+
+
+def test_conformance_refusal_details(server):
+    ttl = 30
+    with lease("job", server=server, holder="holder-a", ttl=ttl):
+        with pytest.raises(NotAcquired) as refused:
+            with lease("job", server=server):
+                pass
+    # Typed fields, read from the status details: nothing here parses the message.
+    assert refused.value.reason == "LOCK_HELD"
+    assert refused.value.holder == "holder-a"
+    assert refused.value.metadata["lock"] == "job"
+    assert refused.value.retry_after is not None and 0 < refused.value.retry_after <= ttl
+
+
+def test_conformance_lists_held_locks(server):
+    with lease("job", server=server, holder="holder-a") as held:
+        listed = leasehold_client.list(server=server)
+        assert not listed.truncated
+        job = [lock for lock in listed.locks if lock.name == "job"]
+        assert len(job) == 1, listed
+        assert job[0].holder == "holder-a"
+        assert job[0].fencing_token == held.fencing_token
+    assert "job" not in [lock.name for lock in leasehold_client.list(server=server).locks]

@@ -26,6 +26,16 @@ def test_lease_holds_and_releases(server, redis_port):
     assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
 
 
+def test_a_wait_that_runs_out_is_refused_with_its_details(server):
+    with lease("job", server=server, ttl=20, holder="py-test"):
+        with pytest.raises(NotAcquired) as refused:
+            with lease("job", server=server, wait=0.2):
+                pass
+    assert (refused.value.reason, refused.value.holder) == ("WAIT_EXPIRED", "py-test")
+    assert int(refused.value.metadata["waited_ms"]) >= 200
+    assert 0 < refused.value.retry_after <= 20
+
+
 def test_waiters_take_turns_without_overlap(server):
     inside = []
     overlaps = []
