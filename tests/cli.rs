@@ -127,7 +127,14 @@ async fn exit_statuses_and_the_fencing_token_reach_the_caller() {
     command.stderr(Stdio::piped());
     let output = command.output().await.unwrap();
     assert_eq!(output.status.code(), Some(EXIT_NOT_ACQUIRED.into()));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not acquired"));
+    // One sentence: who holds it, and when it frees at the latest (from the status details).
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("leasehold: lock \"job\" is held by \"")
+            && stderr.contains("(its lease ends within ")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,9 +210,18 @@ async fn status_and_release_commands() {
     );
     let mut command = leasehold(&server);
     command.args(["release", "job", &acquired.token]);
-    assert_eq!(exit_code(command).await, 0);
+    let output = command.output().await.unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "released \"job\"\n"
+    );
+    // The address as every other client takes it: host:port, no scheme.
     let mut command = leasehold(&server);
-    command.args(["status", "job"]);
+    let address = server.url().trim_start_matches("http://").to_owned();
+    command
+        .env("LEASEHOLD_SERVER", &address)
+        .args(["status", "job"]);
     let output = command.output().await.unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("free"));
 }
@@ -370,6 +386,31 @@ async fn refused_arguments_exit_with_usage_and_one_plain_sentence() {
         let (code, stderr) = failing(&nobody, args).await;
         assert_eq!((code, stderr.as_str()), (EXIT_USAGE, expected), "{args:?}");
     }
+    // Refused by the argument parser: the same status and one sentence, not a page of usage.
+    let parsed: [(&[&str], &str); 4] = [
+        (
+            &["run", "--ttl", "10", "job", "--", "true"],
+            "time unit needed",
+        ),
+        (
+            &["run", "--ttl", "abc", "job", "--", "true"],
+            "'abc' for '--ttl",
+        ),
+        (
+            &["run", "--shared", "--limit", "3", "job", "--", "true"],
+            "'--shared' cannot be used with '--limit",
+        ),
+        (&["status", "--bogus"], "unexpected argument '--bogus'"),
+    ];
+    for (args, expected) in parsed {
+        let (code, stderr) = failing(&nobody, args).await;
+        assert_eq!(code, EXIT_USAGE, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("leasehold: ") && stderr.lines().count() == 1,
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
 
     // Refused by the server: the same status, in the server's words, without gRPC's wrapping.
     let (_redis, server, _, _) = setup().await;
@@ -511,4 +552,70 @@ async fn status_shows_every_holder_and_shared_runs_share() {
     let mut command = leasehold(&server);
     command.args(["run", "--shared", "schema", "--", "true"]);
     assert_eq!(exit_code(command).await, i32::from(EXIT_NOT_ACQUIRED));
+}
+
+/// The README's "From the shell" block, run line by line exactly as written (with the server's
+/// address in `LEASEHOLD_SERVER` and the binary first on `PATH`, as the README has the reader set
+/// them up): every line succeeds and says what the README says it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_shell_commands_run_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("\n## From the shell\n")
+        .nth(1)
+        .expect("a From the shell section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a sh block in it");
+    let lines: Vec<&str> = block
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    assert!(lines.len() >= 4, "{block}");
+    let (_redis, server, _, _) = setup().await;
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_leasehold"))
+        .parent()
+        .expect("the binary's folder");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut outputs = Vec::new();
+    for line in &lines {
+        let output = Command::new("sh")
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("LEASEHOLD_SERVER", server.url())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("run sh");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{line}\n{stdout}{stderr}");
+        outputs.push((stdout, stderr));
+    }
+    assert!(
+        outputs[0]
+            .0
+            .starts_with("holding nightly-report, fencing token "),
+        "{:?}",
+        outputs[0]
+    );
+    // Each run released its lock: `status` lists none, and says so to a person.
+    let listed = lines
+        .iter()
+        .position(|line| line.split('#').next().map(str::trim) == Some("leasehold status"))
+        .expect("a bare `leasehold status` line");
+    assert_eq!(outputs[listed].0, "", "{:?}", outputs[listed]);
+    assert_eq!(outputs[listed].1, "leasehold: no locks are held\n");
+    let one = lines
+        .iter()
+        .position(|line| line.starts_with("leasehold status nightly-report"))
+        .expect("a `leasehold status nightly-report` line");
+    assert_eq!(outputs[one].0, "nightly-report\tfree\n");
 }

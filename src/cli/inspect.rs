@@ -70,6 +70,10 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
             .collect();
         println!("{}", serde_json::Value::Array(items));
     } else {
+        if rows.is_empty() {
+            // As kubectl does: a person sees it, a script reading stdout gets no lines.
+            eprintln!("leasehold: no locks are held");
+        }
         for (name, d) in rows {
             let several = d.limit > 1 || d.mode() == pb::LeaseMode::Shared;
             if d.held && several {
@@ -105,7 +109,10 @@ pub async fn release(connect: ConnectOptions, name: String, token: String) -> Ex
         Err(error) => return fail(error),
     };
     match client.release(name.clone(), token).await {
-        Ok(true) => ExitCode::SUCCESS,
+        Ok(true) => {
+            println!("released {name:?}");
+            ExitCode::SUCCESS
+        }
         Ok(false) => {
             eprintln!("leasehold: lock {name:?} was not held by that token; left alone");
             ExitCode::FAILURE

@@ -187,9 +187,9 @@ struct RunArgs {
     /// Between SIGTERM and SIGKILL when the lease is lost or we are interrupted.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
-    /// Let up to N holders run at once (a counting semaphore); every holder of the name must
-    /// give the same N.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::lease::spec::MAX_LIMIT)))]
+    /// Let up to N holders run at once (a counting semaphore; 0 or 1: a plain lock); every
+    /// holder of the name must give the same N.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=i64::from(leasehold::lease::spec::MAX_LIMIT)))]
     limit: u32,
     /// Hold the lock shared (a reader): shared holders run together; a run without --shared (a
     /// writer) runs alone, and readers that arrive after a waiting writer wait behind it.
@@ -435,11 +435,15 @@ pub async fn main() -> ExitCode {
 }
 
 /// The command line, with `serve --config FILE` entries added where no flag or variable gave
-/// the option. clap's own errors (and `--help`) exit here as clap prints them.
+/// the option. `--help` and `--version` exit here as clap prints them; a refused argument is one
+/// sentence for [`usage`] (exit 64), like every other refusal.
 fn parse() -> Result<Cli, String> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let command = Cli::command();
-    let matches = command.clone().get_matches_from(&argv);
+    let matches = command
+        .clone()
+        .try_get_matches_from(&argv)
+        .map_err(refused)?;
     let extra = match matches.subcommand() {
         Some(("serve", serve)) => match serve.get_one::<PathBuf>("config") {
             Some(path) => {
@@ -463,7 +467,29 @@ fn parse() -> Result<Cli, String> {
                 )
             })?,
     };
-    Cli::from_arg_matches(&matches).map_err(|error| error.to_string())
+    Cli::from_arg_matches(&matches).map_err(refused)
+}
+
+/// clap's refusal as one sentence (its first line, which names the argument and the problem),
+/// pointing at `--help` for the rest; help and version requests print and exit 0 as usual.
+fn refused(error: clap::Error) -> String {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        error.exit();
+    }
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let first = first.trim_start_matches("error: ");
+    match error.kind() {
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            "a command is needed: serve, run, status, release, health or bench (see leasehold --help)"
+                .to_owned()
+        }
+        _ => format!("{first} (see --help)"),
+    }
 }
 
 fn init_logs(format: LogFormat) {

@@ -63,11 +63,7 @@ pub async fn run(options: RunOptions) -> ExitCode {
     let guard = match acquire_showing_progress(&client, &options, holder).await {
         Ok(guard) => guard,
         Err(ClientError::Status(status)) if status.code() == tonic::Code::Aborted => {
-            eprintln!(
-                "leasehold: lock {:?} not acquired: {}",
-                options.name,
-                status.message()
-            );
+            eprintln!("leasehold: {}", not_acquired(&options, &status));
             return ExitCode::from(EXIT_NOT_ACQUIRED);
         }
         Err(error) => return fail(error),
@@ -215,4 +211,31 @@ async fn acquire_showing_progress(
     };
     line.clear();
     result
+}
+
+/// Why `run` gave up, in one sentence: who holds the lock and when it frees at the latest, read
+/// from the status details; the server's message when it sent none.
+fn not_acquired(options: &RunOptions, status: &tonic::Status) -> String {
+    let Some(refusal) = leasehold::client::Refusal::of(status) else {
+        return status.message().to_owned();
+    };
+    let holder = refusal.holder.unwrap_or_default();
+    let waited = match refusal.reason.as_str() {
+        "WAIT_EXPIRED" => format!(
+            " after waiting {}",
+            humantime::format_duration(options.wait)
+        ),
+        _ => String::new(),
+    };
+    match refusal.retry_after {
+        Some(ttl) => {
+            let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+            format!(
+                "lock {:?} is held by {holder:?}{waited} (its lease ends within {} unless renewed)",
+                options.name,
+                humantime::format_duration(ttl)
+            )
+        }
+        None => format!("lock {:?} is held by {holder:?}{waited}", options.name),
+    }
 }
