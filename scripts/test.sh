@@ -12,6 +12,19 @@ ensure_openssl_installed
 # each client's suite below runs them.
 scripts/conformance.sh
 
+# ghz, the gRPC load tool (tests/operations.rs checks it finds our methods by reflection alone),
+# from the Go module proxy, installed while the Rust tests compile.
+mkdir -p target/go/bin
+if [ ! -x target/go/bin/ghz ]; then
+  GOBIN="$PWD/target/go/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0 >target/go/ghz-install.log 2>&1 &
+  ghz_install=$!
+fi
+cargo test --no-run "$@"
+if [ -n "${ghz_install:-}" ] && ! wait "$ghz_install"; then
+  cat target/go/ghz-install.log >&2
+  exit 1
+fi
+
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
 

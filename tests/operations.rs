@@ -1006,3 +1006,51 @@ async fn sighup_rereads_the_certificates() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The load tool most gRPC users reach for finds our methods by reflection alone (it asks
+/// reflection `v1alpha`), with no `.proto` file: `ghz` as scripts/test.sh installs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ghz_calls_acquire_by_reflection_alone() {
+    let ghz = std::env::var("LEASEHOLD_GHZ")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target/go/bin/ghz").to_owned());
+    assert!(
+        std::path::Path::new(&ghz).exists(),
+        "{ghz} is missing: scripts/test.sh installs ghz (or set LEASEHOLD_GHZ)"
+    );
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let address = server.url().trim_start_matches("http://").to_owned();
+    let output = tokio::process::Command::new(&ghz)
+        .args([
+            "--insecure",
+            "--call",
+            "leasehold.v1.LockService.Acquire",
+            "--data",
+            r#"{"name": "ghz-{{.RequestNumber}}", "ttl_ms": 60000}"#,
+            "--total",
+            "40",
+            "--concurrency",
+            "4",
+            "--format",
+            "json",
+            &address,
+        ])
+        .output()
+        .await
+        .expect("run ghz");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("ghz's JSON report");
+    assert_eq!(report["count"], 40, "{stdout}");
+    assert_eq!(report["statusCodeDistribution"]["OK"], 40, "{stdout}");
+    // Each call took its own lock, and Redis holds all forty.
+    let redis = redis.client().await;
+    for number in 0..40 {
+        let key = lock_key(&format!("ghz-{number}"));
+        let exists: u32 = fred::prelude::KeysInterface::exists(&redis, &key)
+            .await
+            .unwrap();
+        assert_eq!(exists, 1, "{key}");
+    }
+}

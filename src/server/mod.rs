@@ -177,16 +177,21 @@ pub async fn serve(
     let (reporter, health) = tonic_health::server::health_reporter();
     let monitor = HealthMonitor::start(reporter, store.clone()).await;
     tasks.spawn(monitor.run());
-    let mut reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
-    if config.echo {
-        reflection =
-            reflection.register_encoded_file_descriptor_set(crate::pb::bench::FILE_DESCRIPTOR_SET);
-    }
-    let reflection = reflection
-        .build_v1()
-        .map_err(|error| Error::invalid(format!("reflection: {error}")))?;
+    // Reflection in both versions: grpcurl and Postman speak v1, but ghz, Evans, grpc_cli and
+    // Python's grpcio-reflection still ask v1alpha only.
+    let reflection = || {
+        let builder = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        if config.echo {
+            builder.register_encoded_file_descriptor_set(crate::pb::bench::FILE_DESCRIPTOR_SET)
+        } else {
+            builder
+        }
+    };
+    let invalid = |error| Error::invalid(format!("reflection: {error}"));
+    let reflection_v1 = reflection().build_v1().map_err(invalid)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(invalid)?;
     if let Some(listener) = listeners.metrics {
         exporter::start(listener, store.connection().metrics().clone(), &tasks);
     }
@@ -203,7 +208,8 @@ pub async fn serve(
             move |response: http::Response<tonic::body::Body>| limit.rewrite(response),
         ))
         .add_service(health)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(InterceptedService::new(
             LockServiceServer::new(locks).max_decoding_message_size(max_bytes),
             authenticate.clone(),
