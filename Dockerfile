@@ -21,8 +21,12 @@ ENV LEASEHOLD_LISTEN=0.0.0.0:50051
 # With --tls-cert, override it: leasehold health --server https://localhost:50051 --tls-ca CA.pem
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["leasehold", "health", "--server", "http://127.0.0.1:50051"]
-# SIGTERM (docker stop): health turns NOT_SERVING, every holder is told Lost, every lock is
-# released, and the process exits 0 within --drain (10s; docker stop's own grace is 10s too).
+# SIGTERM (docker stop): health turns NOT_SERVING, the listening socket closes, leases with a
+# resume grace are handed over (their clients resume them on another replica), the others are
+# released and their holders told Lost, and the process exits 0 within the drain. The drain is
+# 8 s so that it ends inside docker stop's default grace of 10 s (raise both together:
+# `docker stop -t`, compose's stop_grace_period).
+ENV LEASEHOLD_DRAIN=8s
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["leasehold"]
 CMD ["serve"]

@@ -96,7 +96,20 @@ for name in replicas:
     with open(f"{work}/{name}.env", "w") as out:
         out.write(" ".join(f"{k}={v}" for k, v in env.items() if k not in
                            ("LEASEHOLD_REDIS", "LEASEHOLD_LISTEN", "LEASEHOLD_METRICS")))
-print("compose.yaml:", ", ".join(replicas), "use only variables leasehold serve reads")
+def seconds(text):
+    text = str(text)
+    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.rstrip("s"))
+for name in replicas:
+    drain = seconds(services[name]["environment"].get("LEASEHOLD_DRAIN", "10s"))
+    grace = seconds(services[name].get("stop_grace_period", "10s"))
+    assert grace > drain, f"{name}: stop_grace_period {grace}s must exceed the drain {drain}s"
+dockerfile = open("Dockerfile").read()
+drain = re.search(r"^ENV LEASEHOLD_DRAIN=(\S+)", dockerfile, re.M)
+assert drain and seconds(drain.group(1)) < 10, "the image's drain must end within docker stop's 10 s"
+ignored = open(".dockerignore").read().split()
+assert "target/" in ignored, ".dockerignore must keep target/ out of the build context"
+print("compose.yaml:", ", ".join(replicas), "use only variables leasehold serve reads,",
+      "and every stop grace exceeds its drain")
 PY
 servers=""
 addrs=()

@@ -17,19 +17,26 @@ redis_answers() {
   redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG
 }
 
-ensure_local_redis() {
+# A Redis on 127.0.0.1:6379 for scripts/serve.sh: none is started if one answers there; else a
+# redis-server in its own session (so a Ctrl-C meant for the server does not stop it first),
+# logging to target/serve-redis.log, whose pid goes in $session_redis for the caller to stop.
+session_redis=""
+start_redis_if_none_answers() {
   ensure_redis_server_installed
   if redis_answers; then
+    echo "using the Redis that answers on 127.0.0.1:6379" >&2
     return
   fi
-  echo "no Redis on 127.0.0.1:6379: starting one (nothing kept on disk)" >&2
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no \
-    --dir /tmp --logfile /tmp/leasehold-redis.log
+  echo "no Redis on 127.0.0.1:6379: starting one for this session (nothing kept on disk)" >&2
+  mkdir -p target
+  setsid redis-server --bind 127.0.0.1 --port 6379 --save '' --appendonly no \
+    --dir /tmp --logfile "$PWD/target/serve-redis.log" &
+  session_redis=$!
   for _ in $(seq 1 100); do
     redis_answers && return
     sleep 0.05
   done
-  echo "Redis did not start; see /tmp/leasehold-redis.log" >&2
+  echo "Redis did not start; see target/serve-redis.log" >&2
   exit 1
 }
 
