@@ -156,8 +156,7 @@ impl Error {
     }
 }
 
-/// The domain of every `google.rpc.ErrorInfo` we send (docs/errors.md).
-pub const ERROR_DOMAIN: &str = "leasehold";
+use crate::pb::ERROR_DOMAIN;
 
 /// How long a client should wait before retrying a call refused for load or a failing Redis.
 const RETRY_LATER: Duration = Duration::from_secs(1);

@@ -27,7 +27,7 @@ impl Refusal {
     /// error, or a server older than the details).
     pub fn of(status: &Status) -> Option<Refusal> {
         let info = status.get_details_error_info()?;
-        if info.domain != crate::error::ERROR_DOMAIN {
+        if info.domain != crate::pb::ERROR_DOMAIN {
             return None;
         }
         let retry_after = status

@@ -22,6 +22,10 @@ pub mod bench {
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("echo");
 }
 
+/// The domain of every `google.rpc.ErrorInfo` the server sends: part of the contract, beside
+/// the reasons listed in docs/errors.md.
+pub const ERROR_DOMAIN: &str = "leasehold";
+
 /// Every message and service of the contract, encoded, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold");
 
