@@ -3,7 +3,6 @@ package dev.leasehold;
 import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
-import io.grpc.StatusRuntimeException;
 import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
@@ -108,13 +107,7 @@ public final class Lease implements AutoCloseable {
       }
       throw new IllegalStateException("interrupted while acquiring " + request.getName(), e);
     } catch (ExecutionException e) {
-      if (e.getCause() instanceof StatusRuntimeException status
-          && status.getStatus().getCode() == Status.Code.ABORTED) {
-        throw new NotAcquiredException(status.getStatus().getDescription());
-      }
-      throw e.getCause() instanceof RuntimeException runtime
-          ? runtime
-          : new IllegalStateException(e.getCause());
+      throw ErrorDetails.failure(e.getCause());
     }
   }
 

@@ -29,6 +29,9 @@ import leasehold.v1.Election.ObserveResponse;
 import leasehold.v1.ElectionServiceGrpc;
 import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseMode;
+import leasehold.v1.Lock.ListRequest;
+import leasehold.v1.Lock.ListResponse;
+import leasehold.v1.LockServiceGrpc;
 
 /**
  * A connection to Leasehold: one server, or several replicas sharing one Redis.
@@ -63,6 +66,7 @@ public final class LeaseholdClient implements AutoCloseable {
           "name", List.of(
               Map.of("service", "leasehold.v1.LockService", "method", "Release"),
               Map.of("service", "leasehold.v1.LockService", "method", "Describe"),
+              Map.of("service", "leasehold.v1.LockService", "method", "List"),
               Map.of("service", "leasehold.v1.ElectionService", "method", "Leader")),
           "retryPolicy", Map.of(
               "maxAttempts", 5.0,
@@ -202,6 +206,28 @@ public final class LeaseholdClient implements AutoCloseable {
     return answer.getHasLeader()
         ? Optional.of(new Leader(answer.getTerm(), answer.getValue().toByteArray()))
         : Optional.empty();
+  }
+
+  /**
+   * The locks held now, at most {@code limit} of them ({@code 0}: the server's maximum, 1,000), as
+   * the Rust client's {@code Client::list} gives them: for operators and dashboards that need to
+   * see what is held, by whom and under which fencing token, without knowing the names. Each
+   * {@code HeldLock} has the name, holder, fencing token and remaining TTL of its first holder,
+   * every holder ({@code getHoldersList()}, for semaphores and readers), the limit and the mode;
+   * {@code getTruncated()} says whether more locks are held than were returned.
+   *
+   * <p>The server's answer is returned as it is so that no field it adds is lost. It is a bounded
+   * scan, not a snapshot: a lock taken or released during the call may or may not appear. With
+   * authentication, only an admin token may list (else PERMISSION_DENIED), and it sees the names
+   * under its prefixes. Being a read, the call is retried on another server when one is
+   * unavailable.
+   */
+  public ListResponse list(int limit) {
+    if (limit < 0) {
+      throw new IllegalArgumentException("limit must not be negative, got " + limit);
+    }
+    return LockServiceGrpc.newBlockingStub(channel)
+        .list(ListRequest.newBuilder().setLimit(limit).build());
   }
 
   /**

@@ -18,6 +18,8 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import leasehold.v1.Lock.DescribeRequest;
+import leasehold.v1.Lock.HeldLock;
+import leasehold.v1.Lock.ListResponse;
 import leasehold.v1.LockServiceGrpc;
 import org.junit.jupiter.api.Test;
 
@@ -221,12 +223,16 @@ class ConformanceTest {
       assertHeldAsBefore(servers, lease, token, fencing, 0, 1, 2);
       for (int i = 0; i < 3; i++) {
         servers.stop(i); // SIGTERM: the server ends the lease's stream, keeping the lease.
+        // Held on a live server before this one is back: else a lease slow to see its stream
+        // break could resume on the server it just lost, and never move.
+        awaitRenewed(servers, "a live server renews the lease");
         servers.start(i);
         awaitTrue(lease::attached, "the lease is held on a stream again");
         assertEquals(List.of(), lost);
         assertHeldAsBefore(servers, lease, token, fencing, 0, 1, 2);
       }
-      // On the first server first (the list's order), then on the next one up each time.
+      // On the first server first (the list's order), and moved off each server it was on when
+      // that one stopped: it cannot sit on the same server for two stops of three.
       assertTrue(lease.resumes() >= 2, "resumed " + lease.resumes() + " times");
       assertTrue(lease.release());
       assertEquals("0", servers.redisCli("EXISTS", LOCK_KEY));
@@ -245,15 +251,8 @@ class ConformanceTest {
       long fencing = lease.fencingToken();
       servers.kill(0); // The lease's server (the list's first): no goodbye.
       servers.kill(1);
-      // Only the survivor can renew the lease now: its TTL in Redis rising between two readings
-      // (less than a renewal period apart) proves the lease resumed there.
-      long[] last = {pttl(servers)};
-      awaitTrue(() -> {
-        long now = pttl(servers);
-        boolean rose = now > last[0];
-        last[0] = now;
-        return rose;
-      }, "the survivor renews the lease");
+      // Only the survivor can renew the lease now.
+      awaitRenewed(servers, "the survivor renews the lease");
       awaitTrue(lease::attached, "the lease is held on a stream again");
       assertTrue(lease.resumes() >= 1, "never resumed");
       assertEquals(List.of(), lost);
@@ -261,6 +260,43 @@ class ConformanceTest {
       assertTrue(lease.release());
       assertEquals("0", servers.redisCli("EXISTS", LOCK_KEY));
       assertEquals(List.of(), lost);
+    }
+  }
+
+  @Test
+  void conformance_refusal_details() throws Exception {
+    Duration ttl = Duration.ofSeconds(30);
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Lease held = client.lease("job").holder("holder-a").ttl(ttl).acquire()) {
+      NotAcquiredException refused = assertThrows(NotAcquiredException.class,
+          () -> client.lease("job").acquire());
+      assertEquals("LOCK_HELD", refused.reason());
+      assertEquals("holder-a", refused.holder());
+      Duration retryAfter = refused.retryAfter().orElseThrow(
+          () -> new AssertionError("no retry delay: " + refused.metadata()));
+      assertTrue(retryAfter.compareTo(Duration.ZERO) > 0, retryAfter::toString);
+      assertTrue(retryAfter.compareTo(ttl) <= 0, retryAfter::toString);
+      assertEquals("job", refused.metadata().get("lock"));
+      assertEquals("holder-a", refused.metadata().get("holder"));
+    }
+  }
+
+  @Test
+  void conformance_lists_held_locks() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
+      Lease lease = client.lease("job").holder("holder-a").acquire();
+      ListResponse listed = client.list(0);
+      List<HeldLock> jobs = listed.getLocksList().stream()
+          .filter(lock -> lock.getName().equals("job")).toList();
+      assertEquals(1, jobs.size(), listed::toString);
+      assertEquals("holder-a", jobs.get(0).getHolder());
+      assertEquals(lease.fencingToken(), jobs.get(0).getFencingToken());
+      assertFalse(listed.getTruncated());
+      assertTrue(lease.release());
+      assertTrue(client.list(0).getLocksList().stream()
+          .noneMatch(lock -> lock.getName().equals("job")), () -> client.list(0).toString());
     }
   }
 
@@ -292,6 +328,21 @@ class ConformanceTest {
             "a thief through server " + i);
       }
     }
+  }
+
+  /**
+   * Waits until a server renews the lease (or resumes it): its TTL in Redis rising between two
+   * readings, less than a renewal period apart. After a server stopped or was killed, that proves
+   * the lease is held on another.
+   */
+  private static void awaitRenewed(Servers servers, String what) throws InterruptedException {
+    long[] last = {pttl(servers)};
+    awaitTrue(() -> {
+      long now = pttl(servers);
+      boolean rose = now > last[0];
+      last[0] = now;
+      return rose;
+    }, what);
   }
 
   private static long pttl(Servers servers) {

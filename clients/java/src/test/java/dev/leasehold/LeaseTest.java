@@ -187,4 +187,46 @@ class LeaseTest {
       }
     }
   }
+
+  @Test
+  void aWaitThatRunsOutSaysWaitExpiredWithTheHolderAndHowLongItWaited() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Lease held = client.lease("job").holder("holder-a").ttl(Duration.ofSeconds(30))
+            .acquire()) {
+      NotAcquiredException refused = assertThrows(NotAcquiredException.class,
+          () -> client.lease("job").waitUpTo(Duration.ofMillis(200)).autoResume(false).acquire());
+      assertEquals("WAIT_EXPIRED", refused.reason());
+      assertEquals("holder-a", refused.holder());
+      assertTrue(Long.parseLong(refused.metadata().get("waited_ms")) >= 200, refused.metadata()::toString);
+      Duration retryAfter = refused.retryAfter().orElseThrow();
+      assertTrue(!retryAfter.isNegative() && !retryAfter.isZero()
+          && retryAfter.compareTo(Duration.ofSeconds(30)) <= 0, retryAfter::toString);
+    }
+  }
+
+  @Test
+  void listReturnsAtMostTheLimitAndSaysWhenMoreAreHeld() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Lease a = client.lease("a").acquire();
+        Lease b = client.lease("b").holder("reader").shared().acquire();
+        Lease c = client.lease("c").limit(3).acquire()) {
+      var all = client.list(0);
+      assertEquals(List.of("a", "b", "c"),
+          all.getLocksList().stream().map(lock -> lock.getName()).sorted().toList());
+      assertFalse(all.getTruncated());
+      var shared = all.getLocksList().stream()
+          .filter(lock -> lock.getName().equals("b")).findFirst().orElseThrow();
+      assertEquals(leasehold.v1.Lock.LeaseMode.LEASE_MODE_SHARED, shared.getMode());
+      assertEquals(b.fencingToken(), shared.getHolders(0).getFencingToken());
+      var semaphore = all.getLocksList().stream()
+          .filter(lock -> lock.getName().equals("c")).findFirst().orElseThrow();
+      assertEquals(3, semaphore.getLimit());
+      var two = client.list(2);
+      assertEquals(2, two.getLocksCount());
+      assertTrue(two.getTruncated());
+      assertThrows(IllegalArgumentException.class, () -> client.list(-1));
+    }
+  }
 }

@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.net.ServerSocket;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -21,6 +22,8 @@ final class Servers implements AutoCloseable {
   /** The first server's address. */
   final String target;
   private final Process redis;
+  private final Path redisDir;
+  private final Path binary;
   private final String[] extra;
   private final String[] targets;
   private final Process[] servers;
@@ -37,26 +40,84 @@ final class Servers implements AutoCloseable {
   /** {@code count} servers on one Redis, with {@code extra} arguments for each. */
   Servers(int count, String... extra) throws IOException, InterruptedException {
     this.extra = extra;
+    this.binary = binary();
+    targets = new String[count];
+    servers = new Process[count];
     try (ServerSocket socket = new ServerSocket(0)) {
       redisPort = socket.getLocalPort();
     }
-    redis = new ProcessBuilder("redis-server", "--port", "" + redisPort, "--bind", "127.0.0.1",
-        "--save", "", "--appendonly", "no",
-        "--dir", Files.createTempDirectory("leasehold-java").toString())
-        .redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
-    Instant deadline = Instant.now().plus(Duration.ofSeconds(5));
-    while (!"PONG".equals(redisCli("ping"))) {
-      if (Instant.now().isAfter(deadline)) {
-        throw new IllegalStateException("redis-server did not start");
-      }
-      Thread.sleep(20);
+    redisDir = Files.createTempDirectory("leasehold-java");
+    try {
+      redis = new ProcessBuilder("redis-server", "--port", "" + redisPort,
+          "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", redisDir.toString())
+          .redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+    } catch (IOException | RuntimeException e) {
+      Files.deleteIfExists(redisDir); // redis-server could not be run: nothing else was started.
+      throw e;
     }
-    targets = new String[count];
-    servers = new Process[count];
-    for (int i = 0; i < count; i++) {
-      start(i, "127.0.0.1:0");
+    // Whatever fails from here (Redis not answering, a server not starting, an interrupt) stops
+    // all that was started: the caller never gets the object to close.
+    boolean ready = false;
+    try {
+      Instant deadline = Instant.now().plus(Duration.ofSeconds(5));
+      while (!"PONG".equals(redisCli("ping"))) {
+        if (!redis.isAlive() || Instant.now().isAfter(deadline)) {
+          throw new IllegalStateException("redis-server did not start on port " + redisPort);
+        }
+        Thread.sleep(20);
+      }
+      for (int i = 0; i < count; i++) {
+        start(i, "127.0.0.1:0");
+      }
+      ready = true;
+    } finally {
+      if (!ready) {
+        close();
+      }
     }
     target = targets[0];
+  }
+
+  /**
+   * The server binary: {@code LEASEHOLD_BIN} when set; else the project's own build,
+   * target/debug/leasehold or target/release/leasehold (scripts/serve.sh builds the latter),
+   * whichever exists, the newer if both do.
+   */
+  static Path binary() {
+    Path debug = Path.of("../../target/debug/leasehold").toAbsolutePath().normalize();
+    Path release = Path.of("../../target/release/leasehold").toAbsolutePath().normalize();
+    String configured = System.getenv("LEASEHOLD_BIN");
+    if (configured != null && !configured.isEmpty()) {
+      Path path = Path.of(configured);
+      if (runnable(path)) {
+        return path;
+      }
+      throw new IllegalStateException("LEASEHOLD_BIN=" + configured + " is not an executable "
+          + "file. Point it at a leasehold binary, or unset it to use the newer of " + debug
+          + " and " + release + ".");
+    }
+    boolean hasDebug = runnable(debug);
+    boolean hasRelease = runnable(release);
+    if (hasDebug && hasRelease) {
+      try {
+        return Files.getLastModifiedTime(release).compareTo(Files.getLastModifiedTime(debug)) > 0
+            ? release
+            : debug;
+      } catch (IOException e) {
+        return debug;
+      }
+    }
+    if (hasDebug || hasRelease) {
+      return hasDebug ? debug : release;
+    }
+    throw new IllegalStateException("No leasehold server binary to test with: LEASEHOLD_BIN is "
+        + "not set, and neither " + debug + " nor " + release + " exists. Set LEASEHOLD_BIN to a "
+        + "leasehold binary, or build one at the repository's root: cargo build (debug) or "
+        + "cargo build --release (as scripts/serve.sh does).");
+  }
+
+  private static boolean runnable(Path path) {
+    return Files.isRegularFile(path) && Files.isExecutable(path);
   }
 
   /** Server {@code i}'s address. */
@@ -70,17 +131,23 @@ final class Servers implements AutoCloseable {
   }
 
   private void start(int i, String listen) throws IOException {
-    String binary = System.getenv().getOrDefault("LEASEHOLD_BIN", "../../target/debug/leasehold");
-    List<String> command = new ArrayList<>(List.of(
-        binary, "serve", "--listen", listen, "--redis", "redis://127.0.0.1:" + redisPort));
+    List<String> command = new ArrayList<>(List.of(binary.toString(), "serve",
+        "--listen", listen, "--redis", "redis://127.0.0.1:" + redisPort));
     command.addAll(List.of(extra));
     Process server = new ProcessBuilder(command)
         .redirectError(ProcessBuilder.Redirect.DISCARD).start();
     BufferedReader out = new BufferedReader(new InputStreamReader(server.getInputStream()));
-    String line = out.readLine();
+    String line = null;
+    try {
+      line = out.readLine();
+    } finally {
+      if (line == null || !line.startsWith("leasehold: listening on ")) {
+        stopNow(server);
+      }
+    }
     if (line == null || !line.startsWith("leasehold: listening on ")) {
-      server.destroyForcibly();
-      throw new IllegalStateException("server did not start on " + listen + ": " + line);
+      throw new IllegalStateException("server " + binary + " did not start on " + listen + ": "
+          + (line == null ? "it exited" : line));
     }
     Thread drain = new Thread(() -> { // Whatever else it prints never fills the pipe.
       try {
@@ -167,6 +234,7 @@ final class Servers implements AutoCloseable {
     }
   }
 
+  /** Stops everything started (each server, then Redis) and waits until each is gone. */
   @Override
   public void close() {
     for (int i = 0; i < servers.length; i++) {
@@ -176,9 +244,24 @@ final class Servers implements AutoCloseable {
         } catch (IOException | InterruptedException e) {
           // Killed below either way.
         }
-        servers[i].destroyForcibly();
+        stopNow(servers[i]);
       }
     }
-    redis.destroyForcibly();
+    stopNow(redis);
+    try {
+      Files.deleteIfExists(redisDir); // Empty: Redis saves nothing.
+    } catch (IOException e) {
+      // A stray temporary directory.
+    }
+  }
+
+  /** Kills {@code process} (SIGKILL) and waits, bounded, for it to be gone. */
+  private static void stopNow(Process process) {
+    process.destroyForcibly();
+    try {
+      process.waitFor(10, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 }
