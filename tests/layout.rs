@@ -1,16 +1,13 @@
-//! The README's layout section is the map a newcomer reads first: every path it names exists,
-//! and every source file is on it.
+//! The map of the tree (docs/layout.md) names only paths that exist, and every source file is on
+//! it; the README links every page of docs/, and every relative link of the README and docs/
+//! leads somewhere.
 
 use std::path::{Path, PathBuf};
 
-/// Words of the README's `## Layout` code block that name paths in the repository.
+/// Words of docs/layout.md's code block that name paths in the repository.
 fn layout_paths() -> Vec<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let section = readme
-        .split("\n## Layout\n")
-        .nth(1)
-        .expect("a ## Layout section");
-    let block = section.split("```").nth(1).expect("a code block in it");
+    let layout = std::fs::read_to_string(root().join("docs/layout.md")).expect("docs/layout.md");
+    let block = layout.split("```").nth(1).expect("a code block in it");
     let roots = [
         "src/",
         "tests/",
@@ -68,7 +65,7 @@ fn every_path_the_readme_layout_names_exists() {
         };
         assert!(
             exists,
-            "the README's layout names {path}, which is not in the tree"
+            "docs/layout.md names {path}, which is not in the tree"
         );
     }
 }
@@ -81,7 +78,55 @@ fn every_source_file_is_on_the_readme_layout() {
     for file in files {
         assert!(
             named.iter().any(|pattern| matches(pattern, &file)),
-            "{file} is missing from the README's layout section"
+            "{file} is missing from docs/layout.md"
         );
+    }
+}
+
+/// The relative links of a Markdown file: `[text](target)` with no scheme, without `#anchor`.
+fn relative_links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')'))
+        .map(|(target, _)| target.split('#').next().unwrap_or_default().to_owned())
+        .filter(|target| !target.is_empty() && !target.contains("://"))
+        .collect()
+}
+
+#[test]
+fn the_readme_links_every_page_of_docs_and_no_link_is_broken() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let mut pages = Vec::new();
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name.ends_with(".md") {
+            pages.push(name);
+        }
+    }
+    assert!(!pages.is_empty());
+    let linked = relative_links(&readme);
+    for page in &pages {
+        assert!(
+            linked.contains(&format!("docs/{page}")),
+            "the README does not link docs/{page}"
+        );
+    }
+    let mut files = vec![(root(), readme)];
+    for page in &pages {
+        let text = std::fs::read_to_string(root().join("docs").join(page)).expect("page");
+        files.push((root().join("docs"), text));
+    }
+    for (dir, text) in files {
+        for link in relative_links(&text) {
+            assert!(
+                dir.join(&link).exists(),
+                "a link to {link} (from {}) leads nowhere",
+                dir.display()
+            );
+        }
     }
 }
