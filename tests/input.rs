@@ -164,6 +164,13 @@ async fn malformed_and_oversized_frames_get_a_status_and_disturb_nothing() {
         "{}",
         status.message()
     );
+    // With its details, like every other refusal (docs/errors.md).
+    let refusal = leasehold::client::Refusal::of(&status).expect("details");
+    assert_eq!(refusal.reason, "MESSAGE_TOO_LARGE");
+    assert_eq!(
+        refusal.metadata.get("limit"),
+        Some(&leasehold::server::MAX_REQUEST_BYTES.to_string())
+    );
 
     // The bystander never noticed: same token, renewed all along, no Lost.
     assert_eq!(
