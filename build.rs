@@ -2,6 +2,10 @@
 //! machine needs no system protobuf compiler.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Without these, Cargo reruns the script (and rebuilds the crate) on any file change in the
+    // package, README and docs included.
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=proto");
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc);

@@ -86,13 +86,17 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                 for h in &d.holders {
                     println!(
                         "	held by {}	ttl {} ms	fencing token {}",
-                        h.holder, h.ttl_remaining_ms, h.fencing_token
+                        shown(&h.holder),
+                        h.ttl_remaining_ms,
+                        h.fencing_token
                     );
                 }
             } else if d.held {
                 println!(
                     "{name}\theld by {}\tttl {} ms\tfencing token {}",
-                    d.holder, d.ttl_remaining_ms, d.fencing_token
+                    shown(&d.holder),
+                    d.ttl_remaining_ms,
+                    d.fencing_token
                 );
             } else {
                 println!("{name}\tfree");
@@ -137,5 +141,15 @@ pub async fn health(connect: ConnectOptions) -> ExitCode {
             ExitCode::from(super::EXIT_UNAVAILABLE)
         }
         Err(error) => fail(error),
+    }
+}
+
+/// A holder as `status` shows it: a lease acquired without a holder name says so rather than
+/// leaving an empty column.
+fn shown(holder: &str) -> &str {
+    if holder.is_empty() {
+        "(unnamed)"
+    } else {
+        holder
     }
 }

@@ -294,7 +294,7 @@ pub struct ServeArgs {
     )]
     redis: String,
     /// Redlock instead of --redis: independent Redis primaries (an odd number, at least 3),
-    /// comma-separated. A lock is held while a majority holds it; see the README's modes.
+    /// comma-separated. A lock is held while a majority holds it; see docs/redis-modes.md.
     #[arg(
         long,
         env = "LEASEHOLD_REDLOCK",

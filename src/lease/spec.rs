@@ -3,7 +3,7 @@
 //! A [`LockName`] can only be built through its check, and a [`LeaseSpec`] is assembled from
 //! checked parts (by `TryFrom` on the request, in the server layer), so everything below the
 //! gRPC layer works on values known to be within limits before anything touches Redis. Every
-//! limit is a named constant so the proto, the README and the code agree.
+//! limit is a named constant so the proto, docs/contract.md and the code agree.
 
 use std::time::Duration;
 

@@ -313,11 +313,17 @@ async fn held_section(
             })
         };
         let (cpu, ticking_cell) = (share(held.cpu_share), share(ticking_cpu));
+        // No renewal inside the window (a window shorter than TTL/3, as --quick has): nothing
+        // to divide by.
+        let per_script = if per_ttl_third > 0.0 {
+            format!("{:.0}", 1.0 / per_ttl_third)
+        } else {
+            "n/a (no renewal measured)".to_owned()
+        };
         println!(
-            "| {count} | {per_lease} | {floor_cell} | {cpu} | {ticking_cell} | {:.1}% of a core | {:.1} | {per_period:.0} | {:.0} |",
+            "| {count} | {per_lease} | {floor_cell} | {cpu} | {ticking_cell} | {:.1}% of a core | {:.1} | {per_period:.0} | {per_script} |",
             held.redis_cpu_share * 100.0,
             held.renewals_per_second,
-            1.0 / per_ttl_third.max(f64::MIN_POSITIVE),
         );
         held_rows.push(json!({
             "leases": count,
