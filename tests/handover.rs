@@ -208,9 +208,8 @@ async fn killing_two_of_three_replicas_loses_no_lease_or_job() {
             loop {
                 let mut resumed = 0;
                 for (name, _) in &held {
-                    let owner = lock_key(name).replace(":lock", ":owner");
-                    let attached = redis_cli(redis.port(), &["HGET", &owner, "attached"]);
-                    resumed += usize::from(!attached.is_empty());
+                    let value = redis_cli(redis.port(), &["GET", &lock_key(name)]);
+                    resumed += usize::from(support::lease_value(&value).attachment > 0);
                 }
                 if resumed >= LEASES * 2 / 3 {
                     return;

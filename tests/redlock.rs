@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use leasehold::pb::lease_response::Event;
+use leasehold::store::keys::lock_keys;
 use support::chaos::{Chaos, Cluster, TTL};
 use support::{
     LeaseStream, RedisServer, TestServer, fast_keepalive, lock_key, unary_acquire, wait_for_line,
@@ -39,7 +40,7 @@ async fn clients(primaries: &[RedisServer]) -> Vec<Client> {
 async fn tokens_on(primaries: &[RedisServer], key: &str) -> Vec<Option<String>> {
     let mut tokens = Vec::new();
     for client in clients(primaries).await {
-        tokens.push(client.get(key).await.expect("GET the lock key"));
+        tokens.push(support::get(&client, key).await);
     }
     tokens
 }
@@ -60,15 +61,9 @@ async fn a_lock_is_taken_on_every_primary_with_one_token_and_released_on_all() {
         "every primary holds the one token: {tokens:?}"
     );
     for direct in clients(&primaries).await {
-        let fence: Option<u64> = direct
-            .custom(
-                fred::cmd!("HGET"),
-                vec!["leasehold:{report}:owner", "fence"],
-            )
-            .await
-            .expect("HGET");
+        let value: Option<String> = direct.get(lock_key("report")).await.expect("GET");
         assert_eq!(
-            fence,
+            value.map(|value| support::lease_value(&value).fencing_token),
             Some(acquired.fencing_token),
             "the issued token is recorded"
         );
@@ -255,7 +250,13 @@ async fn fencing_tokens_stay_monotonic_when_primaries_come_back_empty() {
     for primary in &primaries[..3] {
         let direct = primary.client().await;
         let _: () = direct
-            .set("leasehold:{ledger}:fence", ahead, None, None, false)
+            .set(
+                lock_keys("leasehold:", "ledger").fence,
+                ahead,
+                None,
+                None,
+                false,
+            )
             .await
             .expect("SET the counter");
     }

@@ -38,7 +38,7 @@ func TestConformance_acquire_release(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := redisCli(port, "GET", lockKey); got != lease.Token {
+	if got := lockToken(port, lockKey); got != lease.Token {
 		t.Fatalf("lock key holds %q", got)
 	}
 	if held, err := lease.Release(); err != nil || !held {
@@ -312,7 +312,7 @@ func TestConformance_resume_after_break(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resumed.FencingToken != held.FencingToken || redisCli(port, "GET", lockKey) != held.Token {
+	if resumed.FencingToken != held.FencingToken || lockToken(port, lockKey) != held.Token {
 		t.Fatalf("resumed with token %d (held %d)", resumed.FencingToken, held.FencingToken)
 	}
 	if wasHeld, err := resumed.Release(); err != nil || !wasHeld {

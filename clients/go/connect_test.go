@@ -239,7 +239,7 @@ func TestADNSNameWithSeveralAddresses(t *testing.T) {
 	}
 	second.Wait()
 	confirmedAfter(t, lease, lease.ValidUntil())
-	if got := redisCli(redisPort, "GET", lockKey); got != lease.Token {
+	if got := lockToken(redisPort, lockKey); got != lease.Token {
 		t.Fatalf("lock key holds %q", got)
 	}
 	if held, err := lease.Release(); err != nil || !held {

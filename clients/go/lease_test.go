@@ -31,6 +31,11 @@ func redisCli(port int, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// lockToken is the token in a lock key's value (`<token>:<fencing token>:<attachment>:<holder>`).
+func lockToken(port int, key string) string {
+	return strings.SplitN(redisCli(port, "GET", key), ":", 2)[0]
+}
+
 // start runs a redis-server and a leasehold server of the test's own; both stop at cleanup.
 func start(t *testing.T) (*grpc.ClientConn, int) {
 	conn, port, _ := startServer(t)
@@ -109,7 +114,7 @@ func TestLeaseHoldsExcludesAndReleases(t *testing.T) {
 	if lease.FencingToken == 0 {
 		t.Fatal("no fencing token")
 	}
-	if got := redisCli(port, "GET", "leasehold:{job}:lock"); got != lease.Token {
+	if got := lockToken(port, "leasehold:{job}:lock"); got != lease.Token {
 		t.Fatalf("lock key holds %q, want our token", got)
 	}
 	_, err = Acquire(ctx, conn, "job", Options{})

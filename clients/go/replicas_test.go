@@ -119,7 +119,7 @@ func (r *replicas) holds(lease *Lease, fencingToken uint64, token string, alive 
 	if lease.FencingToken != fencingToken || lease.Token != token {
 		r.t.Fatalf("the lease now has fencing token %d (was %d)", lease.FencingToken, fencingToken)
 	}
-	if got := redisCli(r.redisPort, "GET", lockKey); got != token {
+	if got := lockToken(r.redisPort, lockKey); got != token {
 		r.t.Fatalf("the lock key holds %q, not the lease's token", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -7,7 +7,7 @@
 //! holder can no longer be overwritten by an older holder's read-modify-write.
 //!
 //! ```no_run
-//! # async fn example(redis: fred::prelude::Client, fencing_token: u64) -> leasehold::error::Result<()> {
+//! # async fn example(redis: fred::prelude::Client, fencing_token: u64) -> Result<(), leasehold::client::fence::FenceError> {
 //! use leasehold::client::fence::{Fenced, FencedKey};
 //!
 //! let balance = FencedKey::new(redis, "accounts:42:balance").await?;
@@ -29,7 +29,30 @@
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use crate::error::{Error, Result};
+/// What stops a fenced access. The client's own error type: the SDK does not depend on the
+/// server's.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    /// Redis refused the call or did not answer.
+    #[error("redis {context}: {source}")]
+    Redis {
+        context: &'static str,
+        #[source]
+        source: fred::error::Error,
+    },
+    /// The script answered something it never returns (another script under its name?).
+    #[error("unexpected reply to {context}: {detail}")]
+    BadReply {
+        context: &'static str,
+        detail: String,
+    },
+}
+
+type Result<T> = std::result::Result<T, FenceError>;
+
+fn redis(context: &'static str) -> impl FnOnce(fred::error::Error) -> FenceError {
+    move |source| FenceError::Redis { context, source }
+}
 
 /// The answer of a fenced access.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +85,7 @@ impl FencedKey {
         key.script
             .load(&key.client)
             .await
-            .map_err(Error::redis("fence script load"))?;
+            .map_err(redis("fence script load"))?;
         Ok(key)
     }
 
@@ -92,7 +115,7 @@ impl FencedKey {
                 args,
             )
             .await
-            .map_err(Error::redis("fenced access"))
+            .map_err(redis("fenced access"))
     }
 }
 
@@ -101,7 +124,7 @@ fn parse<T>(
     context: &'static str,
     accepted: impl FnOnce(&[Value]) -> Option<T>,
 ) -> Result<Fenced<T>> {
-    let bad = || Error::BadReply {
+    let bad = || FenceError::BadReply {
         context,
         detail: format!("{reply:?}"),
     };

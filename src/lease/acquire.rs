@@ -107,6 +107,7 @@ pub async fn acquire(
     let waiter_ttl = room.map_or(POLLING_WAITER_TTL, WaitRoom::waiter_ttl);
     let mut backoff = Backoff::default();
     let mut last_state: Option<WaitingState> = None;
+    let mut first_attempt = true;
     loop {
         let sent_at = Instant::now();
         let waiter = Waiter {
@@ -116,6 +117,7 @@ pub async fn acquire(
             ttl: waiter_ttl,
             arrival_us,
             mode: spec.mode,
+            first_attempt: std::mem::take(&mut first_attempt),
         };
         let outcome = store
             .try_acquire(keys, token, spec.ttl, &spec.holder, &waiter)

@@ -5,8 +5,8 @@
 //! lock's channel while it has local waiters for it. One task owns the subscriptions, so a
 //! subscribe and an unsubscribe for one channel can never overtake each other.
 //!
-//! The same task keeps the server's fair waiters in line: every `waiter_ttl / 3` it vouches for
-//! all of them with one script call per lock, which also drops waiters no server vouches for any
+//! The same task keeps the server's waiters in line (fair ones by place, every one by its
+//! deadline): every `waiter_ttl / 3` it vouches for all of them with one script call per lock, which also drops waiters no server vouches for any
 //! more (their server died) and wakes the line if the lock is free (a wake-up may have been lost).
 //! When the subscriber connection reconnects, every local waiter is woken, since messages may
 //! have been missed meanwhile.
@@ -278,16 +278,13 @@ impl Listener for WaitRoomTask {
         Some(self.next_refresh)
     }
 
-    /// Vouches for this server's fair waiters, one script call per lock, in the background.
+    /// Vouches for this server's waiters, one script call per lock, in the background.
     async fn due(&mut self, by_lock: &mut ByLock) {
         self.next_refresh = Instant::now() + self.waiter_ttl / 3;
         for lock in by_lock.values() {
-            let waiters: Vec<String> = lock
-                .members
-                .iter()
-                .filter(|(_, member)| member.fair)
-                .map(|(id, _)| id.clone())
-                .collect();
+            // Every waiter, fair or not: each has a deadline, which is what tells a release
+            // that someone waits.
+            let waiters: Vec<String> = lock.members.keys().cloned().collect();
             if waiters.is_empty() {
                 continue;
             }

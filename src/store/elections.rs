@@ -62,14 +62,22 @@ struct Shared {
     retire_stale: Script,
     /// `<prefix>election:`
     space: String,
+    /// `<prefix>`: the fencing counters are shared with the locks.
+    prefix: String,
 }
 
 impl Elections {
     /// Opens the key space under `prefix`, loading its scripts. The leadership lease is a lock
     /// in this key space, run by the lock scripts.
     pub async fn open(connection: &Connection, prefix: &str) -> Result<Self> {
-        let announce = Script::from_lua(include_str!("elections/announce.lua"));
-        let retire_stale = Script::from_lua(include_str!("elections/retire_stale.lua"));
+        let announce = Script::from_lua(concat!(
+            include_str!("locks/lease.lua"),
+            include_str!("elections/announce.lua")
+        ));
+        let retire_stale = Script::from_lua(concat!(
+            include_str!("locks/lease.lua"),
+            include_str!("elections/retire_stale.lua")
+        ));
         for script in [&announce, &retire_stale] {
             connection.load(script).await?;
         }
@@ -78,6 +86,7 @@ impl Elections {
             announce,
             retire_stale,
             space: format!("{prefix}{ELECTION_SPACE}"),
+            prefix: prefix.to_owned(),
         })))
     }
 
@@ -88,9 +97,13 @@ impl Elections {
     /// The keys of election `name`.
     pub fn keys(&self, name: &str) -> ElectionKeys {
         let base = key_base(&self.0.space, name);
+        let state = format!("{base}:state");
         ElectionKeys {
-            lease: lock_keys_at(&base),
-            state: format!("{base}:state"),
+            lease: LockKeys {
+                kept_with: Some(state.clone()),
+                ..lock_keys_at(&self.0.prefix, &base)
+            },
+            state,
             events: format!("{base}:events"),
         }
     }

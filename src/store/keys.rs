@@ -16,18 +16,25 @@ const KEPT_IN_KEYS: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'/')
     .remove(b'@');
 
-/// The keys of one lock (or of the lease behind an election). They share the `{…}` hash tag.
+/// The keys of one lock (or of the lease behind an election). They share the `{…}` hash tag,
+/// except the fencing counter, which lives in the same hash slot under a tag of its own.
+///
+/// Every key here but the counter expires: the lock with its lease, the line with its last
+/// waiter's deadline, the permits with the last permit. A plain lock with nobody waiting is one
+/// key.
 #[derive(Clone, Debug)]
 pub struct LockKeys {
-    /// String holding the current token; its TTL is the lock's.
+    /// String `<token>:<fencing token>:<attachment>:<holder>`; its TTL is the lease's. The token
+    /// comes first, so "does it still hold our token" is a prefix test; the holder comes last,
+    /// so it may contain anything.
     pub lock: String,
-    /// Hash with the current holder's description and fencing token; same TTL as `lock`.
-    pub owner: String,
-    /// Counter behind the fencing tokens; it never expires so tokens only grow.
+    /// The fencing counter of this name's hash slot (see [`fence_key`]): never expires, and only
+    /// grows.
     pub fence: String,
     /// Fair waiters in arrival order (sorted set: waiter id -> arrival time in microseconds).
     pub line: String,
-    /// When each waiter leaves the line unless its server vouches for it again (sorted set, ms).
+    /// Every waiter (fair or not), with when it leaves unless its server vouches for it again
+    /// (sorted set, ms). Its existence is what tells a release that someone may be waiting.
     pub deadlines: String,
     /// Holders of a semaphore's permits or a shared lock (sorted set: token -> expiry, ms).
     pub holders: String,
@@ -35,6 +42,9 @@ pub struct LockKeys {
     pub permits: String,
     /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
     pub channel: String,
+    /// A key renewed with the lease to outlive it by two TTLs: an election's state. `None` for
+    /// a lock.
+    pub kept_with: Option<String>,
 }
 
 /// A name's permits live beside its `lock` key: `<lock>:holders` and `<lock>:permits` (the
@@ -50,9 +60,9 @@ pub fn permit_keys(lock: &str) -> [String; 2] {
     ]
 }
 
-/// The keys of lock `name` under `prefix`: `<prefix>{<encoded name>}:lock|owner|fence|…`.
+/// The keys of lock `name` under `prefix`: `<prefix>{<encoded name>}:lock|line|…`.
 pub fn lock_keys(prefix: &str, name: &str) -> LockKeys {
-    lock_keys_at(&key_base(prefix, name))
+    lock_keys_at(prefix, &key_base(prefix, name))
 }
 
 /// What every key of `name` under `prefix` starts with: `<prefix>{<encoded name>}`.
@@ -60,20 +70,60 @@ pub fn key_base(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{}}}", hash_tag(name))
 }
 
-/// A lock's keys below `base` (from [`key_base`]).
-pub fn lock_keys_at(base: &str) -> LockKeys {
+/// A lock's keys below `base` (from [`key_base`], under `prefix`).
+pub fn lock_keys_at(prefix: &str, base: &str) -> LockKeys {
     let lock = format!("{base}:lock");
     let [holders, permits] = permit_keys(&lock);
     LockKeys {
+        fence: fence_key(prefix, &lock),
         lock,
         holders,
         permits,
-        owner: format!("{base}:owner"),
-        fence: format!("{base}:fence"),
         line: format!("{base}:line"),
         deadlines: format!("{base}:deadlines"),
         channel: format!("{base}:wake"),
+        kept_with: None,
     }
+}
+
+/// The fencing counter for `key`'s hash slot: `<prefix>fence:{<tag>}`, the tag being the first
+/// of `0`, `1`, `2`, … (in hex) that hashes to that slot.
+///
+/// Why one counter per slot and not per name: a per-name counter would be a key left behind by
+/// every name ever locked (it must outlive its leases, or tokens could go back). A per-slot one
+/// is at most 16,384 keys per prefix, whatever the number of names, and still in the name's slot,
+/// so the acquire script reaches it on a Cluster. Tokens are strictly increasing per slot, so
+/// per name: `max(counter + 1, Redis clock in µs)`. The clock term keeps them increasing across
+/// a Redis that lost its data (as long as its clock did not go back); the counter keeps them
+/// increasing when the clock goes back (as long as the data is kept).
+pub fn fence_key(prefix: &str, key: &str) -> String {
+    let slot = fred::util::redis_keyslot(key.as_bytes());
+    format!("{prefix}fence:{{{}}}", slot_tags()[usize::from(slot)])
+}
+
+/// Number of hash slots in a Redis Cluster.
+const SLOTS: usize = 16_384;
+
+/// For every slot, the first hex number (as text) that hashes to it. About 170,000 CRC16s,
+/// once per process (a few milliseconds; [`crate::store::Locks::open`] does it, so no request
+/// waits for it).
+pub fn slot_tags() -> &'static [String] {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![String::new(); SLOTS];
+        let mut missing = SLOTS;
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let tag = format!("{n:x}");
+            let slot = usize::from(fred::util::redis_keyslot(tag.as_bytes()));
+            if tags[slot].is_empty() {
+                tags[slot] = tag;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    })
 }
 
 /// A `SCAN` pattern that matches the `lock` key (and the permits' keys) of every lock under
@@ -138,5 +188,23 @@ mod tests {
         assert_eq!(lock_name("p:", "p:{a}:lock:permits"), None);
         assert_eq!(lock_name("p:", "p:election:{a}:lock"), None);
         assert_eq!(lock_key_pattern("p*[x]:"), "p\\*\\[x\\]:{*}:lock*");
+    }
+
+    #[test]
+    fn the_fencing_counter_shares_the_names_slot_and_never_a_names_key() {
+        let slot = |key: &str| fred::util::redis_keyslot(key.as_bytes());
+        for name in ["a", "job-17", "é", "{x}", "a:b"] {
+            let keys = lock_keys("p:", name);
+            assert_eq!(slot(&keys.fence), slot(&keys.lock), "{name}");
+            assert!(keys.fence.starts_with("p:fence:{"), "{}", keys.fence);
+            assert_eq!(lock_name("p:", &keys.fence), None);
+        }
+        // One tag per slot, each found, each distinct.
+        let tags = slot_tags();
+        assert_eq!(tags.len(), SLOTS);
+        assert_eq!(
+            tags.iter().collect::<std::collections::HashSet<_>>().len(),
+            SLOTS
+        );
     }
 }

@@ -34,7 +34,9 @@ pub const MAX_PER_SCRIPT: usize = 500;
 /// One lease's extend.
 pub struct Extend {
     pub lock: String,
-    pub owner: String,
+    /// A key that outlives the lease by two TTLs, renewed with it (an election's state), or
+    /// empty.
+    pub kept_with: String,
     pub token: String,
     pub ttl_ms: i64,
     /// `true`: extended; `false`: not ours.
@@ -69,7 +71,7 @@ impl RenewalBatches {
     pub async fn extend(
         &self,
         lock: &str,
-        owner: &str,
+        kept_with: Option<&str>,
         token: &str,
         ttl: Duration,
     ) -> Result<bool> {
@@ -77,7 +79,7 @@ impl RenewalBatches {
         self.queue
             .send(Extend {
                 lock: lock.to_owned(),
-                owner: owner.to_owned(),
+                kept_with: kept_with.unwrap_or_default().to_owned(),
                 token: token.to_owned(),
                 ttl_ms: millis(ttl),
                 reply,
@@ -147,9 +149,9 @@ impl Batcher {
         let mut args = Vec::with_capacity(chunk.len() * 4);
         for extend in &chunk {
             args.push(Value::from(extend.lock.as_str()));
-            args.push(Value::from(extend.owner.as_str()));
             args.push(Value::from(extend.token.as_str()));
             args.push(Value::from(extend.ttl_ms));
+            args.push(Value::from(extend.kept_with.as_str()));
         }
         let replies: Result<Vec<i64>> = self
             .connection
@@ -181,7 +183,11 @@ impl Batcher {
                     "extend",
                     {
                         let [holders, permits] = permit_keys(&extend.lock);
-                        vec![extend.lock, extend.owner, holders, permits]
+                        let mut keys = vec![extend.lock, holders, permits];
+                        if !extend.kept_with.is_empty() {
+                            keys.push(extend.kept_with);
+                        }
+                        keys
                     },
                     vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
                 )

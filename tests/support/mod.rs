@@ -571,7 +571,28 @@ pub async fn wait_until_gone(
 /// The value of `key`, if any.
 pub async fn get(redis: &fred::prelude::Client, key: &str) -> Option<String> {
     use fred::prelude::KeysInterface;
-    redis.get(key).await.expect("get")
+    let value: Option<String> = redis.get(key).await.expect("get");
+    value.map(|value| lease_value(&value).token)
+}
+
+/// A lock key's value as the scripts write it: `<token>:<fencing token>:<attachment>:<holder>`.
+pub struct LeaseValue {
+    pub token: String,
+    pub fencing_token: u64,
+    pub attachment: u64,
+    pub holder: String,
+}
+
+/// Reads a lock key's value (a value written by hand is all token).
+pub fn lease_value(value: &str) -> LeaseValue {
+    let mut fields = value.splitn(4, ':');
+    let mut next = || fields.next().unwrap_or_default().to_owned();
+    LeaseValue {
+        token: next(),
+        fencing_token: next().parse().unwrap_or(0),
+        attachment: next().parse().unwrap_or(0),
+        holder: next(),
+    }
 }
 
 /// What most tests start with: a Redis of their own, a server on it, a direct Redis client to

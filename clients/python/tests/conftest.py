@@ -166,3 +166,10 @@ def wait_until(condition, what, timeout=15.0):
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting: {what}"
         time.sleep(0.01)
+
+
+def lock_token(port, key):
+    """The token in a lock key's value (`<token>:<fencing token>:<attachment>:<holder>`)."""
+    value = subprocess.run(["redis-cli", "-p", str(port), "GET", key], capture_output=True,
+                           text=True).stdout.strip()
+    return value.split(":", 1)[0]

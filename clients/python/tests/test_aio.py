@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from conftest import lock_token
 from leasehold_client import Leader, NotAcquired, aio
 
 
@@ -17,7 +18,7 @@ def test_async_lease_holds_refuses_a_second_holder_and_releases(server, redis_po
     async def scenario():
         async with aio.lease("job", server=server, ttl=5, holder="py-aio") as held:
             assert held.fencing_token > 0
-            assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+            assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
             with pytest.raises(NotAcquired, match="py-aio"):
                 async with aio.lease("job", server=server):
                     pass
@@ -110,14 +111,14 @@ def test_async_lease_survives_rolling_restart(cluster, redis_port):
                 await asyncio.to_thread(server.stop)
                 await asyncio.to_thread(server.start)
                 assert not held.lost.is_set(), held.lost_reason
-                assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+                assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
                 for other in cluster:
                     await refused(other.address)
             assert held.resumes >= 1
             assert held.fencing_token == fencing_token
             with pytest.raises(asyncio.TimeoutError):  # longer than its TTL: still renewed
                 await asyncio.wait_for(held.lost.wait(), 2.5)
-            assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+            assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
         assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
 
     asyncio.run(asyncio.wait_for(scenario(), 60))

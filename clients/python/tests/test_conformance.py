@@ -14,7 +14,7 @@ import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from leasehold_client import Leader, NotAcquired, campaign, lease, leader
 
-from conftest import wait_until
+from conftest import lock_token, wait_until
 
 LOCK_KEY = "leasehold:{job}:lock"
 
@@ -33,7 +33,7 @@ def wait_for_line(port, line, length):
 
 def test_conformance_acquire_release(server, redis_port):
     with lease("job", server=server) as held:
-        assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+        assert lock_token(redis_port, LOCK_KEY) == held.token
     assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
 
 
@@ -152,7 +152,7 @@ def test_conformance_resume_after_break(server, redis_port, cuttable):
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND
     with lease("job", server=server, ttl=3, resume_token=held.token) as resumed:
         assert resumed.fencing_token == held.fencing_token
-        assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+        assert lock_token(redis_port, LOCK_KEY) == held.token
     assert redis_cli(redis_port, "EXISTS", LOCK_KEY) == "0"
 
 
@@ -169,7 +169,7 @@ def still_held(held, fencing_token, redis_port, servers):
     of ``servers`` is refused."""
     assert not held.lost.is_set(), held.lost_reason
     assert held.fencing_token == fencing_token
-    assert redis_cli(redis_port, "GET", LOCK_KEY) == held.token
+    assert lock_token(redis_port, LOCK_KEY) == held.token
     for server in servers:
         assert fencing_token_of(server.address, "job") == fencing_token
         with pytest.raises(NotAcquired):

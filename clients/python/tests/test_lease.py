@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import lock_token
 from leasehold_client import NotAcquired, lease
 
 
@@ -19,7 +20,7 @@ def redis_cli(port, *args):
 def test_lease_holds_and_releases(server, redis_port):
     with lease("job", server=server, ttl=5, holder="py-test") as held:
         assert held.fencing_token > 0
-        assert redis_cli(redis_port, "GET", "leasehold:{job}:lock") == held.token
+        assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
         with pytest.raises(NotAcquired, match="py-test"):
             with lease("job", server=server):
                 pass

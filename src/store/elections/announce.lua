@@ -1,9 +1,9 @@
 -- Publish the leader of an election (on election, and on each proclaim), only if our token
 -- still holds the election's lock.
--- KEYS[1] lock  KEYS[2] state
+-- KEYS[1] lock (see locks/lease.lua, prepended)  KEYS[2] state
 -- ARGV[1] token  ARGV[2] term  ARGV[3] value  ARGV[4] channel  ARGV[5] lease TTL (ms)
 -- Returns the state's new revision, or 0 when the lock is not ours.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
 -- The state's epoch names this copy of it: a Redis that restarted empty starts a new one, so
@@ -16,9 +16,10 @@ if not epoch then
   redis.call('HSET', KEYS[2], 'epoch', epoch)
 end
 local rev = redis.call('HINCRBY', KEYS[2], 'rev', 1)
-redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[2], 'value', ARGV[3])
--- Kept while there is a leader (leader.lua gives a leaderless state an expiry).
-redis.call('PERSIST', KEYS[2])
+redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[2], 'value', ARGV[3], 'ttl', ARGV[5])
+-- Kept two lease TTLs past the leader's lease (each renewal pushes this on, see extend.lua), so a
+-- leader whose server died leaves nothing behind; retire_stale.lua keeps a leaderless state as long.
+redis.call('PEXPIRE', KEYS[2], 3 * tonumber(ARGV[5]))
 -- Published from the script itself, so every change reaches observers in the order made.
 -- Message: epoch, revision, has leader, term, lease TTL, value; one per line, the value last.
 redis.call('SPUBLISH', ARGV[4],

@@ -1,30 +1,31 @@
-#!lua flags=allow-cross-slot-keys
+-- (Loaded after `#!lua flags=allow-cross-slot-keys` and lease.lua.)
 -- Reset the TTL of many locks at once, each only if it still holds its own token: the renewals
 -- that fell due together on one node. A cluster refuses declared keys of several slots even
 -- with this flag, so KEYS[1] (the first lock) only routes the call to its node, and the locks
 -- come in ARGV; the flag lets the script reach them, all served by that node (Redis 7).
 -- A permit (semaphore, shared lock) lives in `<lock>:holders` and `<lock>:permits` instead
--- (see permits.lua), in the same slot.
+-- (see permits.lua), in the same slot. The lock's value: see lease.lua (prepended).
 -- KEYS[1] the first lock
--- ARGV[4i-3] lock  ARGV[4i-2] owner  ARGV[4i-1] token  ARGV[4i] ttl in ms
+-- ARGV[4i-3] lock  ARGV[4i-2] token  ARGV[4i-1] ttl in ms
+-- ARGV[4i] a key kept two TTLs past the lease (an election's state), or ''
 -- Returns one 1 (extended) or 0 (gone or someone else's) per lock, in order.
 local now_ms = nil
 local extended = {}
 for i = 1, #ARGV / 4 do
-  local lock, owner, token, ttl = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
+  local lock, token, ttl, kept = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
   extended[i] = 0
-  if redis.call('GET', lock) == token then
+  local value = redis.call('GET', lock)
+  if ours(value, token) then
     redis.call('PEXPIRE', lock, ttl)
-    redis.call('PEXPIRE', owner, ttl)
+    if kept ~= '' then
+      redis.call('PEXPIRE', kept, 3 * tonumber(ttl))
+    end
     extended[i] = 1
-  else
+  elseif not value then
     local holders = lock .. ':holders'
     local expiry = tonumber(redis.call('ZSCORE', holders, token))
     if expiry then
-      if not now_ms then
-        local now = redis.call('TIME')
-        now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-      end
+      now_ms = now_ms or clock_ms()
       if expiry > now_ms then
         redis.call('ZADD', holders, 'XX', now_ms + tonumber(ttl), token)
         local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]

@@ -7,7 +7,8 @@ if ARGV[1] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Only when someone still waits (every waiter has a deadline).
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('SPUBLISH', ARGV[2], wake_message(KEYS[2], KEYS[4]))
   return 1
 end

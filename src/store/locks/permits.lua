@@ -1,13 +1,8 @@
--- Prepended (when loaded) to every script that sees a name's permits: the holders of a
--- semaphore (limit > 1), or the readers of a shared lock. A plain lock (one exclusive holder)
+-- Prepended (when loaded, after lease.lua) to every script that sees a name's permits: the
+-- holders of a semaphore (limit > 1), or the readers of a shared lock. A plain lock (one exclusive holder)
 -- keeps its token in the `lock` string instead, so its path pays nothing for this.
 -- holders (zset: token -> expiry, ms by this Redis's clock)
 -- permits (hash: kind = limit or 'shared', f:<token> fence, h:<token> holder, a:<token> attachments)
-
-local function clock_ms()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-end
 
 local function forget_permit(permits, token)
   redis.call('HDEL', permits, 'f:' .. token, 'h:' .. token, 'a:' .. token)

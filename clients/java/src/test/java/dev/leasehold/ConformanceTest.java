@@ -36,7 +36,7 @@ class ConformanceTest {
     try (Servers servers = new Servers();
         LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
       Lease lease = client.lease("job").acquire();
-      assertEquals(lease.token(), servers.redisCli("GET", LOCK_KEY));
+      assertEquals(lease.token(), servers.lockToken(LOCK_KEY));
       assertTrue(lease.release());
       assertEquals("0", servers.redisCli("EXISTS", LOCK_KEY));
     }
@@ -206,7 +206,7 @@ class ConformanceTest {
       try (Lease resumed = client.lease("job").ttl(Duration.ofSeconds(3)).autoResume(false)
           .resume(held.token()).acquire()) {
         assertEquals(held.fencingToken(), resumed.fencingToken());
-        assertEquals(held.token(), servers.redisCli("GET", LOCK_KEY));
+        assertEquals(held.token(), servers.lockToken(LOCK_KEY));
       }
     }
   }
@@ -310,7 +310,7 @@ class ConformanceTest {
     assertFalse(lease.isLost(), () -> "lost: " + lease.lost().getNow(""));
     assertEquals(token, lease.token());
     assertEquals(fencing, lease.fencingToken());
-    assertEquals(token, servers.redisCli("GET", LOCK_KEY));
+    assertEquals(token, servers.lockToken(LOCK_KEY));
     for (int i : up) {
       ManagedChannel channel =
           ManagedChannelBuilder.forTarget(servers.target(i)).usePlaintext().build();

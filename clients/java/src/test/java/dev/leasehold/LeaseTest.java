@@ -19,7 +19,7 @@ class LeaseTest {
       try (Lease lease = client.lease("job").ttl(Duration.ofSeconds(5)).holder("java-test")
           .acquire()) {
         assertTrue(lease.fencingToken() > 0);
-        assertEquals(lease.token(), servers.redisCli("GET", "leasehold:{job}:lock"));
+        assertEquals(lease.token(), servers.lockToken("leasehold:{job}:lock"));
         NotAcquiredException refused =
             assertThrows(NotAcquiredException.class, () -> client.lease("job").acquire());
         assertTrue(refused.getMessage().contains("java-test"), refused.getMessage());
@@ -131,7 +131,7 @@ class LeaseTest {
           "localhost:" + closed + ", localhost:" + port, "localhost:" + port)) {
         try (LeaseholdClient client = LeaseholdClient.connect(target);
             Lease lease = client.lease("job").ttl(Duration.ofSeconds(5)).acquire()) {
-          assertEquals(lease.token(), servers.redisCli("GET", "leasehold:{job}:lock"), target);
+          assertEquals(lease.token(), servers.lockToken("leasehold:{job}:lock"), target);
         }
       }
     }

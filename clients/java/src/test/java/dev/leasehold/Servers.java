@@ -213,6 +213,11 @@ final class Servers implements AutoCloseable {
     return out;
   }
 
+  /** The token in a lock key's value ({@code <token>:<fencing token>:<attachment>:<holder>}). */
+  String lockToken(String key) throws IOException, InterruptedException {
+    return redisCli("GET", key).split(":", 2)[0];
+  }
+
   /** Sends {@code signal} (STOP, CONT) to the first server, as {@code kill -SIGNAL}. */
   void signalServer(String signal) throws IOException, InterruptedException {
     signalServer(0, signal);

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What a plain lock's acquire + release costs Redis, against the seed's own pair.
+
+Starts its own redis-server on a free port, loads the scripts from src/store/locks/ as the
+server does (helpers prepended), and runs N uncontended acquire + release pairs on distinct
+names through one connection, alternating with the seed's pair (`SET NX PX`, then the
+compare-and-DEL script), in rounds. Reports Redis's own CPU (`INFO cpu`) per pair, and each
+script's time inside Redis (`INFO commandstats`), one after another (sequential: what one client
+costs, syscalls included) and pipelined (the scripts alone). Standard library only.
+
+    python3 scripts/redis-script-cost.py [pairs per round, default 10000] [rounds, default 3]
+"""
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "store", "locks")
+PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def lua(*files):
+    return "".join(open(os.path.join(ROOT, f)).read() for f in files)
+
+
+class Redis:
+    def __init__(self, port):
+        for _ in range(100):
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.file = self.sock.makefile("rb")
+
+    @staticmethod
+    def encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind in b"+:":
+            return rest
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            return [self.read() for _ in range(max(int(rest), 0))]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def call(self, *args):
+        self.sock.sendall(self.encode(args))
+        return self.read()
+
+    def pipeline(self, commands):
+        self.sock.sendall(b"".join(self.encode(c) for c in commands))
+        return [self.read() for _ in commands]
+
+    def cpu(self):
+        info = self.call("INFO", "cpu").decode()
+        fields = dict(line.split(":") for line in info.splitlines() if ":" in line)
+        return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+
+    def script_usec(self):
+        """Microseconds per call of every command run since the last reset."""
+        info = self.call("INFO", "commandstats").decode()
+        out = {}
+        for line in info.splitlines():
+            if line.startswith("cmdstat_"):
+                name, fields = line[len("cmdstat_"):].split(":", 1)
+                stats = dict(f.split("=") for f in fields.split(","))
+                out[name] = (int(stats["calls"]), float(stats["usec_per_call"]))
+        return out
+
+
+def main():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        r = Redis(port)
+        seed_release = r.call("SCRIPT", "LOAD",
+                              "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                              "return redis.call('DEL', KEYS[1]) end return 0").decode()
+        take = r.call("SCRIPT", "LOAD", lua("lease.lua", "take.lua")).decode()
+        release = r.call("SCRIPT", "LOAD", lua("lease.lua", "permits.lua", "release.lua")).decode()
+
+        def seed(i):
+            key = f"seed{{{i}}}"
+            return (["SET", key, TOKEN, "NX", "PX", 10_000],
+                    ["EVALSHA", seed_release, 1, key, TOKEN])
+
+        def ours(i):
+            base = f"leasehold:{{n{i}}}"
+            # The counter's tag stands for the name's slot (keys.rs); any tag will do here.
+            return (["EVALSHA", take, 4, f"{base}:lock", f"leasehold:fence:{{{i % 1000:x}}}",
+                     f"{base}:deadlines", f"{base}:lock:holders", TOKEN, 10_000, "report@host-a"],
+                    ["EVALSHA", release, 5, f"{base}:lock", f"{base}:line", f"{base}:deadlines",
+                     f"{base}:lock:holders", f"{base}:lock:permits", TOKEN, f"{base}:wake"])
+
+        def measure(pair, pipelined):
+            r.call("FLUSHALL")
+            r.call("CONFIG", "RESETSTAT")
+            before = r.cpu()
+            for start in range(0, PAIRS, 1000):
+                batch = [pair(i) for i in range(start, min(start + 1000, PAIRS))]
+                for side in (0, 1):
+                    commands = [p[side] for p in batch]
+                    if pipelined:
+                        replies = r.pipeline(commands)
+                    else:
+                        replies = [r.call(*c) for c in commands]
+                    if side == 0 and pair is ours:
+                        assert all(rep[0] == b"1" for rep in replies), replies[:1]
+            return (r.cpu() - before) * 1e6 / PAIRS, r.script_usec()
+
+        for pipelined in (False, True):
+            ratios, seen = [], {}
+            for _ in range(ROUNDS):
+                s, s_stats = measure(seed, pipelined)
+                o, o_stats = measure(ours, pipelined)
+                ratios.append(o / s)
+                seen = (s, o, s_stats, o_stats)
+            s, o, s_stats, o_stats = seen
+            how = "pipelined" if pipelined else "sequential"
+            print(f"{how}: Redis CPU per acquire + release: seed {s:.1f} µs, Leasehold {o:.1f} µs "
+                  f"(last round); ratio per round {', '.join(f'{x:.2f}x' for x in ratios)}, "
+                  f"median {statistics.median(ratios):.2f}x")
+            for name, (calls, usec) in sorted(o_stats.items()):
+                if name not in ("flushall", "config|resetstat", "info"):
+                    print(f"    Leasehold {name}: {calls} calls, {usec:.2f} µs each")
+            for name, (calls, usec) in sorted(s_stats.items()):
+                if name not in ("flushall", "config|resetstat", "info"):
+                    print(f"    seed {name}: {calls} calls, {usec:.2f} µs each")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+//! Section 1: uncontended acquire + release, one client at a time, through each path, with
+//! what each costs Redis against the seed's own pair.
+
+use super::*;
+
+/// Rounds of the uncontended section: every path runs once per round, in turn, so a slow
+/// spell of this shared machine falls on all of them rather than on one.
+pub(super) const UNCONTENDED_ROUNDS: usize = 5;
+
+pub(super) async fn uncontended_section(
+    options: &BenchOptions,
+    redis: &fred::prelude::Client,
+    progress: &Progress,
+) -> Result<serde_json::Value, BenchError> {
+    let operations: usize = if options.quick { 200 } else { 5_000 };
+    let per_round = operations.div_ceil(UNCONTENDED_ROUNDS);
+    let client = Client::connect_with(options.connect.clone()).await?;
+    let with_echo = echo::available(&client).await;
+    // direct, stream, unary, echo stream, echo unary
+    let mut rounds: [Vec<Figures>; 5] = Default::default();
+    // Redis CPU seconds each of direct, stream and unary cost, over all rounds.
+    let mut redis_cpu = [0.0f64; 3];
+    for round in 1..=UNCONTENDED_ROUNDS {
+        progress.say(&format!(
+            "uncontended: round {round} of {UNCONTENDED_ROUNDS}"
+        ));
+        let before = redis_cpu_seconds(redis).await?;
+        rounds[0].push(direct_redis(redis, per_round).await?);
+        let after_direct = redis_cpu_seconds(redis).await?;
+        rounds[1].push(lease_stream(&client, per_round).await?);
+        let after_stream = redis_cpu_seconds(redis).await?;
+        rounds[2].push(unary(&client, per_round).await?);
+        let after_unary = redis_cpu_seconds(redis).await?;
+        redis_cpu[0] += after_direct - before;
+        redis_cpu[1] += after_stream - after_direct;
+        redis_cpu[2] += after_unary - after_stream;
+        if with_echo {
+            rounds[3].push(echo::stream_pair(&client, per_round).await?);
+            rounds[4].push(echo::unary_pair(&client, per_round).await?);
+        }
+    }
+    progress.clear();
+    let [direct, stream, unary, echo_stream, echo_unary] =
+        rounds.map(|path| Figures::combine(&path));
+    let (Some(direct), Some(stream), Some(unary)) = (direct, stream, unary) else {
+        return Err(unexpected("no uncontended rounds ran"));
+    };
+    let mut rows = vec![&direct, &stream, &unary];
+    rows.extend(echo_stream.iter().chain(echo_unary.iter()));
+    print_uncontended("Uncontended acquire + release, one client", &rows);
+    let mut figures = json!({
+        "paths": rows.iter().map(|row| row.to_json(Some(&direct))).collect::<Vec<_>>(),
+    });
+    // What each path costs Redis, against the seed's own pair (`SET NX PX`, then the
+    // compare-and-delete script) through one client in the same run.
+    let cycles = (per_round * UNCONTENDED_ROUNDS) as f64;
+    let per_cycle_us = redis_cpu.map(|seconds| seconds * 1e6 / cycles);
+    println!(
+        "\n| path | Redis CPU per acquire + release | against direct Redis |\n| --- | --- | --- |"
+    );
+    let mut redis_rows = Vec::new();
+    for (path, us) in [&direct, &stream, &unary].iter().zip(per_cycle_us) {
+        let against = us / per_cycle_us[0].max(f64::MIN_POSITIVE);
+        println!("| {} | {us:.1} µs | {against:.2}x |", path.path);
+        redis_rows.push(json!({
+            "path": path.path,
+            "redis_cpu_us_per_cycle": us,
+            "ratio_to_direct_redis": against,
+        }));
+    }
+    figures["redis_cpu"] = json!(redis_rows);
+    let (Some(echo_stream), Some(echo_unary)) = (echo_stream, echo_unary) else {
+        println!("\n(no transport baseline: start the server with `--echo` to measure it)");
+        return Ok(figures);
+    };
+    // What the service adds is judged against the round trips it cannot avoid: Redis's (the
+    // direct path is exactly the two scripts a lease needs) and gRPC's (the echoes).
+    println!("\n| path | against | p50 ratio | mean ratio |\n| --- | --- | --- | --- |");
+    let mut floors = Vec::new();
+    for (path, transport) in [(&stream, &echo_stream), (&unary, &echo_unary)] {
+        let p50 = ratio(path.p50, direct.p50 + transport.p50);
+        let mean = ratio(path.mean, direct.mean + transport.mean);
+        println!(
+            "| {} | direct Redis + {} | {p50:.2}x | {mean:.2}x |",
+            path.path, transport.path
+        );
+        floors.push(json!({
+            "path": path.path,
+            "transport": transport.path,
+            "p50_ratio_to_redis_plus_transport": p50,
+            "mean_ratio_to_redis_plus_transport": mean,
+        }));
+    }
+    figures["against_redis_plus_transport"] = json!(floors);
+    Ok(figures)
+}

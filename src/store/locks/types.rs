@@ -1,0 +1,128 @@
+//! The key space's vocabulary: modes, waiters, and what its calls answer.
+
+use std::time::Duration;
+
+/// How one acquire attempt relates to the line of waiters.
+#[derive(Clone, Debug)]
+pub struct Waiter<'a> {
+    /// Identifies the waiter in the line; random, unrelated to the token.
+    pub id: &'a str,
+    /// Respect the line (`true`) or race for the lock.
+    pub fair: bool,
+    /// Join the line if the lock is taken (only for callers who will wait): every waiter gets
+    /// a deadline, which tells a release that someone waits; a fair one also gets a place.
+    pub join_line: bool,
+    /// How long the line keeps this waiter without another attempt or refresh.
+    pub ttl: Duration,
+    /// When the waiter arrived, in microseconds since the Unix epoch by this server's clock.
+    /// Used as its place in line on Redlock's primaries, so that every primary orders the same
+    /// waiters the same way; one Redis orders them by its own clock.
+    pub arrival_us: u64,
+    /// What it asks for: a plain lock, a permit, a shared hold.
+    pub mode: Mode,
+    /// Its first attempt: a plain lock then tries the common case alone first (`take.lua`: a
+    /// script with few arguments). Later attempts follow a wait, so the common case is unlikely.
+    pub first_attempt: bool,
+}
+
+/// How many may hold one name at once, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Up to `limit` holders, each with its own token and expiry: 1 is a plain lock (and the
+    /// writer of a read-write lock), more is a counting semaphore.
+    Exclusive { limit: u32 },
+    /// A reader of a read-write lock: readers hold together; a writer excludes them all.
+    Shared,
+}
+
+impl Mode {
+    /// A plain lock.
+    pub const LOCK: Mode = Mode::Exclusive { limit: 1 };
+
+    /// How the scripts spell it (`permits.lua`), and errors' details name it: the limit, or
+    /// `shared`.
+    pub fn kind(self) -> String {
+        match self {
+            Mode::Exclusive { limit } => limit.to_string(),
+            Mode::Shared => "shared".to_owned(),
+        }
+    }
+
+    pub(super) fn from_kind(kind: &str) -> Option<Mode> {
+        match kind {
+            "shared" => Some(Mode::Shared),
+            limit => limit.parse().ok().map(|limit| Mode::Exclusive { limit }),
+        }
+    }
+
+    /// A new waiter's id in the line: its first letter tells the scripts what it waits for (a
+    /// waiting writer, `x`, keeps later readers out).
+    pub fn waiter_id(self) -> String {
+        let kind = match self {
+            Mode::LOCK => 'x',
+            Mode::Exclusive { .. } => 'p',
+            Mode::Shared => 's',
+        };
+        format!("{kind}{:016x}", rand::random::<u64>())
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Exclusive { limit } => write!(f, "limit {limit}"),
+            Mode::Shared => f.write_str("shared (a read-write lock, limit 1)"),
+        }
+    }
+}
+
+/// What an acquire attempt found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The lock is ours, with this fencing token.
+    Acquired { fencing_token: u64 },
+    /// Someone else holds it, or earlier waiters are in line.
+    Held {
+        holder: String,
+        /// Zero when the lock is free but others are ahead in line; `None` when the key has no
+        /// expiry (set by hand, not by us).
+        ttl_remaining: Option<Duration>,
+        /// Place in line, 1 being next; 0 when not in line.
+        position: u32,
+    },
+    /// The name is held in another mode (another limit, or shared against a semaphore).
+    Mismatch { held: Mode },
+    /// Redlock: no holder has a majority, but neither did this attempt (the primaries split
+    /// between contenders, or answered too late to leave enough validity). What it took was given
+    /// back; retry after a random delay, so that contenders do not split again.
+    NoMajority,
+}
+
+/// A lock's state as `Describe` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    Free,
+    Held {
+        mode: Mode,
+        /// Every holder, oldest fencing token first; one for a plain lock.
+        holders: Vec<HolderState>,
+    },
+}
+
+/// One holder of a lock, a permit or a shared hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderState {
+    pub holder: String,
+    /// `None` when the key has no expiry (set by hand, not by us).
+    pub ttl_remaining: Option<Duration>,
+    pub fencing_token: u64,
+}
+
+/// A lease reattached by its token (see [`Locks::resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub fencing_token: u64,
+    /// Counts the lease's attachments: the server holding the newest one is the only one that
+    /// may shorten it to its grace when its stream breaks.
+    pub attachment: u64,
+}
