@@ -18,22 +18,36 @@ pub(super) async fn uncontended_section(
     let with_echo = echo::available(&client).await;
     // direct, stream, unary, echo stream, echo unary
     let mut rounds: [Vec<Figures>; 5] = Default::default();
-    // Redis CPU seconds each of direct, stream and unary cost, over all rounds.
+    // Redis CPU seconds each of direct, stream and unary cost, over all rounds, less what an
+    // idle Redis spends over as long (its timers): a slower path would otherwise be charged for
+    // Redis's idling while it waits.
+    progress.say("uncontended: Redis idle");
+    let idle_rate = {
+        let (before, started) = (redis_cpu_seconds(redis).await?, Instant::now());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (redis_cpu_seconds(redis).await? - before) / started.elapsed().as_secs_f64()
+    };
     let mut redis_cpu = [0.0f64; 3];
     for round in 1..=UNCONTENDED_ROUNDS {
         progress.say(&format!(
             "uncontended: round {round} of {UNCONTENDED_ROUNDS}"
         ));
-        let before = redis_cpu_seconds(redis).await?;
+        let mut busy = Vec::with_capacity(4);
+        let mark = async || -> Result<(f64, Instant), BenchError> {
+            Ok((redis_cpu_seconds(redis).await?, Instant::now()))
+        };
+        busy.push(mark().await?);
         rounds[0].push(direct_redis(redis, per_round).await?);
-        let after_direct = redis_cpu_seconds(redis).await?;
+        busy.push(mark().await?);
         rounds[1].push(lease_stream(&client, per_round).await?);
-        let after_stream = redis_cpu_seconds(redis).await?;
+        busy.push(mark().await?);
         rounds[2].push(unary(&client, per_round).await?);
-        let after_unary = redis_cpu_seconds(redis).await?;
-        redis_cpu[0] += after_direct - before;
-        redis_cpu[1] += after_stream - after_direct;
-        redis_cpu[2] += after_unary - after_stream;
+        busy.push(mark().await?);
+        for (path, pair) in busy.windows(2).enumerate() {
+            let ((cpu_before, at_before), (cpu_after, at_after)) = (pair[0], pair[1]);
+            let idle = idle_rate * at_after.duration_since(at_before).as_secs_f64();
+            redis_cpu[path] += (cpu_after - cpu_before - idle).max(0.0);
+        }
         if with_echo {
             rounds[3].push(echo::stream_pair(&client, per_round).await?);
             rounds[4].push(echo::unary_pair(&client, per_round).await?);
