@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The server's own CPU per unary call, driven by ghz (the common gRPC load tool, by reflection
+# alone): `Acquire` (a fresh name each call, 100 ms TTL, so nothing piles up) against gRPC
+# health `Check` (the transport's floor) on the same server, alternating, each round a ratio.
+# CPU from /proc/PID/stat, divided by the calls ghz made. Also the calls per second of each at
+# each concurrency: acquisitions against no-op calls.
+#
+#   scripts/bench-unary-cpu.sh [calls per run, default 20000] [rounds, default 3]
+#
+# ghz: LEASEHOLD_GHZ, else target/go/bin/ghz (installed from the Go module proxy if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+binary=${LEASEHOLD_BIN:-target/release/leasehold}
+calls=${1:-20000}
+rounds=${2:-3}
+source scripts/bench-setup.sh
+ghz=${LEASEHOLD_GHZ:-target/go/bin/ghz}
+if [ ! -x "$ghz" ]; then
+  GOBIN="$PWD/target/go/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0
+  ghz=target/go/bin/ghz
+fi
+
+redis_port=$(free_port)
+redis "$redis_port"
+grpc_port=$(free_port)
+"$binary" serve --listen "127.0.0.1:$grpc_port" --redis "redis://127.0.0.1:$redis_port" \
+  >"$work/server.log" 2>&1 &
+server=$!
+pids+=("$server")
+until "$binary" status --server "http://127.0.0.1:$grpc_port" >/dev/null 2>&1; do sleep 0.1; done
+
+# User + system CPU seconds of the server so far (100 ticks per second on Linux).
+cpu() { awk '{ printf "%.4f\n", ($14 + $15) / 100 }' "/proc/$server/stat"; }
+
+# One ghz run; prints "<server CPU µs per call> <calls per second>".
+run() { # method, data, concurrency
+  local before after
+  before=$(cpu)
+  "$ghz" --insecure --call "$1" -d "$2" -n "$calls" -c "$3" --connections 10 \
+    --format json -o "$work/report.json" "127.0.0.1:$grpc_port"
+  after=$(cpu)
+  python3 - "$before" "$after" "$work/report.json" <<'EOF'
+import json, sys
+before, after, report = float(sys.argv[1]), float(sys.argv[2]), json.load(open(sys.argv[3]))
+ok = report["statusCodeDistribution"].get("OK", 0)
+assert ok == report["count"], f"not every call succeeded: {report['statusCodeDistribution']}"
+print(f"{(after - before) * 1e6 / ok:.1f} {report['rps']:.0f}")
+EOF
+}
+
+printf "| concurrency | round | Check: server CPU per call | Acquire: server CPU per call | ratio | Check calls/s | Acquire calls/s | ratio |\n"
+printf "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+for concurrency in 50 200; do
+  for round in $(seq "$rounds"); do
+    read -r check_cpu check_rps < <(run grpc.health.v1.Health/Check '{}' "$concurrency")
+    read -r acquire_cpu acquire_rps < <(run leasehold.v1.LockService/Acquire \
+      '{"name":"ghz-'"$round"'-{{.RequestNumber}}","ttl_ms":100}' "$concurrency")
+    python3 -c "
+c, a, cr, ar = $check_cpu, $acquire_cpu, $check_rps, $acquire_rps
+print(f'| $concurrency | $round | {c:.1f} µs | {a:.1f} µs | {a / c:.2f}x | {cr:.0f} | {ar:.0f} | {ar / cr:.2f}x |')"
+  done
+done
