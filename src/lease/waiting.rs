@@ -1,7 +1,7 @@
 //! The waiting room: how one server's waiters learn that a lock may be free, without polling.
 //!
-//! Every release (and every expiry a server sees) publishes on the lock's sharded pub/sub channel,
-//! from the Lua script itself. Each server keeps one subscriber connection and subscribes to a
+//! Every release (and every expiry a server sees) that someone waits for (a waiter has a deadline
+//! in Redis) publishes on the lock's sharded pub/sub channel, from the Lua script itself. Each server keeps one subscriber connection and subscribes to a
 //! lock's channel while it has local waiters for it. One task owns the subscriptions, so a
 //! subscribe and an unsubscribe for one channel can never overtake each other.
 //!
