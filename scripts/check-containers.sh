@@ -72,12 +72,14 @@ start_replica() { # env file -> "pid addr"
 }
 
 # 3. compose.yaml: its replicas' environments, started for real against one Redis.
-"target/py-venv/bin/python" -c 'import yaml' 2>/dev/null || {
-  [ -x target/py-venv/bin/python ] || python3 -m venv target/py-venv
-  target/py-venv/bin/pip install -q --disable-pip-version-check pyyaml
+# A venv of its own: CI runs this script beside the test suites, which install into theirs.
+venv=$work/venv
+"$venv/bin/python" -c 'import yaml' 2>/dev/null || {
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check pyyaml
 }
 "$binary" serve --help > "$work/serve-help.txt"
-target/py-venv/bin/python - "$work" <<'PY'
+"$venv/bin/python" - "$work" <<'PY'
 import re, sys, yaml
 work = sys.argv[1]
 compose = yaml.safe_load(open("compose.yaml"))
