@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The server's own CPU per unary call, driven by ghz (the common gRPC load tool, by reflection
-# alone): `Acquire` (a fresh name each call, 100 ms TTL, so nothing piles up) against gRPC
-# health `Check` (the transport's floor) on the same server, alternating, each round a ratio.
+# alone), on one server, alternating, each round a ratio:
+#  - `Echo`: the no-op call (the bench service of `serve --echo`, behind the same layers and
+#    interceptor as the lock service): the transport's floor;
+#  - `Echo` with `redis`: the same plus one `PING` on the server's Redis connection: the floor
+#    of any call that asks Redis once, as an uncontended `Acquire` does;
+#  - `Acquire` (a fresh name each call, 100 ms TTL, so nothing piles up).
 # CPU from /proc/PID/stat, divided by the calls ghz made. Also the calls per second of each at
 # each concurrency: acquisitions against no-op calls.
 #
@@ -23,7 +27,7 @@ fi
 redis_port=$(free_port)
 redis "$redis_port"
 grpc_port=$(free_port)
-"$binary" serve --listen "127.0.0.1:$grpc_port" --redis "redis://127.0.0.1:$redis_port" \
+"$binary" serve --echo --listen "127.0.0.1:$grpc_port" --redis "redis://127.0.0.1:$redis_port" \
   >"$work/server.log" 2>&1 &
 server=$!
 pids+=("$server")
@@ -48,15 +52,16 @@ print(f"{(after - before) * 1e6 / ok:.1f} {report['rps']:.0f}")
 EOF
 }
 
-printf "| concurrency | round | Check: server CPU per call | Acquire: server CPU per call | ratio | Check calls/s | Acquire calls/s | ratio |\n"
-printf "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+printf "| concurrency | round | Echo: server CPU per call | Echo + PING | Acquire | Acquire / Echo | (Echo + PING) / Echo | Acquire / (Echo + PING) | Echo calls/s | Acquire calls/s | ratio |\n"
+printf "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 for concurrency in 50 200; do
   for round in $(seq "$rounds"); do
-    read -r check_cpu check_rps < <(run grpc.health.v1.Health/Check '{}' "$concurrency")
+    read -r echo_cpu echo_rps < <(run leasehold.bench.v1.EchoService/Echo '{}' "$concurrency")
+    read -r ping_cpu _ < <(run leasehold.bench.v1.EchoService/Echo '{"redis":true}' "$concurrency")
     read -r acquire_cpu acquire_rps < <(run leasehold.v1.LockService/Acquire \
       '{"name":"ghz-'"$round"'-{{.RequestNumber}}","ttl_ms":100}' "$concurrency")
     python3 -c "
-c, a, cr, ar = $check_cpu, $acquire_cpu, $check_rps, $acquire_rps
-print(f'| $concurrency | $round | {c:.1f} µs | {a:.1f} µs | {a / c:.2f}x | {cr:.0f} | {ar:.0f} | {ar / cr:.2f}x |')"
+e, p, a, er, ar = $echo_cpu, $ping_cpu, $acquire_cpu, $echo_rps, $acquire_rps
+print(f'| $concurrency | $round | {e:.1f} µs | {p:.1f} µs | {a:.1f} µs | {a / e:.2f}x | {p / e:.2f}x | {a / p:.2f}x | {er:.0f} | {ar:.0f} | {ar / er:.2f}x |')"
   done
 done

@@ -1,7 +1,8 @@
 //! The no-op echo service (`serve --echo`): what a round trip through tonic costs on this
 //! server's port and layers, and what pushing a message down many open streams costs, for
-//! `leasehold bench` to measure a lease against. It touches no Redis, and no call has a task or
-//! a channel of its own.
+//! `leasehold bench` to measure a lease against. It touches no Redis unless asked to (an `Echo`
+//! with `redis`: one `PING`, the floor of a call that needs Redis once), and no call has a task
+//! or a channel of its own.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,6 +18,9 @@ use crate::pb::bench::echo_service_server::EchoService;
 use crate::pb::bench::{
     EchoRequest, EchoResponse, EchoStreamRequest, EchoStreamResponse, TicksRequest, TicksResponse,
 };
+use fred::interfaces::ClientLike;
+
+use crate::store::Connection;
 use crate::tasks::Tasks;
 
 /// The shortest tick interval: a bench tool, not a load generator.
@@ -24,14 +28,17 @@ const MIN_TICK: Duration = Duration::from_millis(10);
 
 pub struct Echo {
     tasks: Tasks,
+    /// The server's command connection to Redis, for `Echo` calls that ask it once.
+    redis: Connection,
     /// One timer per interval asked for, shared by every `Ticks` stream of it.
     tickers: Mutex<HashMap<Duration, watch::Receiver<u64>>>,
 }
 
 impl Echo {
-    pub fn new(tasks: Tasks) -> Self {
+    pub fn new(tasks: Tasks, redis: Connection) -> Self {
         Echo {
             tasks,
+            redis,
             tickers: Mutex::new(HashMap::new()),
         }
     }
@@ -66,7 +73,12 @@ impl Echo {
 #[tonic::async_trait]
 impl EchoService for Echo {
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoResponse>, Status> {
-        let payload = request.into_inner().payload;
+        let EchoRequest { payload, redis } = request.into_inner();
+        if redis {
+            self.redis
+                .bounded("echo", self.redis.client().ping::<()>(None))
+                .await?;
+        }
         Ok(Response::new(EchoResponse { payload }))
     }
 

@@ -66,7 +66,7 @@ impl LockService for LockServer {
         let span = info_span!("acquire", lock = %spec.name, lease = lease.token().lease_id());
         let room = self.streams.room.as_ref();
         let asked = Instant::now();
-        let outcome = acquire(&lease, &spec, room, |_| {}).instrument(span).await;
+        let outcome = Box::pin(acquire(&lease, &spec, room, |_| {}).instrument(span)).await;
         let metrics = self.streams.metrics();
         metrics.acquisition(spec.name.as_str(), Outcome::of(&outcome), asked.elapsed());
         let response = match outcome {

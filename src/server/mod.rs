@@ -220,7 +220,7 @@ pub async fn serve(
         ))
         .add_optional_service(config.echo.then(|| {
             InterceptedService::new(
-                EchoServiceServer::new(echo::Echo::new(tasks.clone()))
+                EchoServiceServer::new(echo::Echo::new(tasks.clone(), store.connection().clone()))
                     .max_decoding_message_size(max_bytes),
                 authenticate,
             )

@@ -15,7 +15,7 @@ const PAYLOAD_BYTES: usize = 48;
 
 /// Whether the server serves the echo service (started with `--echo`).
 pub async fn available(client: &Client) -> bool {
-    let request = EchoRequest { payload: vec![] };
+    let request = EchoRequest::default();
     client.echo().echo(request).await.is_ok()
 }
 
@@ -28,6 +28,7 @@ pub async fn unary_pair(client: &Client, operations: usize) -> Result<Figures, B
             for _ in 0..2 {
                 let request = EchoRequest {
                     payload: vec![0; PAYLOAD_BYTES],
+                    redis: false,
                 };
                 echo.echo(request).await.map_err(ClientError::from)?;
             }
