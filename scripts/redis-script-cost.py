@@ -6,7 +6,9 @@ server does (helpers prepended), and runs N uncontended acquire + release pairs 
 names through one connection, alternating with the seed's pair (`SET NX PX`, then the
 compare-and-DEL script), in rounds. Reports Redis's own CPU (`INFO cpu`) per pair, and each
 script's time inside Redis (`INFO commandstats`), one after another (sequential: what one client
-costs, syscalls included) and pipelined (the scripts alone). Standard library only.
+costs, syscalls included) and pipelined (the scripts alone). Then each command's own time from
+SLOWLOG (threshold 0), and acquisitions per second by redis-benchmark (50 clients, random
+names): `SET NX PX` against the acquire script. Standard library only.
 
     python3 scripts/redis-script-cost.py [pairs per round, default 10000] [rounds, default 3]
 """
@@ -147,6 +149,51 @@ def main():
             for name, (calls, usec) in sorted(s_stats.items()):
                 if name not in ("flushall", "config|resetstat", "info"):
                     print(f"    seed {name}: {calls} calls, {usec:.2f} µs each")
+
+        # SLOWLOG: every command's own duration inside Redis (threshold 0), a sample of the
+        # last ones of one sequential run of each.
+        for name, pair in (("seed", seed), ("Leasehold", ours)):
+            r.call("FLUSHALL")
+            r.call("CONFIG", "SET", "slowlog-max-len", 1000)
+            r.call("CONFIG", "SET", "slowlog-log-slower-than", 0)
+            r.call("SLOWLOG", "RESET")
+            for i in range(500):
+                for command in pair(i):
+                    r.call(*command)
+            r.call("CONFIG", "SET", "slowlog-log-slower-than", 10_000)
+            durations = {}
+            for entry in r.call("SLOWLOG", "GET", 1000):
+                command = entry[3]
+                label = command[0].decode().upper()
+                if label == "EVALSHA":
+                    label = {take: "acquire (take.lua)", release: "release.lua",
+                             seed_release: "compare-and-DEL"}.get(command[1].decode(), label)
+                if label in ("CONFIG", "SLOWLOG", "FLUSHALL"):
+                    continue
+                durations.setdefault(label, []).append(int(entry[2]))
+            print(f"SLOWLOG, {name}: " + ", ".join(
+                f"{label} median {statistics.median(d):.0f} µs ({len(d)} calls)"
+                for label, d in sorted(durations.items())))
+
+        # redis-benchmark: acquisitions per second Redis serves from 50 clients, the seed's
+        # `SET NX PX` against the acquire script, random names (100 ms TTL).
+        rates = {}
+        for name, command in (
+            ("seed SET NX PX", ["SET", "seed:__rand_int__", TOKEN, "NX", "PX", "100"]),
+            ("Leasehold take.lua", ["EVALSHA", take, "4", "leasehold:{n__rand_int__}:lock",
+                                   "leasehold:fence:{0}", "leasehold:{n__rand_int__}:deadlines",
+                                   "leasehold:{n__rand_int__}:lock:holders", TOKEN, "100",
+                                   "report@host-a"]),
+        ):
+            r.call("FLUSHALL")
+            out = subprocess.run(
+                ["redis-benchmark", "-p", str(port), "-n", "100000", "-c", "50", "-r",
+                 "100000000", "--csv", *command],
+                capture_output=True, text=True, check=True).stdout
+            rates[name] = float(out.strip().splitlines()[-1].split(",")[1].strip('"'))
+        seed_rate, ours_rate = rates.values()
+        print(f"redis-benchmark, 50 clients: seed SET NX PX {seed_rate:.0f}/s, Leasehold acquire "
+              f"script {ours_rate:.0f}/s ({ours_rate / seed_rate:.2f}x)")
     finally:
         server.terminate()
         server.wait()

@@ -25,10 +25,12 @@ if [ -n "${ghz_install:-}" ] && ! wait "$ghz_install"; then
   exit 1
 fi
 
-# The clients' suites below and the Rust tests are independent (each starts its own redis-server
-# and servers on free ports) and mostly wait on their servers: the clients' suites run at once,
-# beside the Rust tests, each into its own log, printed whole when it ends; the script fails if
-# any of them does. Install steps come first, in turn.
+# Rust: unit, integration (tests/), and doc tests.
+cargo test "$@"
+
+# The clients' suites below are independent (each starts its own redis-server and servers on free
+# ports) and mostly wait on their servers: they run at once, each into its own log, printed
+# whole when it ends; the script fails if any of them does. Install steps come first, in turn.
 
 # Python client: a wheel built from clients/python (its stubs generated from proto/ at build time),
 # installed in a venv, and tested against the binary that cargo test just built.
@@ -44,18 +46,15 @@ ensure_java_maven_installed
 
 binary="$PWD/target/debug/leasehold"
 mkdir -p target/suites
-suite() { # name, command...: its output in target/suites/NAME.log, printed by `report`
+suite() {
   local name=$1
   shift
-  "$@" >"target/suites/$name.log" 2>&1
-}
-report() { # name, pid: waits for the suite, prints its log, fails if it failed
-  if wait "$2"; then
-    printf "\n== %s client: passed\n" "$1"
-    cat "target/suites/$1.log"
+  if "$@" >"target/suites/$name.log" 2>&1; then
+    printf "\n== %s client: passed\n" "$name"
+    cat "target/suites/$name.log"
   else
-    printf "\n== %s client: FAILED\n" "$1"
-    cat "target/suites/$1.log"
+    printf "\n== %s client: FAILED\n" "$name"
+    cat "target/suites/$name.log"
     return 1
   fi
 }
@@ -66,15 +65,8 @@ suite go clients/go/test.sh "$binary" &
 go_suite=$!
 suite java sh -c "cd clients/java && LEASEHOLD_BIN='$binary' mvn -B -ntp -Dstyle.color=never test" &
 java_suite=$!
-# Should this script stop early, the suites stop with it.
-suites="$python_suite $go_suite $java_suite"
-trap 'for pid in $suites; do pkill -P "$pid"; kill "$pid"; done 2>/dev/null || true' EXIT
-
-# Rust: unit, integration (tests/), and doc tests, in the foreground.
 failed=0
-cargo test "$@" || failed=1
-report python "$python_suite" || failed=1
-report go "$go_suite" || failed=1
-report java "$java_suite" || failed=1
-trap - EXIT
+for pid in "$python_suite" "$go_suite" "$java_suite"; do
+  wait "$pid" || failed=1
+done
 exit "$failed"

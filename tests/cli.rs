@@ -303,7 +303,9 @@ async fn bench_quick_runs_against_a_real_server() {
             "Lease stream",
             "unary Acquire/Release",
             "gRPC echo: 1 stream, 2 round trips",
-            "gRPC echo: 2 unary calls"
+            "gRPC echo: 2 unary calls",
+            "gRPC echo + Redis PING: 1 stream, 2 round trips",
+            "gRPC echo + Redis PING: 2 unary calls"
         ]
     );
     for figure in uncontended["paths"].as_array().unwrap() {
@@ -317,6 +319,12 @@ async fn bench_quick_runs_against_a_real_server() {
     assert_eq!(floors.len(), 2);
     for floor in floors {
         assert!(floor["p50_ratio_to_redis_plus_transport"].as_f64().unwrap() > 0.0);
+    }
+    // And against the same echoes, each making the server ask Redis once.
+    let floors = uncontended["against_echo_with_redis"].as_array().unwrap();
+    assert_eq!(floors.len(), 2);
+    for floor in floors {
+        assert!(floor["p50_ratio"].as_f64().unwrap() > 0.0);
     }
     for path in ["stream_handoffs", "polling_handoffs"] {
         assert!(

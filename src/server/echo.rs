@@ -88,8 +88,23 @@ impl EchoService for Echo {
         &self,
         request: Request<Streaming<EchoStreamRequest>>,
     ) -> Result<Response<Self::EchoStreamStream>, Status> {
-        let answers = request.into_inner().map(|message| {
-            message.map(|EchoStreamRequest { payload }| EchoStreamResponse { payload })
+        // The answer's future is boxed: an idle stream (the bench's floor under a held lease's
+        // memory) then carries a pointer for it, not the future itself.
+        let redis = self.redis.clone();
+        let answers = futures_util::StreamExt::then(request.into_inner(), move |message| {
+            let redis = redis.clone();
+            Box::pin(async move {
+                let EchoStreamRequest {
+                    payload,
+                    redis: ping,
+                } = message?;
+                if ping {
+                    redis
+                        .bounded("echo", redis.client().ping::<()>(None))
+                        .await?;
+                }
+                Ok::<_, Status>(EchoStreamResponse { payload })
+            })
         });
         Ok(Response::new(Box::pin(answers)))
     }

@@ -19,16 +19,26 @@ pub async fn available(client: &Client) -> bool {
     client.echo().echo(request).await.is_ok()
 }
 
-/// Two unary echoes one after the other: the gRPC part of unary `Acquire` + `Release`.
-pub async fn unary_pair(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+/// Two unary echoes one after the other: the gRPC part of unary `Acquire` + `Release`. With
+/// `redis`, each also makes the server ask Redis once (a `PING`): the floor of two calls that
+/// each need one Redis round trip, the server's own hop to Redis included.
+pub async fn unary_pair(
+    client: &Client,
+    operations: usize,
+    redis: bool,
+) -> Result<Figures, BenchError> {
     let echo = client.echo();
-    sequential("gRPC echo: 2 unary calls", operations, || {
+    let path = match redis {
+        false => "gRPC echo: 2 unary calls",
+        true => "gRPC echo + Redis PING: 2 unary calls",
+    };
+    sequential(path, operations, || {
         let mut echo = echo.clone();
         async move {
             for _ in 0..2 {
                 let request = EchoRequest {
                     payload: vec![0; PAYLOAD_BYTES],
-                    redis: false,
+                    redis,
                 };
                 echo.echo(request).await.map_err(ClientError::from)?;
             }
@@ -42,14 +52,16 @@ pub async fn unary_pair(client: &Client, operations: usize) -> Result<Figures, B
 struct EchoStream {
     requests: mpsc::Sender<EchoStreamRequest>,
     answers: tonic::Streaming<EchoStreamResponse>,
+    /// Whether each message also makes the server ask Redis once.
+    redis: bool,
 }
 
 impl EchoStream {
     /// Opens a stream on `client`'s connection, with its first exchange done.
-    async fn open(client: &Client) -> Result<Self, BenchError> {
+    async fn open(client: &Client, redis: bool) -> Result<Self, BenchError> {
         let (requests, outbox) = mpsc::channel(2);
         requests
-            .send(EchoStream::message())
+            .send(EchoStream::message(redis))
             .await
             .map_err(|_| unexpected("echo request stream closed"))?;
         let answers = client
@@ -58,21 +70,26 @@ impl EchoStream {
             .await
             .map_err(ClientError::from)?
             .into_inner();
-        let mut stream = EchoStream { requests, answers };
+        let mut stream = EchoStream {
+            requests,
+            answers,
+            redis,
+        };
         stream.answer().await?;
         Ok(stream)
     }
 
-    fn message() -> EchoStreamRequest {
+    fn message(redis: bool) -> EchoStreamRequest {
         EchoStreamRequest {
             payload: vec![0; PAYLOAD_BYTES],
+            redis,
         }
     }
 
     /// One more message, and its answer.
     async fn exchange(&mut self) -> Result<(), BenchError> {
         self.requests
-            .send(EchoStream::message())
+            .send(EchoStream::message(self.redis))
             .await
             .map_err(|_| unexpected("echo request stream closed"))?;
         self.answer().await
@@ -89,6 +106,7 @@ impl EchoStream {
         let EchoStream {
             requests,
             mut answers,
+            ..
         } = self;
         drop(requests);
         match answers.message().await.map_err(ClientError::from)? {
@@ -99,10 +117,20 @@ impl EchoStream {
 }
 
 /// One stream with two exchanges, then the client's half-close and the stream's end: the gRPC
-/// part of a `Lease` stream's acquire + release.
-pub async fn stream_pair(client: &Client, operations: usize) -> Result<Figures, BenchError> {
-    sequential("gRPC echo: 1 stream, 2 round trips", operations, || async {
-        let mut stream = EchoStream::open(client).await?;
+/// part of a `Lease` stream's acquire + release. With `redis`, each exchange also makes the
+/// server ask Redis once: the floor of the stream's acquire + release, the server's own hop to
+/// Redis included.
+pub async fn stream_pair(
+    client: &Client,
+    operations: usize,
+    redis: bool,
+) -> Result<Figures, BenchError> {
+    let path = match redis {
+        false => "gRPC echo: 1 stream, 2 round trips",
+        true => "gRPC echo + Redis PING: 1 stream, 2 round trips",
+    };
+    sequential(path, operations, || async {
+        let mut stream = EchoStream::open(client, redis).await?;
         stream.exchange().await?;
         stream.close().await
     })
@@ -124,7 +152,7 @@ pub async fn idle_streams(
 ) -> Result<IdleStreams, BenchError> {
     let mut streams = Vec::with_capacity(count);
     for i in 0..count {
-        streams.push(EchoStream::open(spread(&connections, i, count)?).await?);
+        streams.push(EchoStream::open(spread(&connections, i, count)?, false).await?);
     }
     Ok(IdleStreams {
         _streams: streams,

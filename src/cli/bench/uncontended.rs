@@ -16,8 +16,8 @@ pub(super) async fn uncontended_section(
     let per_round = operations.div_ceil(UNCONTENDED_ROUNDS);
     let client = Client::connect_with(options.connect.clone()).await?;
     let with_echo = echo::available(&client).await;
-    // direct, stream, unary, echo stream, echo unary
-    let mut rounds: [Vec<Figures>; 5] = Default::default();
+    // direct, stream, unary, echo stream, echo unary, and the two echoes with a Redis PING each
+    let mut rounds: [Vec<Figures>; 7] = Default::default();
     // Redis CPU seconds each of direct, stream and unary cost, over all rounds, less what an
     // idle Redis spends over as long (its timers): a slower path would otherwise be charged for
     // Redis's idling while it waits.
@@ -49,18 +49,31 @@ pub(super) async fn uncontended_section(
             redis_cpu[path] += (cpu_after - cpu_before - idle).max(0.0);
         }
         if with_echo {
-            rounds[3].push(echo::stream_pair(&client, per_round).await?);
-            rounds[4].push(echo::unary_pair(&client, per_round).await?);
+            rounds[3].push(echo::stream_pair(&client, per_round, false).await?);
+            rounds[4].push(echo::unary_pair(&client, per_round, false).await?);
+            rounds[5].push(echo::stream_pair(&client, per_round, true).await?);
+            rounds[6].push(echo::unary_pair(&client, per_round, true).await?);
         }
     }
     progress.clear();
-    let [direct, stream, unary, echo_stream, echo_unary] =
-        rounds.map(|path| Figures::combine(&path));
+    let [
+        direct,
+        stream,
+        unary,
+        echo_stream,
+        echo_unary,
+        ping_stream,
+        ping_unary,
+    ] = rounds.map(|path| Figures::combine(&path));
     let (Some(direct), Some(stream), Some(unary)) = (direct, stream, unary) else {
         return Err(unexpected("no uncontended rounds ran"));
     };
     let mut rows = vec![&direct, &stream, &unary];
-    rows.extend(echo_stream.iter().chain(echo_unary.iter()));
+    rows.extend(
+        [&echo_stream, &echo_unary, &ping_stream, &ping_unary]
+            .into_iter()
+            .flatten(),
+    );
     print_uncontended("Uncontended acquire + release, one client", &rows);
     let mut figures = json!({
         "paths": rows.iter().map(|row| row.to_json(Some(&direct))).collect::<Vec<_>>(),
@@ -83,7 +96,9 @@ pub(super) async fn uncontended_section(
         }));
     }
     figures["redis_cpu"] = json!(redis_rows);
-    let (Some(echo_stream), Some(echo_unary)) = (echo_stream, echo_unary) else {
+    let (Some(echo_stream), Some(echo_unary), Some(ping_stream), Some(ping_unary)) =
+        (echo_stream, echo_unary, ping_stream, ping_unary)
+    else {
         println!("\n(no transport baseline: start the server with `--echo` to measure it)");
         return Ok(figures);
     };
@@ -106,5 +121,23 @@ pub(super) async fn uncontended_section(
         }));
     }
     figures["against_redis_plus_transport"] = json!(floors);
+    // The floor that also counts the server's own hop to Redis (its connection, fred's task,
+    // the command timeout): the same echoes, each making the server PING Redis once.
+    let mut floors = Vec::new();
+    for (path, floor) in [(&stream, &ping_stream), (&unary, &ping_unary)] {
+        let p50 = ratio(path.p50, floor.p50);
+        let mean = ratio(path.mean, floor.mean);
+        println!(
+            "| {} | {} | {p50:.2}x | {mean:.2}x |",
+            path.path, floor.path
+        );
+        floors.push(json!({
+            "path": path.path,
+            "floor": floor.path,
+            "p50_ratio": p50,
+            "mean_ratio": mean,
+        }));
+    }
+    figures["against_echo_with_redis"] = json!(floors);
     Ok(figures)
 }
