@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::WatchStream;
@@ -18,8 +19,6 @@ use crate::pb::bench::echo_service_server::EchoService;
 use crate::pb::bench::{
     EchoRequest, EchoResponse, EchoStreamRequest, EchoStreamResponse, TicksRequest, TicksResponse,
 };
-use fred::interfaces::ClientLike;
-
 use crate::store::Connection;
 use crate::tasks::Tasks;
 
@@ -75,9 +74,7 @@ impl EchoService for Echo {
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoResponse>, Status> {
         let EchoRequest { payload, redis } = request.into_inner();
         if redis {
-            self.redis
-                .bounded("echo", self.redis.client().ping::<()>(None))
-                .await?;
+            ping(&self.redis).await?;
         }
         Ok(Response::new(EchoResponse { payload }))
     }
@@ -96,12 +93,10 @@ impl EchoService for Echo {
             Box::pin(async move {
                 let EchoStreamRequest {
                     payload,
-                    redis: ping,
+                    redis: ping_asked,
                 } = message?;
-                if ping {
-                    redis
-                        .bounded("echo", redis.client().ping::<()>(None))
-                        .await?;
+                if ping_asked {
+                    ping(&redis).await?;
                 }
                 Ok::<_, Status>(EchoStreamResponse { payload })
             })
@@ -126,4 +121,12 @@ impl EchoService for Echo {
             WatchStream::from_changes(self.ticker(interval)).map(|tick| Ok(TicksResponse { tick }));
         Ok(Response::new(Box::pin(ticks)))
     }
+}
+
+/// One `PING` on the server's command connection, sent as any command is (in line among those
+/// in flight, within the command timeout).
+async fn ping(redis: &Connection) -> Result<(), Status> {
+    Ok(redis
+        .bounded("echo", redis.client().ping::<()>(None))
+        .await?)
 }
