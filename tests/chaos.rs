@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use support::chaos::{Chaos, Cluster, FAULT_FOR, SERVER_FLAGS, TTL, WAITER_TTL};
+use support::netns::Side;
 use support::permits::Churn;
 use support::{RedisServer, ServerProcess, signal};
 use tokio::time::{Instant, sleep};
@@ -24,6 +25,7 @@ async fn start() -> Chaos {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_restarted_empty() {
     let mut chaos = start().await;
+    chaos.may_lose_data();
     let holder = chaos.fresh_holder().await;
     chaos.cluster.lock_redis.restart_empty();
     let fault_at = Instant::now();
@@ -149,10 +151,11 @@ async fn holder_client_frozen_then_writes_late() {
 async fn network_between_servers_and_redis_cut_then_restored() {
     let chaos = start().await;
     let holder = chaos.fresh_holder().await;
-    chaos.cluster.redis_proxy.freeze(); // Packets vanish; no reset reaches either side.
+    // Packets vanish (the lock Redis's link is down); no reset reaches either side.
+    chaos.cluster.lock_host.cut(Side::Redis);
     let fault_at = Instant::now();
     sleep(FAULT_FOR).await;
-    chaos.cluster.redis_proxy.resume();
+    chaos.cluster.lock_host.heal(Side::Redis);
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
     let report = chaos.finish().await;

@@ -302,10 +302,10 @@ async fn chaos_primaries_killed_and_back_empty() {
     let holder = chaos.fresh_holder().await;
     let cut_at = Instant::now();
     chaos.cluster.primaries[2].kill();
-    chaos.cluster.redis_proxy.cut();
+    chaos.cluster.lock_host.cut(support::netns::Side::Redis); // Partitioned: packets vanish.
     chaos.cluster.primaries[3].kill();
     tokio::time::sleep(support::chaos::FAULT_FOR).await; // The fault itself.
-    chaos.cluster.redis_proxy.resume();
+    chaos.cluster.lock_host.heal(support::netns::Side::Redis);
     chaos.cluster.primaries[2].restart_empty();
     chaos.progress(20).await;
     let report = chaos.finish().await;

@@ -1,6 +1,7 @@
 //! The chaos checker. Workers contend for one lock; each holder does read-modify-write increments
 //! on a counter in a separate Redis that refuses stale fencing tokens. Afterwards the checker
 //! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
+//! Every operation is also recorded ([`History`]) and the history checked by Porcupine's models.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,10 +12,17 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
+use super::history::{History, Kind, Outcome};
+use super::netns::{Host, Net, Side};
 use super::proxy::Proxy;
 use super::{RedisServer, ServerProcess};
 
 pub const LOCK: &str = "chaos";
+/// The election the candidates contend in, beside the lock.
+pub const ELECTION: &str = "chaos-election";
+/// Candidates in every run, their ids after the workers' in the history.
+const CANDIDATES: usize = 2;
+const FIRST_CANDIDATE: usize = 100;
 /// Lock TTL: short, so faults play out in a few seconds.
 pub const TTL: Duration = Duration::from_millis(500);
 /// How long a worker keeps the lock per turn.
@@ -44,73 +52,83 @@ pub const SERVER_FLAGS: &[&str] = &[
     "300ms",
 ];
 
-/// The processes: a lock Redis reached only through a proxy, a resource Redis, and servers; in
-/// Redlock mode the lock Redis is the first of the primaries.
+/// The processes, each in a network namespace of its own ([`Net`]) so that real partitions
+/// can cut any of them off: a lock Redis, servers, and in Redlock mode more primaries (the lock
+/// Redis is the first); a resource Redis on the test's loopback, never faulted.
 pub struct Cluster {
+    /// How the servers use Redis: `single`, `redlock`; the first part of a run's name.
+    pub mode: &'static str,
     pub lock_redis: RedisServer,
     /// Redlock's other primaries (none for a single Redis).
     pub primaries: Vec<RedisServer>,
     pub resource_redis: RedisServer,
-    /// The servers' only way to the lock Redis, to cut the network between them.
-    pub redis_proxy: Proxy,
     pub servers: Vec<ServerProcess>,
+    /// The servers' `--redis URL` or `--redlock URLS`.
+    redis_args: Vec<String>,
+    /// The namespaces, in the order of the processes above: the lock Redis's, the other
+    /// primaries', the servers'. Dropped after the processes.
+    pub lock_host: Host,
+    pub primary_hosts: Vec<Host>,
+    pub server_hosts: Vec<Host>,
+    net: Net,
 }
 
 impl Cluster {
-    /// The URL the servers reach the lock Redis by (through its proxy).
-    pub fn redis_url(&self) -> String {
-        format!("redis://{}", self.redis_proxy.addr)
-    }
-
     /// Stops server `i` (SIGTERM, as a deploy does) and starts it again where it was.
     pub async fn restart(&mut self, i: usize) {
-        let addr = self.servers[i].addr;
         self.servers[i].stop().await;
-        self.servers[i] = ServerProcess::start_at(&self.redis_url(), addr, SERVER_FLAGS);
+        self.kill_and_restart(i);
     }
 
     /// Kills server `i` (SIGKILL: nothing handed over) and starts it again where it was.
     pub fn kill_and_restart(&mut self, i: usize) {
-        let addr = self.servers[i].addr;
         self.servers[i].kill();
-        self.servers[i] = ServerProcess::start_at(&self.redis_url(), addr, SERVER_FLAGS);
+        let redis: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
+        self.servers[i] = self.servers[i].start_again(&redis, SERVER_FLAGS);
     }
 
     pub async fn start(servers: usize) -> Self {
-        let lock_redis = RedisServer::start();
-        let resource_redis = RedisServer::start();
-        let redis_proxy = Proxy::start(([127, 0, 0, 1], lock_redis.port()).into()).await;
-        let redis_url = format!("redis://{}", redis_proxy.addr);
-        let servers = (0..servers)
-            .map(|_| ServerProcess::start_with_url(&redis_url, SERVER_FLAGS))
-            .collect();
-        Cluster {
-            lock_redis,
-            primaries: Vec::new(),
-            resource_redis,
-            redis_proxy,
-            servers,
-        }
+        Self::start_mode("single", servers, 1)
     }
 
-    /// Servers on Redlock over `primaries` independent Redis (the lock Redis, through its
-    /// proxy, and `primaries - 1` more).
+    /// Servers on Redlock over `primaries` independent Redis (the lock Redis and
+    /// `primaries - 1` more).
     pub async fn start_redlock(servers: usize, primaries: usize) -> Self {
-        let lock_redis = RedisServer::start();
-        let resource_redis = RedisServer::start();
-        let redis_proxy = Proxy::start(([127, 0, 0, 1], lock_redis.port()).into()).await;
-        let others: Vec<RedisServer> = (1..primaries).map(|_| RedisServer::start()).collect();
-        let mut urls = vec![format!("redis://{}", redis_proxy.addr)];
-        urls.extend(others.iter().map(RedisServer::url));
-        let servers = (0..servers)
-            .map(|_| ServerProcess::start_redlock(&urls, SERVER_FLAGS))
+        Self::start_mode("redlock", servers, primaries)
+    }
+
+    fn start_mode(mode: &'static str, servers: usize, primaries: usize) -> Self {
+        let mut net = Net::create();
+        let lock_host = net.host(&[Side::Redis]);
+        let lock_redis = RedisServer::start_in(&lock_host);
+        let primary_hosts: Vec<Host> = (1..primaries).map(|_| net.host(&[Side::Redis])).collect();
+        let others: Vec<RedisServer> = primary_hosts.iter().map(RedisServer::start_in).collect();
+        let redis_args = if mode == "redlock" {
+            let mut urls = vec![lock_redis.url()];
+            urls.extend(others.iter().map(RedisServer::url));
+            vec!["--redlock".to_owned(), urls.join(",")]
+        } else {
+            vec!["--redis".to_owned(), lock_redis.url()]
+        };
+        let redis: Vec<&str> = redis_args.iter().map(String::as_str).collect();
+        let server_hosts: Vec<Host> = (0..servers)
+            .map(|_| net.host(&[Side::Clients, Side::Redis]))
+            .collect();
+        let servers = server_hosts
+            .iter()
+            .map(|host| ServerProcess::start_in(host, &redis, SERVER_FLAGS))
             .collect();
         Cluster {
+            mode,
             lock_redis,
             primaries: others,
-            resource_redis,
-            redis_proxy,
+            resource_redis: RedisServer::start(),
             servers,
+            redis_args,
+            lock_host,
+            primary_hosts,
+            server_hosts,
+            net,
         }
     }
 }
@@ -168,6 +186,7 @@ struct Shared {
     pause: Mutex<Option<usize>>,
     /// A worker told to keep its turn until the lease is lost, so a fault's victim is known.
     hold_until_lost: Mutex<Option<usize>>,
+    history: Arc<History>,
 }
 
 impl Shared {
@@ -186,6 +205,7 @@ pub struct Chaos {
     shared: Arc<Shared>,
     stop: CancellationToken,
     workers: Vec<tokio::task::JoinHandle<()>>,
+    data_loss: bool,
 }
 
 impl Chaos {
@@ -208,6 +228,7 @@ impl Chaos {
             writes,
             pause: Mutex::new(None),
             hold_until_lost: Mutex::new(None),
+            history: Arc::default(),
         });
         let stop = CancellationToken::new();
         let mut handles = Vec::new();
@@ -243,12 +264,33 @@ impl Chaos {
             };
             handles.push(tokio::spawn(worker.run()));
         }
+        for i in 0..CANDIDATES {
+            let server = &cluster.servers[i % cluster.servers.len()];
+            let client = Client::connect(format!("http://{}", server.addr))
+                .await
+                .expect("connect candidate");
+            let candidate = Candidate {
+                id: FIRST_CANDIDATE + i,
+                client,
+                history: shared.history.clone(),
+                stop: stop.clone(),
+            };
+            handles.push(tokio::spawn(candidate.run()));
+        }
         Chaos {
             cluster,
             shared,
             stop,
             workers: handles,
+            data_loss: false,
         }
+    }
+
+    /// The fault may make Redis forget locks (restarted empty, keys expiring early, a failover
+    /// that loses writes): two holders may then overlap until the first hears of it, and the
+    /// checker permits (and reports) that, while fencing must still refuse the older.
+    pub fn may_lose_data(&mut self) {
+        self.data_loss = true;
     }
 
     /// Waits for a worker to take the lock afresh, and returns it. That worker keeps its turn
@@ -316,6 +358,9 @@ impl Chaos {
             writes: journal.writes,
             refused: journal.refused,
             final_value,
+            history: self.shared.history.clone(),
+            mode: self.cluster.mode,
+            data_loss: self.data_loss,
         }
     }
 }
@@ -339,13 +384,25 @@ impl Worker {
                 .wait(WAIT)
                 .holder(format!("worker-{}", self.id))
                 .acquire();
+            let called = Instant::now();
             let guard = tokio::select! {
                 guard = acquire => guard,
-                () = self.stop.cancelled() => return,
+                () = self.stop.cancelled() => {
+                    self.history().record(self.id, Kind::Acquire, called, None, Outcome::Unknown, 0, 0);
+                    return;
+                }
             };
             let guard = match guard {
                 Ok(guard) => guard,
-                Err(_) => {
+                Err(error) => {
+                    let outcome = if error.refusal().is_some() {
+                        Outcome::Refused
+                    } else {
+                        Outcome::Unknown
+                    };
+                    let returned = (outcome == Outcome::Refused).then(Instant::now);
+                    self.history()
+                        .record(self.id, Kind::Acquire, called, returned, outcome, 0, 0);
                     // Server down or unreachable, or the wait ran out: try the next server.
                     self.server = (self.server + 1) % self.routes.len();
                     sleep(Duration::from_millis(20)).await;
@@ -354,6 +411,15 @@ impl Worker {
             };
             let start = Instant::now();
             let token = guard.fencing_token();
+            self.history().record(
+                self.id,
+                Kind::Acquire,
+                called,
+                Some(start),
+                Outcome::Ok,
+                token,
+                0,
+            );
             self.shared.current.send_replace(Some(Current {
                 worker: self.id,
                 server: self.server,
@@ -362,6 +428,11 @@ impl Worker {
             }));
             let lost = self.turn(&guard, token, start).await;
             let end = lost.as_ref().map_or_else(Instant::now, |(at, _)| *at);
+            let kind = if lost.is_some() {
+                Kind::Lost
+            } else {
+                Kind::Release
+            };
             self.shared.current.send_replace(None);
             self.shared.journal().holds.push(Hold {
                 worker: self.id,
@@ -371,8 +442,17 @@ impl Worker {
                 end,
                 lost: lost.map(|(_, reason)| reason),
             });
+            // The belief ends when the worker stops or is told, or when the validity last
+            // confirmed to it runs out by its own clock, whichever comes first.
+            let believed_until = end.min(guard.valid_until());
             let _ = guard.release().await;
+            self.history()
+                .record_end(self.id, kind, believed_until, Instant::now(), token);
         }
+    }
+
+    fn history(&self) -> &History {
+        &self.shared.history
     }
 
     /// Increments until the turn is over; returns when and why the lease was lost, if it was.
@@ -395,9 +475,35 @@ impl Worker {
             if guard.is_lost() {
                 return Some((Instant::now(), guard.lost().await));
             }
+            let called = Instant::now();
             let value = match self.counter.get(token).await.expect("resource get") {
-                Fenced::Accepted(value) => value.map_or(0, |v| v.parse::<u64>().expect("counter")),
-                Fenced::Stale { .. } => return self.refused(token),
+                Fenced::Accepted(value) => {
+                    let value = value.map_or(0, |v| v.parse::<u64>().expect("counter"));
+                    let kind = Kind::Read;
+                    self.history().record(
+                        self.id,
+                        kind,
+                        called,
+                        Some(Instant::now()),
+                        Outcome::Ok,
+                        token,
+                        value,
+                    );
+                    value
+                }
+                Fenced::Stale { .. } => {
+                    let returned = Some(Instant::now());
+                    self.history().record(
+                        self.id,
+                        Kind::Read,
+                        called,
+                        returned,
+                        Outcome::Refused,
+                        token,
+                        0,
+                    );
+                    return self.refused(token);
+                }
             };
             let paused = {
                 let mut pause = lock(&self.shared.pause);
@@ -417,12 +523,27 @@ impl Worker {
             } else if guard.is_lost() {
                 return Some((Instant::now(), guard.lost().await));
             }
-            match self
+            let called = Instant::now();
+            let written = self
                 .counter
                 .set(token, &(value + 1).to_string())
                 .await
-                .expect("resource set")
-            {
+                .expect("resource set");
+            let outcome = match written {
+                Fenced::Accepted(()) => Outcome::Ok,
+                Fenced::Stale { .. } => Outcome::Refused,
+            };
+            let returned = Some(Instant::now());
+            self.history().record(
+                self.id,
+                Kind::Write,
+                called,
+                returned,
+                outcome,
+                token,
+                value + 1,
+            );
+            match written {
                 Fenced::Accepted(()) => {
                     self.shared.journal().writes.push(Write {
                         worker: self.id,
@@ -459,6 +580,9 @@ pub struct Report {
     pub writes: Vec<Write>,
     pub refused: Vec<Refused>,
     pub final_value: u64,
+    history: Arc<History>,
+    mode: &'static str,
+    data_loss: bool,
 }
 
 impl Report {
@@ -569,5 +693,66 @@ impl Report {
             self.final_value,
             self.writes.len()
         );
+        let run = format!("{}/{fault}", self.mode);
+        self.history.check(&run, 1, self.data_loss);
+    }
+}
+
+/// A candidate in the election beside the lock: it campaigns, leads for a turn (or until told
+/// it lost), resigns, and campaigns again; every step goes into the history.
+struct Candidate {
+    id: usize,
+    client: Client,
+    history: Arc<History>,
+    stop: CancellationToken,
+}
+
+impl Candidate {
+    async fn run(self) {
+        while !self.stop.is_cancelled() {
+            let called = Instant::now();
+            let elected = async {
+                let mut candidate = self
+                    .client
+                    .campaign(ELECTION, format!("candidate-{}", self.id), TTL)
+                    .await?;
+                let term = candidate.elected().await?;
+                Ok::<_, leasehold::client::ClientError>((candidate, term))
+            };
+            let elected = tokio::select! {
+                elected = elected => elected,
+                () = self.stop.cancelled() => break,
+            };
+            let Ok((mut candidate, term)) = elected else {
+                // The server is down or unreachable: it may have elected this candidate and
+                // lost it again, which nobody here can know.
+                let unknown = Outcome::Unknown;
+                self.history
+                    .record(self.id, Kind::Campaign, called, None, unknown, 0, 0);
+                sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let since = Instant::now();
+            self.history.record(
+                self.id,
+                Kind::Campaign,
+                called,
+                Some(since),
+                Outcome::Ok,
+                term,
+                0,
+            );
+            let lost = tokio::select! {
+                _ = candidate.lost() => true,
+                () = sleep(HOLD_FOR) => false,
+                () = self.stop.cancelled() => false,
+            };
+            let ended = Instant::now();
+            if !lost {
+                let _ = candidate.resign().await;
+            }
+            self.history
+                .record_end(self.id, Kind::Resign, ended, Instant::now(), term);
+        }
     }
 }

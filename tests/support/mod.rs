@@ -5,6 +5,8 @@
 pub mod certs;
 pub mod chaos;
 pub mod cluster;
+pub mod history;
+pub mod netns;
 pub mod permits;
 pub mod proxy;
 pub mod sentinel;
@@ -37,6 +39,9 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    /// The network namespace it runs in, if not the test's own.
+    ns: Option<String>,
+    ip: std::net::IpAddr,
 }
 
 pub fn free_port() -> u16 {
@@ -46,8 +51,9 @@ pub fn free_port() -> u16 {
         .expect("no free loopback port")
 }
 
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+fn answers_ping(ip: std::net::IpAddr, port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&(ip, port).into(), Duration::from_millis(500))
+    else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
@@ -79,11 +85,26 @@ pub fn until_redis_cli(port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
     }
 }
 
-/// Starts redis-server on `port` and waits until it answers; `None` if it exited (port taken).
-fn spawn_redis(port: u16, dir: &PathBuf) -> Option<Child> {
+/// `program`, in network namespace `ns` if there is one (`ip netns exec` execs it: same pid).
+fn command_in(ns: Option<&str>, program: &str) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns, program]);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Starts redis-server on `ip:port` (in namespace `ns`) and waits until it answers; `None` if
+/// it exited (port taken).
+fn spawn_redis(ns: Option<&str>, ip: std::net::IpAddr, port: u16, dir: &PathBuf) -> Option<Child> {
     std::fs::create_dir_all(dir).expect("temp dir");
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+    let mut child = command_in(ns, "redis-server")
+        .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
+        // Off its loopback (in a namespace) Redis answers only with protected mode off.
+        .args(["--protected-mode", if ns.is_some() { "no" } else { "yes" }])
         .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir)
@@ -93,7 +114,7 @@ fn spawn_redis(port: u16, dir: &PathBuf) -> Option<Child> {
         .expect("redis-server must be installed (apt-get install -y redis-server)");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
-        if answers_ping(port) {
+        if answers_ping(ip, port) {
             return Some(child);
         }
         if let Ok(Some(_)) = child.try_wait() {
@@ -114,11 +135,34 @@ impl RedisServer {
                 "leasehold-test-redis-{}-{port}",
                 std::process::id()
             ));
-            if let Some(child) = spawn_redis(port, &dir) {
-                return RedisServer { child, port, dir };
+            let ip = [127, 0, 0, 1].into();
+            if let Some(child) = spawn_redis(None, ip, port, &dir) {
+                return RedisServer {
+                    child,
+                    port,
+                    dir,
+                    ns: None,
+                    ip,
+                };
             }
         }
         panic!("could not start redis-server");
+    }
+
+    /// A Redis in network namespace `host`, on its link to the Redis bridge.
+    pub fn start_in(host: &netns::Host) -> Self {
+        let port = 6379;
+        let ip = host.addr(netns::Side::Redis).into();
+        let dir = std::env::temp_dir().join(format!("leasehold-test-redis-{}", host.name));
+        let child = spawn_redis(Some(&host.name), ip, port, &dir)
+            .unwrap_or_else(|| panic!("could not start redis-server in {}", host.name));
+        RedisServer {
+            child,
+            port,
+            dir,
+            ns: Some(host.name.clone()),
+            ip,
+        }
     }
 
     /// Kills Redis (SIGKILL) and starts it again, empty, on the same port.
@@ -126,7 +170,7 @@ impl RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for _ in 0..50 {
-            if let Some(child) = spawn_redis(self.port, &self.dir) {
+            if let Some(child) = spawn_redis(self.ns.as_deref(), self.ip, self.port, &self.dir) {
                 self.child = child;
                 return;
             }
@@ -146,7 +190,7 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.ip, self.port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -302,6 +346,8 @@ pub struct ServerProcess {
     child: Child,
     stdout: BufReader<std::process::ChildStdout>,
     pub addr: SocketAddr,
+    /// The network namespace it runs in, if not the test's own.
+    ns: Option<String>,
 }
 
 impl ServerProcess {
@@ -315,7 +361,19 @@ impl ServerProcess {
 
     /// A server listening on `addr` (a replica started again where it was).
     pub fn start_at(redis_url: &str, addr: SocketAddr, extra: &[&str]) -> Self {
-        Self::spawn_at(&addr.to_string(), &["--redis", redis_url], extra)
+        Self::spawn_at(None, &addr.to_string(), &["--redis", redis_url], extra)
+    }
+
+    /// A server in network namespace `host`, listening on its link to the clients' bridge;
+    /// `redis` as for the `serve` command (`--redis URL` or `--redlock URLS`).
+    pub fn start_in(host: &netns::Host, redis: &[&str], extra: &[&str]) -> Self {
+        let listen = format!("{}:0", host.addr(netns::Side::Clients));
+        Self::spawn_at(Some(&host.name), &listen, redis, extra)
+    }
+
+    /// A server started again where this one was (same namespace and address).
+    pub fn start_again(&self, redis: &[&str], extra: &[&str]) -> Self {
+        Self::spawn_at(self.ns.as_deref(), &self.addr.to_string(), redis, extra)
     }
 
     /// Sends SIGTERM (a deploy's stop) and waits for the process to exit by itself.
@@ -332,15 +390,18 @@ impl ServerProcess {
     }
 
     fn spawn(redis: &[&str], extra: &[&str]) -> Self {
-        Self::spawn_at("127.0.0.1:0", redis, extra)
+        Self::spawn_at(None, "127.0.0.1:0", redis, extra)
     }
 
-    fn spawn_at(listen: &str, redis: &[&str], extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    fn spawn_at(ns: Option<&str>, listen: &str, redis: &[&str], extra: &[&str]) -> Self {
+        let mut child = command_in(ns, env!("CARGO_BIN_EXE_leasehold"))
             .args(["serve", "--listen", listen])
             .args(redis)
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("LEASEHOLD_TEST_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             // Faults make servers log warnings by design; show them only when asked.
             .stderr(if std::env::var_os("LEASEHOLD_TEST_LOG").is_some() {
@@ -363,6 +424,7 @@ impl ServerProcess {
             child,
             stdout,
             addr,
+            ns: ns.map(str::to_owned),
         }
     }
 

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"time"
+)
+
+// checkAll runs every check that applies to h, in a fixed order, writing the
+// visualisations of models not proven linearizable to dir.
+//
+// Fencing (register, tokens, terms) must hold whatever the fault: it is what keeps a
+// superseded holder from doing harm. The lock and the election may be broken by a fault
+// that makes Redis lose data, so with data_loss their failures are reported as permitted.
+func checkAll(h *History, timeout time.Duration, dir string) []result {
+	exclusive := !h.DataLoss
+	models := []modelCheck{
+		{name: "register", model: registerModel, ops: registerOps(h), mustPass: true},
+		{name: "tokens", model: tokensModel, ops: grantOps(h, Acquire), mustPass: true},
+	}
+	if campaigns := grantOps(h, Campaign); len(campaigns) > 0 {
+		models = append(models, modelCheck{name: "terms", model: termsModel, ops: campaigns, mustPass: true})
+	}
+	models = append(models,
+		modelCheck{name: holdsName(h.LockLimit), model: holdsModel(h.LockLimit), ops: changeOps(h, Acquire, Release, Lost), mustPass: exclusive},
+		modelCheck{name: "election", model: electionModel, ops: changeOps(h, Campaign, Resign), mustPass: exclusive},
+	)
+	var results []result
+	for _, m := range models {
+		results = append(results, m.run(h.Run, timeout, dir))
+	}
+	return append(results, holding.check(h, h.LockLimit), leading.check(h, 1))
+}

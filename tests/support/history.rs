@@ -1,0 +1,190 @@
+//! Recorded histories, as etcd's robustness tests keep them: every operation of every worker in
+//! a fault run, with the instants (by the test process's clock) it was called and returned and
+//! its outcome. A run saves its history as JSON and hands it to the checker in `tests/checker`
+//! (Porcupine's linearizability models for the fenced register, fencing tokens, the lock or
+//! semaphore and the election, plus the interval check); a failed model leaves its
+//! visualisation beside the history.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `token`: the fencing token it got.
+    Acquire,
+    /// The end of a hold the client let go of: `call` is when it stopped believing.
+    Release,
+    /// The end of a hold the client was told it lost (or whose validity ran out by its clock).
+    Lost,
+    /// A fenced read: `token` presented, `value` returned.
+    Read,
+    /// A fenced write: `token` presented, `value` written.
+    Write,
+    /// Elected: `token` is the term.
+    Campaign,
+    /// The end of a leadership (resigned or lost): `token` is the term.
+    Resign,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ok,
+    /// Refused for a reason the client knows: the wait ran out, a stale fencing token.
+    Refused,
+    /// The call failed or timed out: it may or may not have taken effect.
+    Unknown,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Op {
+    client: usize,
+    kind: Kind,
+    call: i64,
+    #[serde(rename = "return")]
+    returned: Option<i64>,
+    outcome: Outcome,
+    token: u64,
+    value: u64,
+}
+
+#[derive(Serialize)]
+struct File<'a> {
+    run: &'a str,
+    lock_limit: u32,
+    data_loss: bool,
+    operations: &'a [Op],
+}
+
+/// One run's operations, shared by its workers.
+pub struct History {
+    start: Instant,
+    ops: Mutex<Vec<Op>>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            start: Instant::now(),
+            ops: Mutex::default(),
+        }
+    }
+}
+
+impl History {
+    fn nanos(&self, at: Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.start).as_nanos()).unwrap_or(i64::MAX)
+    }
+
+    /// Records an operation that returned at `returned`, or never did (`None`: unknown).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        client: usize,
+        kind: Kind,
+        call: Instant,
+        returned: Option<Instant>,
+        outcome: Outcome,
+        token: u64,
+        value: u64,
+    ) {
+        let op = Op {
+            client,
+            kind,
+            call: self.nanos(call),
+            returned: returned.map(|at| self.nanos(at).max(self.nanos(call))),
+            outcome,
+            token,
+            value,
+        };
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+
+    /// Records the end of a hold (or a leadership) that ended in the client's belief at `ended`
+    /// and whose release (if any) returned at `returned`.
+    pub fn record_end(
+        &self,
+        client: usize,
+        kind: Kind,
+        ended: Instant,
+        returned: Instant,
+        token: u64,
+    ) {
+        let returned = returned.max(ended);
+        self.record(client, kind, ended, Some(returned), Outcome::Ok, token, 0);
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Saves the history as `<target>/tmp/robustness/<run>/history.json` and checks it; panics
+    /// with the checker's verdicts if a model that must hold does not (the visualisation of
+    /// each failed model is left beside the history). `data_loss`: the fault may make Redis
+    /// forget a lock, so two holders may overlap (reported), while fencing must still hold.
+    pub fn check(&self, run: &str, lock_limit: u32, data_loss: bool) {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("robustness")
+            .join(run);
+        std::fs::create_dir_all(&dir).expect("history directory");
+        let path = dir.join("history.json");
+        let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ops.sort_by_key(|op| op.call);
+        let file = File {
+            run,
+            lock_limit,
+            data_loss,
+            operations: &ops,
+        };
+        std::fs::write(
+            &path,
+            serde_json::to_vec(&file).expect("history serialises"),
+        )
+        .expect("write history");
+        let output = Command::new(checker())
+            .arg(&path)
+            .output()
+            .expect("run the checker");
+        let verdicts = String::from_utf8_lossy(&output.stdout);
+        println!("{verdicts}");
+        assert!(
+            output.status.success(),
+            "{run}: the checker refused the history {}:\n{verdicts}{}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// The checker (`tests/checker`, Go with Porcupine), built once per test binary: `go build` is
+/// incremental, so a changed checker is never run stale. Built under a temporary name and
+/// renamed, so test binaries running at once never run a half-written file.
+fn checker() -> &'static Path {
+    static CHECKER: OnceLock<PathBuf> = OnceLock::new();
+    CHECKER.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let bin = root.join("target/go/bin");
+        std::fs::create_dir_all(&bin).expect("target/go/bin");
+        let path = bin.join("leasehold-checker");
+        let building = bin.join(format!("leasehold-checker.{}", std::process::id()));
+        let output = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&building)
+            .arg(".")
+            .current_dir(root.join("tests/checker"))
+            .output()
+            .expect("go build the checker (Go is needed for the robustness checker)");
+        assert!(
+            output.status.success(),
+            "go build tests/checker: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::rename(&building, &path).expect("install the checker");
+        path
+    })
+}

@@ -1,0 +1,181 @@
+//! Real network partitions: processes in network namespaces of their own, joined to two
+//! bridges by veth pairs. Setting a veth's host end down is a black hole (packets vanish, no
+//! reset reaches either side), as a partition looks to TCP. The kernel here has no `netem`
+//! qdisc, so delays are out of reach; partitions and heals are not. Needs root (`ip netns`).
+//!
+//! ```text
+//!   test process (clients) ── bridge "c" ── server netns ── bridge "r" ── Redis netns
+//!                                                      (test process on "r" too, to look at Redis)
+//! ```
+//! Cutting a server's `c` link partitions it from its clients; its `r` link, from Redis; a
+//! Redis's link, that Redis from every server (one Redlock primary from the rest).
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Runs `ip args…` and panics with its output if it fails.
+fn ip(args: &[&str]) {
+    let output = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("the `ip` command (iproute2) is needed for partitions");
+    assert!(
+        output.status.success(),
+        "ip {}: {} (network namespaces need root)",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+}
+
+/// One bridge (a LAN) in the host's namespace; the test process is on it at `.1`.
+struct Bridge {
+    name: String,
+    /// The first three octets of its /24.
+    net: [u8; 3],
+}
+
+impl Bridge {
+    fn create(name: String, net: [u8; 3]) -> Self {
+        let [a, b, c] = net;
+        ip(&["link", "add", &name, "type", "bridge"]);
+        ip(&["addr", "add", &format!("{a}.{b}.{c}.1/24"), "dev", &name]);
+        ip(&["link", "set", &name, "up"]);
+        Bridge { name, net }
+    }
+
+    fn addr(&self, host: u8) -> Ipv4Addr {
+        let [a, b, c] = self.net;
+        Ipv4Addr::new(a, b, c, host)
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name])
+            .status();
+    }
+}
+
+/// A little network of its own per test: two bridges, namespaces hanging off them.
+pub struct Net {
+    id: String,
+    clients: Bridge,
+    redis: Bridge,
+    next: u8,
+}
+
+/// Where a host's link hangs.
+#[derive(Clone, Copy)]
+pub enum Side {
+    /// The clients' bridge.
+    Clients,
+    /// The bridge to Redis.
+    Redis,
+}
+
+/// A network namespace with its links.
+pub struct Host {
+    pub name: String,
+    links: Vec<(Side, String, Ipv4Addr)>,
+}
+
+impl Net {
+    pub fn create() -> Self {
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let id = format!("lh{:x}x{n}", pid & 0xff_ffff);
+        // 10.x.y.0/24 pairs, by process and by net: distinct for runs at once.
+        let slot = (pid % 2_400) * 16 + (n % 8) * 2;
+        let (x, y) = (slot / 256, slot % 256);
+        let (x, y) = (x as u8, y as u8);
+        Net {
+            clients: Bridge::create(format!("{id}c"), [10, 100 + x, y]),
+            redis: Bridge::create(format!("{id}r"), [10, 100 + x, y + 1]),
+            id,
+            next: 2,
+        }
+    }
+
+    /// The test process's address on `side`.
+    pub fn local(&self, side: Side) -> Ipv4Addr {
+        self.bridge(side).addr(1)
+    }
+
+    fn bridge(&self, side: Side) -> &Bridge {
+        match side {
+            Side::Clients => &self.clients,
+            Side::Redis => &self.redis,
+        }
+    }
+
+    /// A new namespace with a link on each of `sides`.
+    pub fn host(&mut self, sides: &[Side]) -> Host {
+        let index = self.next;
+        self.next += 1;
+        let name = format!("{}n{index}", self.id);
+        ip(&["netns", "add", &name]);
+        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+        let mut links = Vec::new();
+        for (k, side) in sides.iter().enumerate() {
+            let bridge = self.bridge(*side);
+            let outer = format!("{name}{k}");
+            let inner = format!("{name}i{k}");
+            let addr = bridge.addr(index);
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ]);
+            ip(&["link", "set", &inner, "netns", &name]);
+            ip(&["link", "set", &outer, "master", &bridge.name]);
+            ip(&["link", "set", &outer, "up"]);
+            let cidr = format!("{addr}/24");
+            ip(&[
+                "netns", "exec", &name, "ip", "addr", "add", &cidr, "dev", &inner,
+            ]);
+            ip(&["netns", "exec", &name, "ip", "link", "set", &inner, "up"]);
+            links.push((*side, outer, addr));
+        }
+        Host { name, links }
+    }
+}
+
+impl Host {
+    /// Its address on `side`.
+    pub fn addr(&self, side: Side) -> Ipv4Addr {
+        self.link(side).2
+    }
+
+    fn link(&self, side: Side) -> &(Side, String, Ipv4Addr) {
+        self.links
+            .iter()
+            .find(|(s, _, _)| std::mem::discriminant(s) == std::mem::discriminant(&side))
+            .expect("the host has no link on that side")
+    }
+
+    /// `program` to be run inside the namespace (`ip netns exec` execs it: same pid).
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name, program]);
+        command
+    }
+
+    /// Partitions the host from everything on `side`.
+    pub fn cut(&self, side: Side) {
+        ip(&["link", "set", &self.link(side).1, "down"]);
+    }
+
+    pub fn heal(&self, side: Side) {
+        ip(&["link", "set", &self.link(side).1, "up"]);
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes the veth pairs with it.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
