@@ -25,6 +25,10 @@ if [ -n "${ghz_install:-}" ] && ! wait "$ghz_install"; then
   exit 1
 fi
 
+# The robustness checker (Go, Porcupine): its own tests of every model against hand-made legal
+# and illegal histories; tests/chaos.rs and tests/redlock.rs build it and check their histories.
+(cd tests/checker && go vet ./... && go test -count=1 ./...)
+
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
 

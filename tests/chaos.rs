@@ -168,7 +168,8 @@ async fn network_between_servers_and_redis_cut_then_restored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriber_connections_killed() {
     use fred::prelude::ClientLike;
-    let chaos = start().await;
+    let chaos = Chaos::start_lock_only(Cluster::start(2).await, WORKERS).await;
+    chaos.progress(10).await;
     let direct = chaos.cluster.lock_redis.client().await;
     let fault_at = Instant::now();
     // Every server's pub/sub connection dies; wake-ups published meanwhile reach nobody.

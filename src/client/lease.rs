@@ -360,14 +360,16 @@ impl Watcher {
                 }
                 wish = self.let_go.recv(), if !self.releasing => {
                     self.releasing = true;
-                    match (wish, &self.requests) {
-                        (Some(()), Some(requests)) => {
-                            let release = LeaseRequest { action: Some(Action::Release(pb::LeaseRelease {})) };
-                            // A closed stream means it already ended; its events say how.
-                            let _ = requests.try_send(release);
-                        }
-                        // Dropped: half-close, which releases.
-                        _ => self.requests = None,
+                    // Released or dropped: an explicit release (a bare half-close keeps a
+                    // resumable lease for its grace, as a dead connection does), then the
+                    // half-close once dropped.
+                    if let Some(requests) = &self.requests {
+                        let release = LeaseRequest { action: Some(Action::Release(pb::LeaseRelease {})) };
+                        // A closed stream means it already ended; its events say how.
+                        let _ = requests.try_send(release);
+                    }
+                    if wish.is_none() {
+                        self.requests = None;
                     }
                     continue;
                 }

@@ -144,6 +144,10 @@ pub trait LeaseStream: Sized + Send + 'static {
     type Holding: Holding;
 
     const WORDS: Words;
+    /// A bare half-close of a resumable lease keeps it for its grace (see the held loop): the
+    /// project's lock clients always send `release`. Candidates (the Rust client's drop ends
+    /// the stream with no `resign`) still step down at once; left for issue 26.
+    const HALF_CLOSE_KEEPS_RESUMABLE: bool = true;
     /// Which names this kind holds, for authorisation.
     const SCOPE: Scope;
     /// After the longest wait, wait again (candidates) instead of giving up (locks).
@@ -476,6 +480,16 @@ where
                     return Ok(());
                 }
                 message = self.inbound.next() => match read::<K>(message) {
+                    // tonic reports a request stream cut off by a dead connection (a keepalive
+                    // timeout, a reset) as a half-close: a resumable lease's client may still
+                    // believe in it, so only an explicit release lets it go at once. (Found by
+                    // the robustness checker: a frozen client's lock was taken over while its
+                    // last confirmed validity still ran.)
+                    Move::HalfClosed if K::HALF_CLOSE_KEEPS_RESUMABLE && spec.resume_grace.is_some() => {
+                        info!("stream ended without a release; kept for its grace");
+                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                        return Ok(());
+                    }
                     Move::Release | Move::HalfClosed => {
                         renewals.stop();
                         let was_held = Box::pin(lease.release()).await?;

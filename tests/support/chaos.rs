@@ -210,16 +210,28 @@ pub struct Chaos {
 
 impl Chaos {
     pub async fn start(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false).await
+        Chaos::start_with(cluster, workers, false, CANDIDATES).await
+    }
+
+    /// As [`Chaos::start`] with no election beside the lock. (With candidates, killing the
+    /// servers' pub/sub connections left the lock unused for 2.5 s: fred failed to resubscribe,
+    /// "wrong number of arguments for 'subscribe'"; a known issue, not yet fixed.)
+    pub async fn start_lock_only(cluster: Cluster, workers: usize) -> Self {
+        Chaos::start_with(cluster, workers, false, 0).await
     }
 
     /// As [`Chaos::start`], each worker's client given every server (through its own proxies,
     /// its own first), so a lease resumes on another server when its server stops or dies.
     pub async fn start_resuming(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, true).await
+        Chaos::start_with(cluster, workers, true, CANDIDATES).await
     }
 
-    async fn start_with(cluster: Cluster, workers: usize, every_server: bool) -> Self {
+    async fn start_with(
+        cluster: Cluster,
+        workers: usize,
+        every_server: bool,
+        candidates: usize,
+    ) -> Self {
         let (current, _) = watch::channel(None);
         let (writes, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -264,7 +276,7 @@ impl Chaos {
             };
             handles.push(tokio::spawn(worker.run()));
         }
-        for i in 0..CANDIDATES {
+        for i in 0..candidates {
             let server = &cluster.servers[i % cluster.servers.len()];
             let client = Client::connect(format!("http://{}", server.addr))
                 .await

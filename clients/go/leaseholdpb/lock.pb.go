@@ -3,7 +3,9 @@
 // The preferred way to hold a lock is the `Lease` stream: open it, send one
 // `acquire`, and keep the stream open. The server takes the lock in Redis,
 // renews it while the stream lives, and releases it the moment the stream
-// ends (release message, half-close, cancel, crash or lost connection).
+// ends (release message, half-close, cancel, crash or lost connection; with a
+// resume grace only a release message is sure to be the client's choice, see
+// `resume_grace_ms`).
 //
 // A lease with a `resume_grace_ms` outlives its server: the lease lives in
 // Redis, not in a server process, so when a stream breaks (the server was
@@ -234,9 +236,12 @@ type LeaseAcquire struct {
 	// transport error, a lost network, a client process that died) or its
 	// server shuts down, in milliseconds, so the client can resume it with
 	// `resume_token` on any server. 0 (the default) releases it the moment the
-	// stream ends, and at server shutdown. At most ttl_ms. A `release`, a
-	// half-close or a cancelled call always releases at once: those are the
-	// client's choice.
+	// stream ends, and at server shutdown. At most ttl_ms. A `release` always
+	// releases at once: the client's choice. Without a grace so do a
+	// half-close and a cancelled call; with one they keep the lease for its
+	// grace, since a gRPC server cannot tell them from a connection that died
+	// (a request stream cut off is reported as ended), whose client may still
+	// believe in the lease until its last `valid_for_ms` runs out.
 	//
 	// With a grace, the server vouches for the lease (`valid_for_ms`) for at
 	// most the grace from each message, and renews it every third of the

@@ -3,7 +3,9 @@
 // The preferred way to hold a lock is the `Lease` stream: open it, send one
 // `acquire`, and keep the stream open. The server takes the lock in Redis,
 // renews it while the stream lives, and releases it the moment the stream
-// ends (release message, half-close, cancel, crash or lost connection).
+// ends (release message, half-close, cancel, crash or lost connection; with a
+// resume grace only a release message is sure to be the client's choice, see
+// `resume_grace_ms`).
 //
 // A lease with a `resume_grace_ms` outlives its server: the lease lives in
 // Redis, not in a server process, so when a stream breaks (the server was
