@@ -295,6 +295,11 @@ func (l *Lease) run(att *attachment) {
 				l.released(l.releaseBetweenStreams())
 				return
 			case !broken:
+				if l.resume && l.ctx.Err() != nil {
+					// The caller cancelled: the server keeps a resumable lease whose stream
+					// ends without a release (it cannot tell a cancel from a dead connection).
+					l.releaseBestEffort()
+				}
 				l.lose("lease stream ended: " + describe(err))
 				l.released(false, sendErr)
 				return
