@@ -2,7 +2,7 @@
 //! Alone in its binary: a burst this size on two cores must not share the runtime with other
 //! tests, whose timers it would starve.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

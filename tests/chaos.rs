@@ -4,7 +4,7 @@
 //!
 //! Run with `--nocapture` to see the `FIGURE` line of each case.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

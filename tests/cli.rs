@@ -1,6 +1,6 @@
 //! The `leasehold` command line as users run it: real binary, real server, real Redis.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The Rust client's guard against a real server and Redis (losing it: tests/conformance.rs).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

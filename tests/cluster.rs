@@ -1,7 +1,7 @@
 //! On a Redis Cluster (three primaries, a replica each): every lock's keys in one slot, locks
 //! spread over every primary, hand-overs through sharded pub/sub wake-ups, elections.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

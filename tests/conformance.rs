@@ -1,7 +1,7 @@
 //! The conformance scenarios (`clients/conformance/scenarios.txt`) for the Rust client, against
 //! the real binary and a real redis-server: the Go, Python and Java clients run the same list.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

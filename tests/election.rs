@@ -1,6 +1,6 @@
 //! Leader election against real Redis: candidates and observers on two server processes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

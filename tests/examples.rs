@@ -2,7 +2,7 @@
 //! copy: the README quotes each file verbatim, and each language's suite runs its own against a
 //! real server (the Rust one here; Go, Python and Java in their clients' tests).
 
-mod support;
+use crate::support;
 
 use support::*;
 

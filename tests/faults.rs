@@ -1,6 +1,6 @@
 //! What happens when Redis loses data or goes away, against real processes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

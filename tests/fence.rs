@@ -1,6 +1,6 @@
 //! The protected-resource helper against a real Redis.
 
-mod support;
+use crate::support;
 
 use leasehold::client::fence::{Fenced, FencedKey};
 use support::RedisServer;

@@ -3,7 +3,7 @@
 //! an election and run a `leasehold run` job. Nobody is told `lost`, every fencing token and
 //! term stays the same, and nobody else gets a lock in between.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //!
 //! The same limits are fuzzed without a server in `input_props.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The `Lease` stream against a real Redis: acquire, renew, release on every way out, wait.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! What a name leaves in Redis once nobody holds or waits for it: nothing but the per-slot
 //! fencing counters, within a stated bound; and fencing tokens that keep growing across it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

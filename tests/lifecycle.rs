@@ -2,7 +2,7 @@
 //! environment, and once stopped leaves nothing behind: every lease let go, every task it started
 //! finished, every Redis connection it opened closed, whatever it was doing when told to stop.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

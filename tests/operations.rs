@@ -3,7 +3,7 @@
 //! shutdown, the config file, limits, and JSON logs. (The burst over the Redis in-flight limit
 //! has a test binary of its own, tests/burst.rs, so no other test competes with it for the CPU.)
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

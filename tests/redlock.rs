@@ -4,7 +4,7 @@
 //! ends; a primary back empty cannot make fencing tokens go backwards; and the chaos checker
 //! finds no stale write while primaries die and come back empty.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

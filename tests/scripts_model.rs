@@ -41,7 +41,7 @@
 //!   no leftovers of forgotten permits), the line and the deadlines match the model; no key of a
 //!   name lives without a TTL; the slot's counter is never below a token it issued.
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

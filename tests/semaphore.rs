@@ -1,7 +1,7 @@
 //! More than one holder per name, against real Redis and several servers: counting semaphores
 //! (`limit`), read-write locks (`mode`), and leases resumed after a broken stream.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! a lease whose key the replica never received is told Lost, and fencing tokens after the
 //! failover are above every token before it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

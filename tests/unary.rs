@@ -1,7 +1,7 @@
 //! The unary calls (`Acquire`, `Extend`, `Release`, `Describe`) and script reloading, against a
 //! real Redis.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

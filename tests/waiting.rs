@@ -1,7 +1,7 @@
 //! Waiting at scale: wake-ups by pub/sub, the fair line across servers, abandoned waiters and
 //! lost wake-ups, against a real Redis and several servers.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

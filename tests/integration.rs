@@ -1,0 +1,31 @@
+//! Every integration test, in one binary: each file beside this one is a module of it. One
+//! binary instead of one per file because each would compile `support/` again and link all of
+//! tonic, fred and tokio again; that was most of CI's test build. Run one file's tests with
+//! `cargo test --test integration chaos::` (the module path filters).
+
+mod support;
+
+mod burst;
+mod chaos;
+mod cli;
+mod client;
+mod cluster;
+mod conformance;
+mod election;
+mod examples;
+mod faults;
+mod fence;
+mod handover;
+mod input;
+mod input_props;
+mod layout;
+mod lease;
+mod leftovers;
+mod lifecycle;
+mod operations;
+mod redlock;
+mod scripts_model;
+mod semaphore;
+mod sentinel;
+mod unary;
+mod waiting;
