@@ -151,6 +151,18 @@ impl Error {
         Error::InvalidArgument(message.into())
     }
 
+    /// Whether Redis (or too many Redlock primaries) could not be reached or did not answer:
+    /// an error that may pass on its own, unlike a refusal or a reply our scripts never give.
+    pub fn is_redis_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis { .. }
+                | Error::RedisTimeout { .. }
+                | Error::NotConnected { .. }
+                | Error::NoQuorum { .. }
+        )
+    }
+
     pub(crate) fn redis(context: &'static str) -> impl FnOnce(fred::error::Error) -> Self {
         move |source| Error::Redis { context, source }
     }

@@ -93,3 +93,33 @@ async fn a_redis_down_for_a_while_ends_leases_as_lost_and_serves_again_after() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_redis_that_stops_answering_and_takes_the_lock_after() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let mut client = server.client().await;
+
+    let mut holder = LeaseStream::acquire(&mut client, "job", 500, 0, "holder").await;
+    holder.acquired().await;
+    let mut waiter = LeaseStream::acquire(&mut client, "job", 500, 30_000, "waiter").await;
+    waiter.waiting().await;
+    // Frozen, not gone: every command times out, and nothing in Redis is lost.
+    signal(redis.pid(), "STOP");
+    match holder.next_significant().await {
+        Ok(Some(Event::Lost(_))) => {}
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // The holder's TTL has run out: the waiter tries to take the lock during these three
+    // seconds (six holder TTLs), and every try times out. It keeps waiting all the same: its
+    // deadline is 30 s away, and a Redis that answers again is worth waiting for.
+    let quiet = tokio::time::timeout(Duration::from_secs(3), waiter.next_significant()).await;
+    signal(redis.pid(), "CONT");
+    assert!(
+        quiet.is_err(),
+        "the waiter heard {:?} while Redis was frozen",
+        quiet.ok()
+    );
+    waiter.acquired().await;
+    assert!(waiter.release().await);
+}

@@ -119,11 +119,39 @@ pub async fn acquire(
             mode: spec.mode,
             first_attempt: std::mem::take(&mut first_attempt),
         };
-        let outcome = store
+        let outcome = match store
             .try_acquire(keys, token, spec.ttl, &spec.holder, &waiter)
-            .await?;
+            .await
+        {
+            Ok(outcome) => outcome,
+            // A waiter rides out a Redis that is briefly unavailable (a failover, a slot being
+            // migrated: TRYAGAIN, a command timed out) until its deadline, as it rides out a
+            // holder: a wait is a promise to keep trying. Trying again is safe even when the
+            // failed try did take the lock: the script finds the key already holds this
+            // lease's token and answers Acquired. Past the deadline the caller hears this
+            // error, not WaitExpired: Redis, not a holder, kept it out.
+            Err(error) if will_wait && error.is_redis_unavailable() => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(error);
+                }
+                tracing::debug!(%error, "redis unavailable while waiting; trying again");
+                sleep(backoff.delay(None, deadline - now)).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let (holder, holder_ttl, position) = match outcome {
             AcquireOutcome::Acquired { fencing_token } => {
+                // An answer back after half the TTL (a Redis that froze with the command in it)
+                // leaves too little validity to renew in time: the holder would be told Lost as
+                // soon as it is told Acquired. While the wait lasts, take it again: this token
+                // finds its own lock and gets a fresh TTL, counted from the new try.
+                let now = Instant::now();
+                if will_wait && now < deadline && now - sent_at >= spec.ttl / 2 {
+                    tracing::debug!(late = ?(now - sent_at), "acquired, but heard late; again");
+                    continue;
+                }
                 if let Some(place) = place.take() {
                     place.disarm();
                 }
