@@ -130,3 +130,23 @@ fn the_readme_links_every_page_of_docs_and_no_link_is_broken() {
         }
     }
 }
+
+/// With `autotests = false`, a test file that tests/integration.rs does not name as a module
+/// would never be compiled, let alone run: every one must be named.
+#[test]
+fn every_test_file_is_a_module_of_the_one_test_binary() {
+    let binary =
+        std::fs::read_to_string(root().join("tests/integration.rs")).expect("tests/integration.rs");
+    for entry in std::fs::read_dir(root().join("tests")).expect("tests/") {
+        let path = entry.expect("entry").path();
+        let Some(stem) = path.file_stem().and_then(|stem| stem.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|ext| ext == "rs") && stem != "integration" {
+            assert!(
+                binary.lines().any(|line| line == format!("mod {stem};")),
+                "tests/{stem}.rs is not a module of tests/integration.rs, so it never runs"
+            );
+        }
+    }
+}
