@@ -8,10 +8,10 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::chaos::{Chaos, Cluster, FAULT_FOR, SERVER_FLAGS, TTL, WAITER_TTL};
+use support::chaos::{Chaos, Cluster, FAULT_FOR, LOCK, SERVER_FLAGS, TTL, WAITER_TTL};
 use support::netns::Side;
 use support::permits::Churn;
-use support::{RedisServer, ServerProcess, signal};
+use support::{RedisServer, ServerProcess, lock_key, signal};
 use tokio::time::{Instant, sleep};
 
 const WORKERS: usize = 4;
@@ -163,6 +163,64 @@ async fn network_between_servers_and_redis_cut_then_restored() {
     report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe("network-cut", usable_again);
+}
+
+/// The effect of a forward clock jump on Redis, the case Kleppmann's critique of Redlock is about:
+/// the lock key expires early, under its holder. Redis has in effect lost the lock; a waiter may
+/// take it at once, the holder hears at its next renewal, and fencing refuses its writes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_key_expires_early_under_the_holder() {
+    use fred::prelude::ClientLike;
+    let mut chaos = start().await;
+    chaos.may_lose_data();
+    let holder = chaos.fresh_holder().await;
+    let direct = chaos.cluster.lock_redis.client().await;
+    // The nemesis: the key's remaining TTL cut to 1 ms, as if Redis's clock jumped forward.
+    let expired: i64 = direct
+        .custom(fred::cmd!("PEXPIRE"), vec![lock_key(LOCK), "1".into()])
+        .await
+        .unwrap();
+    assert_eq!(expired, 1, "the holder's key was not there to expire");
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    // Its server's next renewal finds the key gone or another's: told within a TTL.
+    report.assert_holder_told(&holder, fault_at, TTL);
+    assert!(
+        report.max_overlap() < TTL,
+        "overlap {:?}",
+        report.max_overlap()
+    );
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    report.assert_safe("key-expired-early", usable_again);
+}
+
+/// The holder's server cut off from its clients (a real partition: packets vanish) while it
+/// still reaches Redis: the holder hears nothing and stops believing by its own clock; the server
+/// drops the silent stream (keepalive) and the lock goes to a worker on the other server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_server_cut_off_from_its_clients() {
+    let chaos = start().await;
+    let holder = chaos.fresh_holder().await;
+    let host = &chaos.cluster.server_hosts[holder.server];
+    host.cut(Side::Clients);
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    sleep(FAULT_FOR.saturating_sub(fault_at.elapsed())).await; // The whole fault.
+    host.heal(Side::Clients);
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
+    let (next, usable_again) = report.next_hold_after(fault_at);
+    assert_ne!(next.server, holder.server);
+    assert!(
+        usable_again <= TTL + WAITER_TTL + Duration::from_millis(300),
+        "usable again after {usable_again:?}"
+    );
+    report.assert_safe("clients-cut-from-server", usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,8 @@ use super::{RedisServer, ServerProcess};
 pub const LOCK: &str = "chaos";
 /// The election the candidates contend in, beside the lock.
 pub const ELECTION: &str = "chaos-election";
+/// A lock the workers never take, to probe the servers' connections.
+const PROBE: &str = "chaos-probe";
 /// Candidates in every run, their ids after the workers' in the history.
 const CANDIDATES: usize = 2;
 const FIRST_CANDIDATE: usize = 100;
@@ -89,6 +91,40 @@ impl Cluster {
 
     pub async fn start(servers: usize) -> Self {
         Self::start_mode("single", servers, 1)
+    }
+
+    /// Waits (bounded) until every server writes to every Redis again after a heal or a restart:
+    /// a probe lock taken through each server must show up on each primary. What the next
+    /// fault's arithmetic of majorities needs, since a client reconnects after a backoff.
+    pub async fn until_every_server_reaches_every_redis(&self) {
+        use fred::prelude::KeysInterface;
+        let mut direct = vec![self.lock_redis.client().await];
+        for primary in &self.primaries {
+            direct.push(primary.client().await);
+        }
+        let key = super::lock_key(PROBE);
+        for server in &self.servers {
+            let client = Client::connect(server.url()).await.expect("connect probe");
+            let reached = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    let lease = client.lease(PROBE).ttl(Duration::from_secs(5)).acquire();
+                    if let Ok(guard) = lease.await {
+                        let mut everywhere = true;
+                        for redis in &direct {
+                            let found: i64 = redis.exists(&key).await.unwrap_or(0);
+                            everywhere &= found == 1;
+                        }
+                        let _ = guard.release().await;
+                        if everywhere {
+                            return;
+                        }
+                    }
+                    sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await;
+            reached.expect("a server did not reach every Redis within 10 s");
+        }
     }
 
     /// Servers on Redlock over `primaries` independent Redis (the lock Redis and
