@@ -2,9 +2,11 @@
 # The long fault run, for before a release (CI runs every fault once, in scripts/test.sh): every
 # chaos case (single Redis and Redlock, histories checked by Porcupine) ROUNDS times, plus the
 # tests too slow or too load-sensitive for CI (`#[ignore]`d, each saying why). A failed round keeps
-# its histories and visualisations in target/robustness-runs/round-N/.
+# its histories and visualisations in target/robustness-runs/round-N/. Then deliberately broken
+# builds: each a worktree of HEAD with one mutation, on which one chaos case must fail with the
+# checker refusing its history (logs in target/broken/<mutation>.log).
 #
-#   ROUNDS=10 scripts/robustness.sh
+#   ROUNDS=10 scripts/robustness.sh      (ROUNDS=0: the broken builds alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
@@ -27,4 +29,51 @@ for round in $(seq 1 "$rounds"); do
   fi
 done
 echo "== $failed of $rounds rounds failed"
+
+# broken NAME FILE FROM TO CASE: HEAD with FROM replaced by TO (exactly once) in FILE; CASE must
+# fail on it, and fail in the checker.
+broken() {
+  local name=$1 file=$2 from=$3 to=$4 case=$5
+  local tree="$PWD/target/broken/$name" log="$PWD/target/broken/$name.log"
+  mkdir -p target/broken
+  git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
+  git worktree prune
+  git worktree add -q --detach "$tree" HEAD
+  python3 - "$tree/$file" "$from" "$to" <<'PY'
+import sys
+path, old, new = sys.argv[1:]
+text = open(path).read()
+assert text.count(old) == 1, f"{path}: the mutation's text is not there exactly once"
+open(path, "w").write(text.replace(old, new))
+PY
+  echo "== broken build '$name': $file mutated; running $case"
+  # The main target directory: dependencies are not built again, and the worktree's package
+  # (another path) gets binaries of its own.
+  if (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target" \
+      cargo test --test integration -- "$case" --exact --nocapture) >"$log" 2>&1; then
+    echo "== broken build '$name': NOT caught ($case passed); see $log"
+    failed=$((failed + 1))
+  elif grep -q "the checker refused the history" "$log"; then
+    echo "== broken build '$name': caught by the checker:"
+    grep -E "NOT linearizable|overlap" "$log" | grep -v "permitted" | sed 's/^/     /' || true
+  else
+    echo "== broken build '$name': $case failed, but not in the checker; see $log"
+    failed=$((failed + 1))
+  fi
+  git worktree remove --force "$tree"
+}
+
+# Extend that ignores a 0: a holder whose key expired is told it was extended.
+broken extend-ignores-zero src/store/locks.rs \
+  "} else if answers.rules_out_majority(answers.ok.len() - yes) {
+            Ok(false)" \
+  "} else if answers.rules_out_majority(answers.ok.len() - yes) {
+            Ok(true)" \
+  chaos::redis_paused_longer_than_the_ttl
+# A token issued without the counter: the fast path reads the counter instead of raising it.
+broken token-without-counter src/store/locks/take.lua \
+  "redis.call('INCR', KEYS[2])" \
+  "(tonumber(redis.call('GET', KEYS[2]) or '0') + 1)" \
+  chaos::holder_server_killed
+
 [ "$failed" -eq 0 ]

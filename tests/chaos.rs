@@ -230,12 +230,17 @@ async fn subscriber_connections_killed() {
     chaos.progress(10).await;
     let direct = chaos.cluster.lock_redis.client().await;
     let fault_at = Instant::now();
-    // Every server's pub/sub connection dies; wake-ups published meanwhile reach nobody.
+    // Every subscribed server's pub/sub connection dies; wake-ups published meanwhile reach nobody.
     let killed: i64 = direct
         .custom(fred::cmd!("CLIENT"), vec!["KILL", "TYPE", "pubsub"])
         .await
         .unwrap();
-    assert_eq!(killed, 2, "one subscriber per server");
+    // A server with no waiter at this instant has unsubscribed: its connection is then not of
+    // type pubsub and is spared. At least the subscribed ones die.
+    assert!(
+        (1..=2).contains(&killed),
+        "{killed} pub/sub connections killed"
+    );
     chaos.progress(30).await;
     let report = chaos.finish().await;
 
