@@ -706,6 +706,19 @@ impl Report {
         (hold, hold.start - instant)
     }
 
+    /// After `holder`'s server froze, died or was cut off at `fault_at`: the next turn is on
+    /// another server, within the key's TTL (nobody released it) plus, if the head of the line
+    /// was a waiter on that server, the waiter TTL it takes to drop it. Returns how long after.
+    pub fn taken_over_elsewhere(&self, holder: &Current, fault_at: Instant) -> Duration {
+        let (next, usable_again) = self.next_hold_after(fault_at);
+        assert_ne!(next.server, holder.server);
+        assert!(
+            usable_again <= TTL + WAITER_TTL + Duration::from_millis(300),
+            "usable again after {usable_again:?}"
+        );
+        usable_again
+    }
+
     /// The longest time the lock sat unused between two turns that started after `instant`.
     pub fn longest_gap_after(&self, instant: Instant) -> Duration {
         let mut holds: Vec<&Hold> = self.holds.iter().filter(|h| h.end > instant).collect();
