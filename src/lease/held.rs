@@ -25,6 +25,9 @@ pub trait Holding: Clone + Send + Sync + 'static {
     fn lock(&self) -> &Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
+    /// What is left to do once the lease is lost, if anything: never a release (see
+    /// [`HeldLease::lost`]).
+    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static>;
 }
 
 /// A plain lock, and the lock operations.
@@ -47,6 +50,11 @@ impl Holding for Lock {
 
     async fn release(&self, token: &Token) -> Result<bool> {
         self.locks.release(&self.keys, token).await
+    }
+
+    /// Nothing: what is still ours expires by its TTL.
+    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+        None::<std::future::Ready<Result<()>>>
     }
 }
 
@@ -82,6 +90,13 @@ impl Holding for Leadership {
         let was_held = self.lease.release(token).await?;
         self.elections.retire_stale_leader(&self.election).await?;
         Ok(was_held)
+    }
+
+    /// Observers hear there is no leader now (the announcement is left alone while the lease
+    /// key is still ours, and then retired by whoever reads it after it expires).
+    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+        let (elections, election) = (self.elections.clone(), self.election.clone());
+        Some(async move { elections.retire_stale_leader(&election).await.map(|_| ()) })
     }
 }
 
@@ -134,6 +149,21 @@ impl<H: Holding> HeldLease<H> {
     /// over letting go (a unary `Acquire` hands the token to its client).
     pub fn disarm(&mut self) {
         self.armed = false;
+    }
+
+    /// The lease is lost (its renewals could not confirm it): never released, as its client
+    /// believes in it until it reads the news or the validity last confirmed to it runs out,
+    /// and a release would let the next holder in before either. (With Redlock, a lease lost
+    /// for want of a majority still holds a minority of keys, renewed moments ago.) What is
+    /// still ours expires by its TTL, after that validity; a resumable lease may also have been
+    /// resumed elsewhere with the same token meanwhile.
+    pub fn lost(&mut self) {
+        self.armed = false;
+        if let Some(work) = self.holding().after_loss() {
+            let span = tracing::info_span!("after_loss", lease = self.token().lease_id());
+            let connection = self.holding().lock().locks.connection();
+            connection.in_background(span, "could not retire a lost leader", work);
+        }
     }
 
     /// Its stream broke and the lease may be resumed: it now ends after `grace` unless resumed

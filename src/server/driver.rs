@@ -533,12 +533,7 @@ where
                 }
                 Lost { cause, reason, due } = renewals.lost() => {
                     warn!(%reason, ?due, "lease lost");
-                    if spec.resume_grace.is_some() {
-                        // Not ours any more, or this server could not reach Redis in time: its
-                        // client may have resumed it elsewhere meanwhile (same token), so a late
-                        // release from here could cut that. It expires by itself if not.
-                        lease.disarm();
-                    }
+                    lease.lost();
                     self.streams.metrics().lost(cause);
                     self.lost(due.explain(reason));
                     return Ok(());
