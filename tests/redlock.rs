@@ -176,6 +176,67 @@ async fn a_winner_refused_by_a_minority_leaves_their_lines_too() {
 }
 
 #[tokio::test]
+async fn a_lease_lost_for_want_of_a_majority_keeps_its_minority_until_its_holder_stops_believing() {
+    let primaries: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let mut client = server.client().await;
+    let direct = clients(&primaries).await;
+    let key = lock_key("job");
+    // The third primary still holds an earlier holder's key (its release has not reached it):
+    // the lease is taken on exactly the two others.
+    let set_foreign = |redis: &Client| {
+        let redis = redis.clone();
+        let key = key.clone();
+        async move {
+            let (): () = redis
+                .set(key, "someone-else", None, None, false)
+                .await
+                .expect("SET");
+        }
+    };
+    set_foreign(&direct[2]).await;
+    let mut holder = LeaseStream::acquire(&mut client, "job", 1_500, 0, "holder").await;
+    let acquired = holder.acquired().await;
+    let mut valid_until = Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
+    assert_eq!(
+        support::get(&direct[0], &key).await.as_deref(),
+        Some(acquired.token.as_str())
+    );
+
+    // One of its two keys taken behind the server's back: the next renewal finds a minority.
+    set_foreign(&direct[1]).await;
+    loop {
+        match holder.next().await {
+            Ok(Some(Event::Extended(extended))) => {
+                valid_until = Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+            }
+            Ok(Some(Event::Lost(_))) => break,
+            other => panic!("expected Lost, got {other:?}"),
+        }
+    }
+    assert!(
+        Instant::now() < valid_until,
+        "the loss is found by a renewal, before the validity last told runs out"
+    );
+    // The earlier holder's key goes: a contender needs the first primary, where the lost lease
+    // still has its key, freshly renewed. Releasing it now would let the contender in while the
+    // lost holder, not yet reading its news, still believes in its validity.
+    let (): () = direct[2].del(&key).await.expect("DEL");
+    assert_eq!(
+        support::get(&direct[0], &key).await.as_deref(),
+        Some(acquired.token.as_str()),
+        "a lost lease is not released by its server"
+    );
+    let mut contender = LeaseStream::acquire(&mut client, "job", 1_500, 10_000, "next").await;
+    contender.acquired().await;
+    assert!(
+        Instant::now() >= valid_until,
+        "the next holder got in {:?} before the lost one's validity ran out",
+        valid_until - Instant::now()
+    );
+}
+
+#[tokio::test]
 async fn without_a_majority_holders_are_told_lost_in_time_and_acquisitions_fail() {
     const LEASE_TTL: Duration = Duration::from_millis(1_000);
     let mut primaries = primaries();
