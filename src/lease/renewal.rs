@@ -107,13 +107,14 @@ impl RenewalClock {
     }
 
     /// How long from `now` the server can vouch for the lease without another renewal: until
-    /// its validity ends, and for a resumable lease never more than its grace.
+    /// its validity ends, and never more than the TTL less its drift (for a resumable lease,
+    /// its grace less its drift). The cap matters when this host's clock jumped back between
+    /// the send and `now` (a VM restored, a clock stepped): the validity would then look longer
+    /// than the key in Redis can live, and the client would believe past it.
     pub fn valid_for(&self, now: Instant) -> Duration {
         let valid_for = self.valid_until.saturating_duration_since(now);
-        match self.vouch {
-            Some(vouch) => valid_for.min(vouch),
-            None => valid_for,
-        }
+        let most = self.vouch.unwrap_or(self.ttl - drift(self.ttl));
+        valid_for.min(most)
     }
 
     pub fn expired(&self, now: Instant) -> bool {
@@ -175,6 +176,17 @@ mod tests {
         // A grace of the whole TTL changes nothing but the drift it allows.
         let full = RenewalClock::resumable(ttl, Some(ttl), sent_at);
         assert_eq!(full.valid_for(sent_at), ttl - drift(ttl));
+    }
+
+    #[test]
+    fn a_clock_that_jumped_back_never_vouches_for_more_than_the_ttl() {
+        let ttl = Duration::from_millis(3000);
+        let now = Instant::now();
+        // Sent "in the future": this host's clock stepped back 5 s after the send.
+        let clock = RenewalClock::new(ttl, now + Duration::from_secs(5));
+        assert_eq!(clock.valid_for(now), ttl - drift(ttl));
+        let resumable = RenewalClock::resumable(ttl, Some(ttl / 2), now + Duration::from_secs(5));
+        assert_eq!(resumable.valid_for(now), ttl / 2 - drift(ttl / 2));
     }
 
     #[test]
