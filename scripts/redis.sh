@@ -57,6 +57,15 @@ ensure_openssl_installed() {
   fi
 }
 
+# libfaketime, for the chaos test that jumps a server's clock (tests/support/faketime.rs).
+ensure_faketime_installed() {
+  if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
+    echo "libfaketime is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime >/dev/null
+  fi
+}
+
 ensure_java_maven_installed() {
   if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     echo "Java or Maven is missing: installing them with apt-get" >&2

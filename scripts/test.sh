@@ -7,6 +7,7 @@ source scripts/redis.sh
 ensure_redis_server_installed
 ensure_python_venv
 ensure_openssl_installed
+ensure_faketime_installed
 
 # Every client has a test for every conformance scenario (clients/conformance/scenarios.txt);
 # each client's suite below runs them.

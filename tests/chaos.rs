@@ -205,6 +205,42 @@ async fn holder_server_cut_off_from_its_clients() {
     report.assert_safe("clients-cut-from-server", usable_again);
 }
 
+/// How far the fake clocks jump: four TTLs.
+const JUMP: Duration = Duration::from_secs(2);
+
+/// The holder's server's clocks (every clock it reads, the monotonic one too: libfaketime) jump
+/// back, then the next holder's jump forward. Back: time stands still there until the real clock
+/// catches up, so its renewals stop; the holder's client, on its own clock, stops believing
+/// before the key runs out in Redis, and the lock goes on elsewhere. Forward: that server finds
+/// its leases past their validity and tells their holders lost at once: early, never late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_server_clock_jumps_back_then_forward() {
+    let chaos = Chaos::start(Cluster::start_on_fake_clocks(2).await, WORKERS).await;
+    chaos.progress(10).await;
+
+    let holder = chaos.fresh_holder().await;
+    let clock = &chaos.cluster.clocks[holder.server];
+    clock.jump(false, JUMP);
+    let back_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    sleep(JUMP.saturating_sub(back_at.elapsed())).await;
+    // Back to the real time: a forward jump as large, with nothing held there any more.
+    clock.jump(true, Duration::ZERO);
+    chaos.progress(10).await;
+
+    let next = chaos.fresh_holder().await;
+    chaos.cluster.clocks[next.server].jump(true, JUMP);
+    let forward_at = Instant::now();
+    chaos.handed_over(&next).await;
+    chaos.progress(10).await;
+    let report = chaos.finish().await;
+
+    report.assert_holder_told(&holder, back_at, TTL);
+    report.assert_holder_told(&next, forward_at, Duration::from_millis(200));
+    let (_, usable_again) = report.next_hold_after(back_at);
+    report.assert_safe("server-clock-jumps", usable_again);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriber_connections_killed() {
     use fred::prelude::ClientLike;

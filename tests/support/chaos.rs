@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
+use super::faketime::FakeClock;
 use super::history::{History, Kind, Outcome};
 use super::netns::{Host, Net, Side};
 use super::proxy::Proxy;
@@ -72,6 +73,8 @@ pub struct Cluster {
     pub lock_host: Host,
     pub primary_hosts: Vec<Host>,
     pub server_hosts: Vec<Host>,
+    /// Each server's clock, if they run on fake ones ([`Cluster::start_on_fake_clocks`]).
+    pub clocks: Vec<FakeClock>,
     net: Net,
 }
 
@@ -90,7 +93,12 @@ impl Cluster {
     }
 
     pub async fn start(servers: usize) -> Self {
-        Self::start_mode("single", servers, 1)
+        Self::start_mode("single", servers, 1, false)
+    }
+
+    /// One Redis, each server on a fake clock of its own that the test can jump.
+    pub async fn start_on_fake_clocks(servers: usize) -> Self {
+        Self::start_mode("single", servers, 1, true)
     }
 
     /// Waits (bounded) until every server writes to every Redis again after a heal or a restart:
@@ -130,10 +138,10 @@ impl Cluster {
     /// Servers on Redlock over `primaries` independent Redis (the lock Redis and
     /// `primaries - 1` more).
     pub async fn start_redlock(servers: usize, primaries: usize) -> Self {
-        Self::start_mode("redlock", servers, primaries)
+        Self::start_mode("redlock", servers, primaries, false)
     }
 
-    fn start_mode(mode: &'static str, servers: usize, primaries: usize) -> Self {
+    fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
         let mut net = Net::create();
         let lock_host = net.host(&[Side::Redis]);
         let lock_redis = RedisServer::start_in(&lock_host);
@@ -150,9 +158,18 @@ impl Cluster {
         let server_hosts: Vec<Host> = (0..servers)
             .map(|_| net.host(&[Side::Clients, Side::Redis]))
             .collect();
+        let clocks: Vec<FakeClock> = if faked {
+            server_hosts.iter().map(|_| FakeClock::new()).collect()
+        } else {
+            Vec::new()
+        };
         let servers = server_hosts
             .iter()
-            .map(|host| ServerProcess::start_in(host, &redis, SERVER_FLAGS))
+            .enumerate()
+            .map(|(i, host)| {
+                let env = clocks.get(i).map(FakeClock::env).unwrap_or_default();
+                ServerProcess::start_in_with_env(host, &redis, SERVER_FLAGS, env)
+            })
             .collect();
         Cluster {
             mode,
@@ -164,6 +181,7 @@ impl Cluster {
             lock_host,
             primary_hosts,
             server_hosts,
+            clocks,
             net,
         }
     }
@@ -361,12 +379,13 @@ impl Chaos {
         holder
     }
 
-    /// Waits until a worker other than `previous` holds the lock (bounded).
+    /// Waits until a turn newer than `previous` holds the lock (bounded): another worker, or the
+    /// same one again (whatever tokens say: a broken build may repeat them).
     pub async fn handed_over(&self, previous: &Current) -> Current {
         let mut current = self.shared.current.subscribe();
         let next = tokio::time::timeout(
             Duration::from_secs(10),
-            current.wait_for(|c| c.is_some_and(|c| c.token != previous.token)),
+            current.wait_for(|c| c.is_some_and(|c| c.since > previous.since)),
         )
         .await
         .expect("the lock was not handed over within 10 s")
@@ -741,6 +760,9 @@ impl Report {
             self.writes.len(),
             self.refused.len(),
         );
+        // The recorded history first: the checker's verdict is the one that names a bug.
+        let run = format!("{}/{fault}", self.mode);
+        self.history.check(&run, 1, self.data_loss);
         assert!(
             self.writes.len() >= 10,
             "too little work to judge: {}",
@@ -754,8 +776,6 @@ impl Report {
             self.final_value,
             self.writes.len()
         );
-        let run = format!("{}/{fault}", self.mode);
-        self.history.check(&run, 1, self.data_loss);
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod chaos;
 pub mod cluster;
+pub mod faketime;
 pub mod history;
 pub mod netns;
 pub mod permits;
@@ -348,6 +349,8 @@ pub struct ServerProcess {
     pub addr: SocketAddr,
     /// The network namespace it runs in, if not the test's own.
     ns: Option<String>,
+    /// Extra environment (a fake clock's), kept for [`ServerProcess::start_again`].
+    env: Vec<(String, String)>,
 }
 
 impl ServerProcess {
@@ -361,19 +364,36 @@ impl ServerProcess {
 
     /// A server listening on `addr` (a replica started again where it was).
     pub fn start_at(redis_url: &str, addr: SocketAddr, extra: &[&str]) -> Self {
-        Self::spawn_at(None, &addr.to_string(), &["--redis", redis_url], extra)
+        Self::spawn_at(
+            None,
+            &addr.to_string(),
+            &["--redis", redis_url],
+            extra,
+            Vec::new(),
+        )
     }
 
     /// A server in network namespace `host`, listening on its link to the clients' bridge;
     /// `redis` as for the `serve` command (`--redis URL` or `--redlock URLS`).
     pub fn start_in(host: &netns::Host, redis: &[&str], extra: &[&str]) -> Self {
-        let listen = format!("{}:0", host.addr(netns::Side::Clients));
-        Self::spawn_at(Some(&host.name), &listen, redis, extra)
+        Self::start_in_with_env(host, redis, extra, Vec::new())
     }
 
-    /// A server started again where this one was (same namespace and address).
+    /// As [`ServerProcess::start_in`], with extra environment (a fake clock's).
+    pub fn start_in_with_env(
+        host: &netns::Host,
+        redis: &[&str],
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Self {
+        let listen = format!("{}:0", host.addr(netns::Side::Clients));
+        Self::spawn_at(Some(&host.name), &listen, redis, extra, env)
+    }
+
+    /// A server started again where this one was (same namespace, address and environment).
     pub fn start_again(&self, redis: &[&str], extra: &[&str]) -> Self {
-        Self::spawn_at(self.ns.as_deref(), &self.addr.to_string(), redis, extra)
+        let (ns, listen) = (self.ns.as_deref(), self.addr.to_string());
+        Self::spawn_at(ns, &listen, redis, extra, self.env.clone())
     }
 
     /// Sends SIGTERM (a deploy's stop) and waits for the process to exit by itself.
@@ -390,14 +410,21 @@ impl ServerProcess {
     }
 
     fn spawn(redis: &[&str], extra: &[&str]) -> Self {
-        Self::spawn_at(None, "127.0.0.1:0", redis, extra)
+        Self::spawn_at(None, "127.0.0.1:0", redis, extra, Vec::new())
     }
 
-    fn spawn_at(ns: Option<&str>, listen: &str, redis: &[&str], extra: &[&str]) -> Self {
+    fn spawn_at(
+        ns: Option<&str>,
+        listen: &str,
+        redis: &[&str],
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Self {
         let mut child = command_in(ns, env!("CARGO_BIN_EXE_leasehold"))
             .args(["serve", "--listen", listen])
             .args(redis)
             .args(extra)
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .env(
                 "RUST_LOG",
                 std::env::var("LEASEHOLD_TEST_RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -425,6 +452,7 @@ impl ServerProcess {
             stdout,
             addr,
             ns: ns.map(str::to_owned),
+            env,
         }
     }
 
