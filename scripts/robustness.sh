@@ -47,9 +47,9 @@ assert text.count(old) == 1, f"{path}: the mutation's text is not there exactly 
 open(path, "w").write(text.replace(old, new))
 PY
   echo "== broken build '$name': $file mutated; running $case"
-  # The main target directory: dependencies are not built again, and the worktree's package
-  # (another path) gets binaries of its own.
-  if (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target" \
+  # A target directory of their own, shared by the broken builds: the main one's binaries
+  # would otherwise be overwritten by broken ones under the same names.
+  if (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/broken-target" \
       cargo test --test integration -- "$case" --exact --nocapture) >"$log" 2>&1; then
     echo "== broken build '$name': NOT caught ($case passed); see $log"
     failed=$((failed + 1))
@@ -69,13 +69,22 @@ broken token-without-counter src/store/locks/acquire.lua \
   if kind" \
   "  if kind" \
   chaos::holder_server_killed
-# Release without the token check: a late release deletes whoever holds the lock now.
-broken release-without-token-check src/store/locks/release.lua \
-  "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then" \
-  "if redis.call('EXISTS', KEYS[1]) == 1 then" \
+# A fenced resource that forgets to compare tokens (the client's helper, src/client/fenced.lua):
+# the frozen client's late write is accepted.
+broken fence-not-compared src/client/fenced.lua \
+  "if token < seen then" \
+  "if false then" \
   chaos::holder_client_frozen_then_writes_late
-# (Extend that ignores a 0 is not here: no run shows it. Without data loss a key expires only
-# after its holder's own clock has ended the lease, and a lost lease is never revived; with data
-# loss the holder's next write is refused and ends its turn. See docs/faults.md.)
+# A client that believes the server's word for three times as long as it was given: while its
+# server is frozen, it still believes when the next holder takes over.
+broken validity-overstated src/client/lease.rs \
+  "self.valid_until = Instant::now() + Duration::from_millis(valid_for_ms.into());" \
+  "self.valid_until = Instant::now() + 3 * Duration::from_millis(valid_for_ms.into());" \
+  chaos::holder_server_paused_longer_than_the_ttl
+# Not here, because no run can show them: a release without the token check (no stale release is
+# ever sent: a server never releases a lease it lost, and clients release only while they
+# believe), and an extend that ignores a 0 (without data loss a key expires only after its
+# holder's own clock has ended the lease, and a lost lease is never revived; with data loss the
+# holder's next write is refused and ends its turn). See docs/faults.md.
 
 [ "$failed" -eq 0 ]

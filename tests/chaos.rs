@@ -122,6 +122,7 @@ async fn holder_client_frozen_then_writes_late() {
         usable_again < FAULT_FOR,
         "usable again only after {usable_again:?}"
     );
+    report.assert_safe("client-frozen", usable_again);
     // ...so when the frozen client woke up and wrote, the resource refused its stale token.
     assert!(
         report
@@ -131,7 +132,6 @@ async fn holder_client_frozen_then_writes_late() {
         "the late write was not refused: {:?}",
         report.refused
     );
-    report.assert_safe("client-frozen", usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
