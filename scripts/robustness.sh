@@ -55,7 +55,7 @@ PY
     failed=$((failed + 1))
   elif grep -q "the checker refused the history" "$log"; then
     echo "== broken build '$name': caught by the checker:"
-    grep -E "NOT linearizable|overlap" "$log" | grep -v "permitted" | sed 's/^/     /' || true
+    grep -E "FIGURE|NOT linearizable|overlap" "$log" | awk '!seen[$0]++' | sed "s/^/     /" || true
   else
     echo "== broken build '$name': $case failed, but not in the checker; see $log"
     failed=$((failed + 1))
@@ -75,11 +75,12 @@ broken fence-not-compared src/client/fenced.lua \
   "if token < seen then" \
   "if false then" \
   chaos::holder_client_frozen_then_writes_late
-# A client that believes the server's word for three times as long as it was given: while its
-# server is frozen, it still believes when the next holder takes over.
+# A client that believes an acquisition three times as long as the server vouched for it: the
+# holder's server freezes right after the acquisition, and the holder still believes when the
+# next holder takes over.
 broken validity-overstated src/client/lease.rs \
-  "self.valid_until = Instant::now() + Duration::from_millis(valid_for_ms.into());" \
-  "self.valid_until = Instant::now() + 3 * Duration::from_millis(valid_for_ms.into());" \
+  "let valid_until = Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());" \
+  "let valid_until = Instant::now() + 3 * Duration::from_millis(acquired.valid_for_ms.into());" \
   chaos::holder_server_paused_longer_than_the_ttl
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they

@@ -205,6 +205,111 @@ async fn holder_server_cut_off_from_its_clients() {
     report.assert_safe("clients-cut-from-server", usable_again);
 }
 
+/// A real client process paused (SIGSTOP of `leasehold run` and its command, the whole process
+/// group) for three TTLs: its server drops the silent stream and the lease runs out, another
+/// client takes the lock and writes. When the process wakes, `leasehold run` finds its lease
+/// lost by its own clock and stops the command, which writes what it has on SIGTERM, as jobs
+/// do: that late write carries the old fencing token, and the resource refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes() {
+    use leasehold::client::fence::{Fenced, FencedKey};
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, SERVER_FLAGS);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("paused-client");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let marks = dir.join(format!("marks-{}", redis.port()));
+    let _ = std::fs::remove_file(&marks);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/src/client/fenced.lua");
+    // `write V`: the fenced write of V with this run's token, its answer appended to the marks.
+    let command = format!(
+        "write() {{ echo \"$1 $(redis-cli -p {port} EVAL \"$(cat {script})\" 2 res:fence res $LEASEHOLD_FENCING_TOKEN $1 | tr '\\n' ' ')\" >> {marks}; }}; \
+         trap 'write late; exit 0' TERM; write first; while true; do sleep 0.02; done",
+        port = redis.port(),
+        marks = marks.display(),
+    );
+    let mut paused = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    paused
+        .args([
+            "run",
+            "--server",
+            &server.url(),
+            "--ttl",
+            "500ms",
+            "--grace",
+            "2s",
+        ])
+        .args(["job", "--", "sh", "-c", &command])
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut paused = paused.spawn().expect("leasehold run");
+    let group = paused.id().expect("pid");
+    let read = || std::fs::read_to_string(&marks).unwrap_or_default();
+    support::within(Duration::from_secs(10), "the first write", async {
+        while !read().contains("first") {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(read().starts_with("first 1"), "{}", read());
+
+    // The whole job frozen, past its lease.
+    signal_group(group, "STOP");
+    let stopped_at = Instant::now();
+    let client = leasehold::client::Client::connect(server.url())
+        .await
+        .expect("connect");
+    let next = client
+        .lease("job")
+        .ttl(TTL)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the next holder");
+    let resource = FencedKey::new(redis.client().await, "res")
+        .await
+        .expect("fenced key");
+    let written = resource.set(next.fencing_token(), "next").await;
+    assert!(matches!(written, Ok(Fenced::Accepted(()))), "{written:?}");
+    assert!(
+        stopped_at.elapsed() < FAULT_FOR,
+        "taken over while the job is paused"
+    );
+    sleep(FAULT_FOR.saturating_sub(stopped_at.elapsed())).await;
+    signal_group(group, "CONT");
+
+    let status = support::within(
+        Duration::from_secs(10),
+        "leasehold run to exit",
+        paused.wait(),
+    )
+    .await
+    .expect("wait");
+    assert_eq!(status.code(), Some(76), "exit status for a lost lease");
+    // The late write was made, and refused: the resource keeps the next holder's value.
+    let late = read();
+    let late = late
+        .lines()
+        .find(|line| line.starts_with("late"))
+        .unwrap_or("");
+    assert!(late.starts_with("late 0 "), "the late write: {late:?}");
+    let value = resource.get(next.fencing_token()).await;
+    assert!(
+        matches!(&value, Ok(Fenced::Accepted(Some(v))) if v == "next"),
+        "{value:?}"
+    );
+    let _ = next.release().await;
+}
+
+/// Sends `name` to every process of the group led by `leader`.
+fn signal_group(leader: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), "--", &format!("-{leader}")])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} -{leader}");
+}
+
 /// How far the fake clocks jump: four TTLs.
 const JUMP: Duration = Duration::from_secs(2);
 
