@@ -31,7 +31,7 @@ async fn redis_killed_and_restarted_empty() {
     let fault_at = Instant::now();
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("redis-restarted-empty").await;
 
     // The holder is told: its server re-checks the key as soon as it reconnects.
     report.assert_holder_told(&holder, fault_at, Duration::from_secs(3));
@@ -43,7 +43,7 @@ async fn redis_killed_and_restarted_empty() {
         "overlap {:?}",
         report.max_overlap()
     );
-    report.assert_safe("redis-restarted-empty", usable_again);
+    report.assert_safe(usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,12 +56,12 @@ async fn redis_paused_longer_than_the_ttl() {
     chaos.cluster.lock_redis.resume();
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("redis-paused").await;
 
     // No renewal can be confirmed: the holder is told by the end of its validity.
     report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
-    report.assert_safe("redis-paused", usable_again);
+    report.assert_safe(usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,13 +78,13 @@ async fn holder_server_paused_longer_than_the_ttl() {
     sleep(remaining).await; // Keep the server frozen for the whole fault.
     signal(paused, "CONT");
     chaos.progress(5).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("server-paused").await;
 
     // The silent server cannot keep its client believing: the client's own clock ends it.
     report.assert_holder_told(&holder, fault_at, TTL);
     let usable_again = report.taken_over_elsewhere(&holder, fault_at);
     assert!(handed_over_at > fault_at);
-    report.assert_safe("server-paused", usable_again);
+    report.assert_safe(usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,13 +95,13 @@ async fn holder_server_killed() {
     let fault_at = Instant::now();
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("server-killed").await;
 
     // The holder's stream breaks at once.
     report.assert_holder_told(&holder, fault_at, Duration::from_millis(500));
     // Nobody released the key: it frees when its TTL runs out, then a waiter takes it.
     let usable_again = report.taken_over_elsewhere(&holder, fault_at);
-    report.assert_safe("server-killed", usable_again);
+    report.assert_safe(usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +113,7 @@ async fn holder_client_frozen_then_writes_late() {
     chaos.handed_over(&holder).await;
     sleep(FAULT_FOR).await; // Let the frozen worker wake up and try its late write.
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("client-frozen").await;
 
     // The server dropped the frozen client (keepalive) and someone else took over...
     let (next, usable_again) = report.next_hold_after(fault_at);
@@ -122,7 +122,7 @@ async fn holder_client_frozen_then_writes_late() {
         usable_again < FAULT_FOR,
         "usable again only after {usable_again:?}"
     );
-    report.assert_safe("client-frozen", usable_again);
+    report.assert_safe(usable_again);
     // ...so when the frozen client woke up and wrote, the resource refused its stale token.
     assert!(
         report
@@ -145,11 +145,11 @@ async fn network_between_servers_and_redis_cut_then_restored() {
     chaos.cluster.lock_host.heal(Side::Redis);
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("network-cut").await;
 
     report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
-    report.assert_safe("network-cut", usable_again);
+    report.assert_safe(usable_again);
 }
 
 /// The effect of a forward clock jump on Redis, the case Kleppmann's critique of Redlock is about:
@@ -171,7 +171,7 @@ async fn lock_key_expires_early_under_the_holder() {
     let fault_at = Instant::now();
     chaos.handed_over(&holder).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("key-expired-early").await;
 
     // Its server's next renewal finds the key gone or another's: told within a TTL.
     report.assert_holder_told(&holder, fault_at, TTL);
@@ -181,7 +181,7 @@ async fn lock_key_expires_early_under_the_holder() {
         report.max_overlap()
     );
     let (_, usable_again) = report.next_hold_after(fault_at);
-    report.assert_safe("key-expired-early", usable_again);
+    report.assert_safe(usable_again);
 }
 
 /// The holder's server cut off from its clients (a real partition: packets vanish) while it
@@ -198,11 +198,11 @@ async fn holder_server_cut_off_from_its_clients() {
     sleep(FAULT_FOR.saturating_sub(fault_at.elapsed())).await; // The whole fault.
     host.heal(Side::Clients);
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("clients-cut-from-server").await;
 
     report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let usable_again = report.taken_over_elsewhere(&holder, fault_at);
-    report.assert_safe("clients-cut-from-server", usable_again);
+    report.assert_safe(usable_again);
 }
 
 /// A real client process paused (SIGSTOP of `leasehold run` and its command, the whole process
@@ -338,12 +338,12 @@ async fn holder_server_clock_jumps_back_then_forward() {
     let forward_at = Instant::now();
     chaos.handed_over(&next).await;
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("server-clock-jumps").await;
 
     report.assert_holder_told(&holder, back_at, TTL);
     report.assert_holder_told(&next, forward_at, Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(back_at);
-    report.assert_safe("server-clock-jumps", usable_again);
+    report.assert_safe(usable_again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,7 +365,7 @@ async fn subscriber_connections_killed() {
         "{killed} pub/sub connections killed"
     );
     chaos.progress(30).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("subscriber-killed").await;
 
     // Hand-overs go on: a waiter that missed a wake-up is woken when its server resubscribes,
     // or at the latest when the holder's TTL would have run out.
@@ -378,7 +378,7 @@ async fn subscriber_connections_killed() {
         report.holds.iter().all(|h| h.lost.is_none()),
         "a lease was lost"
     );
-    report.assert_safe("subscriber-killed", gap);
+    report.assert_safe(gap);
 }
 
 /// A semaphore (2 permits, 9 workers on 3 servers) while a server whose client holds a permit is
@@ -405,7 +405,7 @@ async fn semaphore_holder_server_paused_longer_than_the_ttl() {
     churn.keep_turns_on(None);
     signal(servers[0].pid(), "CONT");
     churn.progress(10).await;
-    let report = churn.finish().await;
+    let report = churn.finish("single/semaphore-server-paused").await;
     println!(
         "FIGURE fault=semaphore-server-paused acquisitions={} most_at_once={} lost={}",
         report.acquisitions, report.most_at_once, report.lost
@@ -441,7 +441,7 @@ async fn replicas_restarted_and_killed_while_a_worker_holds() {
         chaos.cluster.kill_and_restart(i);
     }
     chaos.progress(10).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("replicas-restarted-and-killed").await;
     for (fault, holder) in [("rolling restart", &deployed), ("crashes", &crashed)] {
         let hold = report.hold_of(holder);
         assert_eq!(
@@ -449,5 +449,5 @@ async fn replicas_restarted_and_killed_while_a_worker_holds() {
             "the holder through the {fault} was told lost"
         );
     }
-    report.assert_safe("replicas-restarted-and-killed", Duration::ZERO);
+    report.assert_safe(Duration::ZERO);
 }

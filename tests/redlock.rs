@@ -383,12 +383,12 @@ async fn chaos_primaries_killed_and_back_empty() {
     chaos.cluster.lock_host.heal(support::netns::Side::Redis);
     chaos.cluster.primaries[2].restart_empty();
     chaos.progress(20).await;
-    let report = chaos.finish().await;
+    let report = chaos.finish("redlock-primaries-killed").await;
 
     // Told by the end of its validity, as with one Redis gone.
     report.assert_holder_told(&holder, cut_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
-    report.assert_safe("redlock-primaries-killed", usable_again);
+    report.assert_safe(usable_again);
 }
 
 /// `leasehold serve --redlock …` with `urls`: its exit code and what it printed on stderr.

@@ -46,7 +46,7 @@ async fn at_most_limit_holders_under_churn_from_three_servers() {
     let ttl = Duration::from_secs(5);
     let churn = Churn::start(&urls, 4, SEMAPHORE, 3, ttl, Duration::from_millis(20)).await;
     churn.progress(300).await;
-    let report = churn.finish().await;
+    let report = churn.finish("single/semaphore-churn").await;
     println!(
         "FIGURE semaphore churn: {} acquisitions, most at once {}",
         report.acquisitions, report.most_at_once

@@ -409,8 +409,9 @@ impl Chaos {
         *lock(&self.shared.pause) = Some(worker);
     }
 
-    /// Stops the workers and returns what they did.
-    pub async fn finish(self) -> Report {
+    /// Stops the workers and returns what they did, once the checker has passed the recorded
+    /// history of run `<mode>/<fault>` (its verdict comes first: it is the one that names a bug).
+    pub async fn finish(self, fault: &'static str) -> Report {
         super::stop_workers(&self.stop, self.workers).await;
         let counter = FencedKey::new(self.cluster.resource_redis.client().await, "counter")
             .await
@@ -420,15 +421,18 @@ impl Chaos {
             Fenced::Stale { .. } => panic!("checker token refused"),
         };
         let journal = std::mem::take(&mut *self.shared.journal());
-        Report {
+        let report = Report {
             holds: journal.holds,
             writes: journal.writes,
             refused: journal.refused,
             final_value,
             history: self.shared.history.clone(),
             mode: self.cluster.mode,
-            data_loss: self.data_loss,
-        }
+            fault,
+        };
+        let run = format!("{}/{fault}", report.mode);
+        report.history.check(&run, 1, self.data_loss);
+        report
     }
 }
 
@@ -649,7 +653,8 @@ pub struct Report {
     pub final_value: u64,
     history: Arc<History>,
     mode: &'static str,
-    data_loss: bool,
+    /// The run's name after its mode, e.g. `server-killed`.
+    fault: &'static str,
 }
 
 impl Report {
@@ -750,7 +755,8 @@ impl Report {
     }
 
     /// The safety verdict every fault must pass, and a line of figures for the record.
-    pub fn assert_safe(&self, fault: &str, usable_again: Duration) {
+    pub fn assert_safe(&self, usable_again: Duration) {
+        let fault = self.fault;
         let stale = self.stale_writes_accepted();
         let lost = self.lost_increments();
         println!(
@@ -760,9 +766,6 @@ impl Report {
             self.writes.len(),
             self.refused.len(),
         );
-        // The recorded history first: the checker's verdict is the one that names a bug.
-        let run = format!("{}/{fault}", self.mode);
-        self.history.check(&run, 1, self.data_loss);
         assert!(
             self.writes.len() >= 10,
             "too little work to judge: {}",

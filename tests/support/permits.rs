@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use leasehold::client::Client;
 use tokio::sync::watch;
-use tokio::time::sleep;
+use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
+
+use super::history::{History, Kind, Outcome};
 
 /// How long a worker waits for a permit per try.
 const WAIT: Duration = Duration::from_secs(10);
@@ -28,6 +30,8 @@ struct Occupancy {
     /// Workers of this server (index + 1; 0: none) keep their turn until the lease is lost (at
     /// most `LONGEST_KEPT_TURN`), so that a fault injected on the server lands on a holder.
     keep_turns_on: AtomicUsize,
+    /// Every acquisition and end of a hold, for the checker.
+    history: Arc<History>,
 }
 
 /// The longest turn of a worker told to keep its turn until the lease is lost.
@@ -51,7 +55,6 @@ impl Occupancy {
 }
 
 /// What a churn run did.
-#[derive(Debug)]
 pub struct Report {
     /// The most workers that believed they held a permit at one moment.
     pub most_at_once: usize,
@@ -74,6 +77,7 @@ impl Report {
 /// Workers churning through one semaphore's permits.
 pub struct Churn {
     occupancy: Arc<Occupancy>,
+    limit: u32,
     acquisitions: watch::Sender<usize>,
     stop: CancellationToken,
     workers: Vec<tokio::task::JoinHandle<()>>,
@@ -97,6 +101,7 @@ impl Churn {
             tokens: Mutex::default(),
             lost: AtomicUsize::default(),
             keep_turns_on: AtomicUsize::default(),
+            history: Arc::default(),
         });
         let (acquisitions, _) = watch::channel(0);
         let stop = CancellationToken::new();
@@ -105,6 +110,7 @@ impl Churn {
             for id in 0..per_server {
                 let client = Client::connect(url.clone()).await.expect("connect worker");
                 let worker = Worker {
+                    id: workers.len(),
                     client,
                     server,
                     name: name.to_owned(),
@@ -121,6 +127,7 @@ impl Churn {
         }
         Churn {
             occupancy,
+            limit,
             acquisitions,
             stop,
             workers,
@@ -153,8 +160,10 @@ impl Churn {
             .expect("workers gone");
     }
 
-    /// Stops the workers and returns what they did.
-    pub async fn finish(self) -> Report {
+    /// Stops the workers and returns what they did, once the checker has passed the recorded
+    /// history as run `run` (`<mode>/<fault>`): Porcupine's semaphore and token models, and the
+    /// interval check at the limit.
+    pub async fn finish(self, run: &str) -> Report {
         super::stop_workers(&self.stop, self.workers).await;
         let tokens = std::mem::take(
             &mut *self
@@ -163,6 +172,7 @@ impl Churn {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
+        self.occupancy.history.check(run, self.limit, false);
         Report {
             most_at_once: self.occupancy.most.load(Ordering::SeqCst),
             acquisitions: tokens.len(),
@@ -173,6 +183,8 @@ impl Churn {
 }
 
 struct Worker {
+    /// Its client number in the history.
+    id: usize,
     client: Client,
     server: usize,
     name: String,
@@ -196,16 +208,43 @@ impl Worker {
                 .wait(WAIT)
                 .holder(self.holder.clone())
                 .acquire();
+            let called = Instant::now();
+            let history = &self.occupancy.history;
             let guard = tokio::select! {
                 guard = acquire => guard,
-                () = self.stop.cancelled() => return,
+                () = self.stop.cancelled() => {
+                    history.record(self.id, Kind::Acquire, called, None, Outcome::Unknown, 0, 0);
+                    return;
+                }
             };
-            let Ok(guard) = guard else {
-                // The wait ran out, or the server is paused or gone: try again shortly.
-                sleep(Duration::from_millis(20)).await;
-                continue;
+            let guard = match guard {
+                Ok(guard) => guard,
+                Err(error) => {
+                    // The wait ran out (refused), or the server is paused or gone (unknown: it
+                    // may have granted a permit nobody heard of): try again shortly.
+                    let refused = error.refusal().is_some();
+                    let (returned, outcome) = if refused {
+                        (Some(Instant::now()), Outcome::Refused)
+                    } else {
+                        (None, Outcome::Unknown)
+                    };
+                    history.record(self.id, Kind::Acquire, called, returned, outcome, 0, 0);
+                    sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
             };
-            self.occupancy.enter(self.server, guard.fencing_token());
+            let token = guard.fencing_token();
+            let start = Instant::now();
+            history.record(
+                self.id,
+                Kind::Acquire,
+                called,
+                Some(start),
+                Outcome::Ok,
+                token,
+                0,
+            );
+            self.occupancy.enter(self.server, token);
             self.acquisitions.send_modify(|n| *n += 1);
             let turn = self.longest_turn.mul_f64(rand::random::<f64>());
             let mut lost = tokio::select! {
@@ -220,10 +259,15 @@ impl Worker {
                 };
             }
             self.occupancy.leave(self.server);
+            // The belief ends when the worker lets go or is told, or when the validity last
+            // confirmed to it runs out by its own clock, whichever comes first.
+            let believed_until = Instant::now().min(guard.valid_until());
             if lost {
                 self.occupancy.lost.fetch_add(1, Ordering::SeqCst);
             }
+            let kind = if lost { Kind::Lost } else { Kind::Release };
             let _ = guard.release().await;
+            history.record_end(self.id, kind, believed_until, Instant::now(), token);
         }
     }
 }
