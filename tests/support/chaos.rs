@@ -16,6 +16,7 @@ use super::faketime::FakeClock;
 use super::history::{History, Kind, Outcome};
 use super::netns::{Host, Net, Side};
 use super::proxy::Proxy;
+use super::sentinel::SentinelsIn;
 use super::{RedisServer, ServerProcess};
 
 pub const LOCK: &str = "chaos";
@@ -59,19 +60,23 @@ pub const SERVER_FLAGS: &[&str] = &[
 /// can cut any of them off: a lock Redis, servers, and in Redlock mode more primaries (the lock
 /// Redis is the first); a resource Redis on the test's loopback, never faulted.
 pub struct Cluster {
-    /// How the servers use Redis: `single`, `redlock`; the first part of a run's name.
+    /// How the servers use Redis: `single`, `redlock`, `sentinel`; the first part of a run's
+    /// name.
     pub mode: &'static str,
     pub lock_redis: RedisServer,
-    /// Redlock's other primaries (none for a single Redis).
+    /// Redlock's other primaries, or Sentinel's replica (none for a single Redis).
     pub primaries: Vec<RedisServer>,
+    /// Sentinel's three Sentinels, in a namespace of their own.
+    pub sentinels: Option<SentinelsIn>,
     pub resource_redis: RedisServer,
     pub servers: Vec<ServerProcess>,
     /// The servers' `--redis URL` or `--redlock URLS`.
     redis_args: Vec<String>,
     /// The namespaces, in the order of the processes above: the lock Redis's, the other
-    /// primaries', the servers'. Dropped after the processes.
+    /// primaries' (or the replica's), the servers'. Dropped after the processes.
     pub lock_host: Host,
     pub primary_hosts: Vec<Host>,
+    sentinel_host: Option<Host>,
     pub server_hosts: Vec<Host>,
     /// Each server's clock, if they run on fake ones ([`Cluster::start_on_fake_clocks`]).
     pub clocks: Vec<FakeClock>,
@@ -141,18 +146,56 @@ impl Cluster {
         Self::start_mode("redlock", servers, primaries, false)
     }
 
+    /// Servers on Sentinel: the lock Redis is the primary, with one replica and three
+    /// Sentinels, each in a namespace of its own.
+    pub async fn start_sentinel(servers: usize) -> Self {
+        Self::start_mode("sentinel", servers, 2, false)
+    }
+
+    /// Waits (at most 30 s) until the Sentinels name the replica as the primary.
+    pub fn until_replica_promoted(&self) {
+        let (Some(sentinels), [replica]) = (&self.sentinels, self.primaries.as_slice()) else {
+            panic!("not a Sentinel run");
+        };
+        let replica_ip = replica.ip().to_string();
+        let started = std::time::Instant::now();
+        while sentinels.current_primary().as_deref() != Some(replica_ip.as_str()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the Sentinels did not promote the replica"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
         let mut net = Net::create();
         let lock_host = net.host(&[Side::Redis]);
         let lock_redis = RedisServer::start_in(&lock_host);
         let primary_hosts: Vec<Host> = (1..primaries).map(|_| net.host(&[Side::Redis])).collect();
-        let others: Vec<RedisServer> = primary_hosts.iter().map(RedisServer::start_in).collect();
-        let redis_args = if mode == "redlock" {
-            let mut urls = vec![lock_redis.url()];
-            urls.extend(others.iter().map(RedisServer::url));
-            vec!["--redlock".to_owned(), urls.join(",")]
+        let others: Vec<RedisServer> = if mode == "sentinel" {
+            let primary = vec![
+                "--replicaof".to_owned(),
+                lock_redis.ip().to_string(),
+                lock_redis.port().to_string(),
+            ];
+            let replica = RedisServer::start_in_with(&primary_hosts[0], primary);
+            vec![replica]
         } else {
-            vec!["--redis".to_owned(), lock_redis.url()]
+            primary_hosts.iter().map(RedisServer::start_in).collect()
+        };
+        let sentinel_host = (mode == "sentinel").then(|| net.host(&[Side::Redis]));
+        let sentinels = sentinel_host
+            .as_ref()
+            .map(|host| SentinelsIn::start(host, &lock_redis, &others[0]));
+        let redis_args = match (mode, &sentinels) {
+            ("redlock", _) => {
+                let mut urls = vec![lock_redis.url()];
+                urls.extend(others.iter().map(RedisServer::url));
+                vec!["--redlock".to_owned(), urls.join(",")]
+            }
+            (_, Some(sentinels)) => vec!["--redis".to_owned(), sentinels.url()],
+            _ => vec!["--redis".to_owned(), lock_redis.url()],
         };
         let redis: Vec<&str> = redis_args.iter().map(String::as_str).collect();
         let server_hosts: Vec<Host> = (0..servers)
@@ -175,11 +218,13 @@ impl Cluster {
             mode,
             lock_redis,
             primaries: others,
+            sentinels,
             resource_redis: RedisServer::start(),
             servers,
             redis_args,
             lock_host,
             primary_hosts,
+            sentinel_host,
             server_hosts,
             clocks,
             net,

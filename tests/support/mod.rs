@@ -43,6 +43,8 @@ pub struct RedisServer {
     /// The network namespace it runs in, if not the test's own.
     ns: Option<String>,
     ip: std::net::IpAddr,
+    /// Its extra arguments (`--replicaof …`), kept for a restart.
+    extra: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -66,8 +68,13 @@ fn answers_ping(ip: std::net::IpAddr, port: u16) -> bool {
 
 /// `redis-cli -p port args…`, its output trimmed ("" if it could not run).
 pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    redis_cli_at([127, 0, 0, 1].into(), port, args)
+}
+
+/// `redis-cli -h ip -p port args…`, its output trimmed ("" if it could not run).
+pub fn redis_cli_at(ip: std::net::IpAddr, port: u16, args: &[&str]) -> String {
     Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
+        .args(["-h", &ip.to_string(), "-p", &port.to_string()])
         .args(args)
         .output()
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -100,7 +107,13 @@ fn command_in(ns: Option<&str>, program: &str) -> Command {
 
 /// Starts redis-server on `ip:port` (in namespace `ns`) and waits until it answers; `None` if
 /// it exited (port taken).
-fn spawn_redis(ns: Option<&str>, ip: std::net::IpAddr, port: u16, dir: &PathBuf) -> Option<Child> {
+fn spawn_redis(
+    ns: Option<&str>,
+    ip: std::net::IpAddr,
+    port: u16,
+    dir: &PathBuf,
+    extra: &[String],
+) -> Option<Child> {
     std::fs::create_dir_all(dir).expect("temp dir");
     let mut child = command_in(ns, "redis-server")
         .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
@@ -109,6 +122,7 @@ fn spawn_redis(ns: Option<&str>, ip: std::net::IpAddr, port: u16, dir: &PathBuf)
         .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -137,13 +151,14 @@ impl RedisServer {
                 std::process::id()
             ));
             let ip = [127, 0, 0, 1].into();
-            if let Some(child) = spawn_redis(None, ip, port, &dir) {
+            if let Some(child) = spawn_redis(None, ip, port, &dir, &[]) {
                 return RedisServer {
                     child,
                     port,
                     dir,
                     ns: None,
                     ip,
+                    extra: Vec::new(),
                 };
             }
         }
@@ -152,10 +167,15 @@ impl RedisServer {
 
     /// A Redis in network namespace `host`, on its link to the Redis bridge.
     pub fn start_in(host: &netns::Host) -> Self {
+        Self::start_in_with(host, Vec::new())
+    }
+
+    /// As [`RedisServer::start_in`], with extra arguments (`--replicaof IP PORT`).
+    pub fn start_in_with(host: &netns::Host, extra: Vec<String>) -> Self {
         let port = 6379;
         let ip = host.addr(netns::Side::Redis).into();
         let dir = std::env::temp_dir().join(format!("leasehold-test-redis-{}", host.name));
-        let child = spawn_redis(Some(&host.name), ip, port, &dir)
+        let child = spawn_redis(Some(&host.name), ip, port, &dir, &extra)
             .unwrap_or_else(|| panic!("could not start redis-server in {}", host.name));
         RedisServer {
             child,
@@ -163,6 +183,7 @@ impl RedisServer {
             dir,
             ns: Some(host.name.clone()),
             ip,
+            extra,
         }
     }
 
@@ -171,7 +192,8 @@ impl RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for _ in 0..50 {
-            if let Some(child) = spawn_redis(self.ns.as_deref(), self.ip, self.port, &self.dir) {
+            let (ns, ip, port) = (self.ns.as_deref(), self.ip, self.port);
+            if let Some(child) = spawn_redis(ns, ip, port, &self.dir, &self.extra) {
                 self.child = child;
                 return;
             }
@@ -192,6 +214,10 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://{}:{}", self.ip, self.port)
+    }
+
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.ip
     }
 
     pub fn pid(&self) -> u32 {

@@ -173,3 +173,105 @@ impl Drop for RedisSentinel {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Three Sentinels in network namespace `host` (on its Redis side), for chaos runs whose
+/// servers and Redis live in namespaces of their own (tests/support/chaos.rs); killed on drop.
+pub struct SentinelsIn {
+    ip: std::net::IpAddr,
+    ports: Vec<u16>,
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl SentinelsIn {
+    /// Sentinels watching `primary`, ready once each knows `replica` and the two others.
+    pub fn start(
+        host: &super::netns::Host,
+        primary: &super::RedisServer,
+        replica: &super::RedisServer,
+    ) -> Self {
+        let ip = std::net::IpAddr::from(host.addr(super::netns::Side::Redis));
+        let dir = std::env::temp_dir().join(format!("leasehold-test-sentinels-{}", host.name));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut sentinels = SentinelsIn {
+            ip,
+            ports: Vec::new(),
+            children: Vec::new(),
+            dir,
+        };
+        for port in [26379, 26380, 26381] {
+            let config = sentinels.dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind {ip}\nprotected-mode no\ndir {}\n\
+                     sentinel monitor {SERVICE} {} {} 2\n\
+                     sentinel down-after-milliseconds {SERVICE} 1000\n\
+                     sentinel failover-timeout {SERVICE} 5000\n",
+                    sentinels.dir.display(),
+                    primary.ip(),
+                    primary.port(),
+                ),
+            )
+            .expect("sentinel config");
+            let child = host
+                .command("redis-server")
+                .arg(&config)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            sentinels.children.push(child);
+            sentinels.ports.push(port);
+        }
+        let replica = replica.ip().to_string();
+        for &port in &sentinels.ports {
+            let started = Instant::now();
+            let ask = |args: &[&str]| super::redis_cli_at(ip, port, args);
+            while !ask(&["sentinel", "replicas", SERVICE]).contains(&replica)
+                || ask(&["sentinel", "sentinels", SERVICE])
+                    .matches(&ip.to_string())
+                    .count()
+                    < 2
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "Sentinel {ip}:{port} never saw the replica and the other Sentinels"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        sentinels
+    }
+
+    /// `redis-sentinel://` with every Sentinel and the service name.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .ports
+            .iter()
+            .map(|port| format!("{}:{port}", self.ip))
+            .collect();
+        format!("redis-sentinel://{}/{SERVICE}", nodes.join(","))
+    }
+
+    /// `ip` of the node the first Sentinel names as the primary now.
+    pub fn current_primary(&self) -> Option<String> {
+        let answer = super::redis_cli_at(
+            self.ip,
+            self.ports[0],
+            &["sentinel", "get-master-addr-by-name", SERVICE],
+        );
+        answer.lines().next().map(|ip| ip.trim().to_owned())
+    }
+}
+
+impl Drop for SentinelsIn {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
