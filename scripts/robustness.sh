@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long fault run, for before a release (CI runs every fault once, in scripts/test.sh): every
-# chaos case (single Redis, Redlock, Sentinel; histories checked by Porcupine) ROUNDS times, plus the
+# chaos case (single Redis, Redlock, Sentinel, Cluster; histories checked by Porcupine) ROUNDS times, plus the
 # tests too slow or too load-sensitive for CI (`#[ignore]`d, each saying why). A failed round keeps
 # its histories and visualisations in target/robustness-runs/round-N/. Then deliberately broken
 # builds: each a worktree of HEAD with one mutation, on which one chaos case must fail with the
@@ -17,7 +17,7 @@ failed=0
 for round in $(seq 1 "$rounds"); do
   echo "== round $round of $rounds"
   rm -rf target/tmp/robustness
-  if cargo test --test integration -- chaos:: redlock::chaos_ sentinel::chaos_ && \
+  if cargo test --test integration -- chaos:: redlock::chaos_ sentinel::chaos_ cluster::chaos_ && \
      cargo test --test integration -- --ignored; then
     echo "== round $round: passed"
   else

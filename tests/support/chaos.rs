@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
+use super::cluster::RedisCluster;
 use super::faketime::FakeClock;
 use super::history::{History, Kind, Outcome};
 use super::netns::{Host, Net, Side};
@@ -60,14 +61,17 @@ pub const SERVER_FLAGS: &[&str] = &[
 /// can cut any of them off: a lock Redis, servers, and in Redlock mode more primaries (the lock
 /// Redis is the first); a resource Redis on the test's loopback, never faulted.
 pub struct Cluster {
-    /// How the servers use Redis: `single`, `redlock`, `sentinel`; the first part of a run's
-    /// name.
+    /// How the servers use Redis: `single`, `redlock`, `sentinel`, `cluster`; the first part of
+    /// a run's name.
     pub mode: &'static str,
     pub lock_redis: RedisServer,
     /// Redlock's other primaries, or Sentinel's replica (none for a single Redis).
     pub primaries: Vec<RedisServer>,
     /// Sentinel's three Sentinels, in a namespace of their own.
     pub sentinels: Option<SentinelsIn>,
+    /// Cluster mode's nodes (three primaries, a replica each), in a namespace of their own.
+    /// (The lock Redis is then unused.)
+    pub redis_cluster: Option<RedisCluster>,
     pub resource_redis: RedisServer,
     pub servers: Vec<ServerProcess>,
     /// The servers' `--redis URL` or `--redlock URLS`.
@@ -76,7 +80,8 @@ pub struct Cluster {
     /// primaries' (or the replica's), the servers'. Dropped after the processes.
     pub lock_host: Host,
     pub primary_hosts: Vec<Host>,
-    sentinel_host: Option<Host>,
+    /// The namespace of Redis's own engine: the Sentinels, or the cluster's nodes.
+    engine_host: Option<Host>,
     pub server_hosts: Vec<Host>,
     /// Each server's clock, if they run on fake ones ([`Cluster::start_on_fake_clocks`]).
     pub clocks: Vec<FakeClock>,
@@ -152,6 +157,12 @@ impl Cluster {
         Self::start_mode("sentinel", servers, 2, false)
     }
 
+    /// Servers on a Redis Cluster of three primaries with a replica each, in a namespace of
+    /// its own.
+    pub async fn start_cluster(servers: usize) -> Self {
+        Self::start_mode("cluster", servers, 1, false)
+    }
+
     /// Waits (at most 30 s) until the Sentinels name the replica as the primary.
     pub fn until_replica_promoted(&self) {
         let (Some(sentinels), [replica]) = (&self.sentinels, self.primaries.as_slice()) else {
@@ -184,17 +195,23 @@ impl Cluster {
         } else {
             primary_hosts.iter().map(RedisServer::start_in).collect()
         };
-        let sentinel_host = (mode == "sentinel").then(|| net.host(&[Side::Redis]));
-        let sentinels = sentinel_host
+        let engine_host = matches!(mode, "sentinel" | "cluster").then(|| net.host(&[Side::Redis]));
+        let sentinels = engine_host
             .as_ref()
+            .filter(|_| mode == "sentinel")
             .map(|host| SentinelsIn::start(host, &lock_redis, &others[0]));
-        let redis_args = match (mode, &sentinels) {
-            ("redlock", _) => {
+        let redis_cluster = engine_host
+            .as_ref()
+            .filter(|_| mode == "cluster")
+            .map(|host| RedisCluster::start_in(host, 3, 1));
+        let redis_args = match (mode, &sentinels, &redis_cluster) {
+            ("redlock", _, _) => {
                 let mut urls = vec![lock_redis.url()];
                 urls.extend(others.iter().map(RedisServer::url));
                 vec!["--redlock".to_owned(), urls.join(",")]
             }
-            (_, Some(sentinels)) => vec!["--redis".to_owned(), sentinels.url()],
+            (_, Some(sentinels), _) => vec!["--redis".to_owned(), sentinels.url()],
+            (_, _, Some(cluster)) => vec!["--redis".to_owned(), cluster.url()],
             _ => vec!["--redis".to_owned(), lock_redis.url()],
         };
         let redis: Vec<&str> = redis_args.iter().map(String::as_str).collect();
@@ -219,12 +236,13 @@ impl Cluster {
             lock_redis,
             primaries: others,
             sentinels,
+            redis_cluster,
             resource_redis: RedisServer::start(),
             servers,
             redis_args,
             lock_host,
             primary_hosts,
-            sentinel_host,
+            engine_host,
             server_hosts,
             clocks,
             net,

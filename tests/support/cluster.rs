@@ -1,33 +1,59 @@
-//! A Redis Cluster of the test's own: primaries and replicas on free loopback ports, formed by
-//! `redis-cli --cluster create`, every process killed on drop.
+//! A Redis Cluster of the test's own: primaries and replicas on free loopback ports (or on fixed
+//! ports in a network namespace of its own, for chaos runs), formed by `redis-cli --cluster
+//! create`, every process killed on drop.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, redis_cli as cli, until_redis_cli as until};
+use super::{command_in, free_port, redis_cli_at};
 
 pub struct RedisCluster {
     nodes: Vec<(u16, Child)>,
     dir: PathBuf,
+    /// Where every node listens: loopback, or its namespace's address.
+    ip: std::net::IpAddr,
 }
 
 impl RedisCluster {
     /// `primaries` primaries with `replicas` replicas each; returns once every node says the
     /// cluster is ok.
     pub fn start(primaries: usize, replicas: usize) -> Self {
+        let ports = (0..primaries * (1 + replicas))
+            .map(|_| (free_port(), free_port()))
+            .collect();
+        Self::start_at(None, [127, 0, 0, 1].into(), ports, replicas)
+    }
+
+    /// As [`RedisCluster::start`], every node in network namespace `host` (its own port space:
+    /// ports from 7000, bus ports from 17000), on its link to the Redis bridge.
+    pub fn start_in(host: &super::netns::Host, primaries: usize, replicas: usize) -> Self {
+        let ports = (0..primaries * (1 + replicas))
+            .map(|i| (7000 + i as u16, 17000 + i as u16))
+            .collect();
+        let ip = host.addr(super::netns::Side::Redis).into();
+        Self::start_at(Some(&host.name), ip, ports, replicas)
+    }
+
+    /// Nodes on `(port, bus port)` each.
+    fn start_at(
+        ns: Option<&str>,
+        ip: std::net::IpAddr,
+        ports: Vec<(u16, u16)>,
+        replicas: usize,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "leasehold-test-cluster-{}-{}",
             std::process::id(),
             free_port()
         ));
         let mut nodes = Vec::new();
-        for _ in 0..primaries * (1 + replicas) {
-            let port = free_port();
+        for (port, bus) in ports {
             let node_dir = dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("node dir");
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            let child = command_in(ns, "redis-server")
+                .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
+                .args(["--protected-mode", if ns.is_some() { "no" } else { "yes" }])
                 .args([
                     "--cluster-enabled",
                     "yes",
@@ -37,7 +63,7 @@ impl RedisCluster {
                 .args(["--cluster-node-timeout", "2000"])
                 // A bus port of its own: the default (port + 10,000) is past 65,535 for half
                 // the ephemeral range, and may be another test's port.
-                .args(["--cluster-port", &free_port().to_string()])
+                .args(["--cluster-port", &bus.to_string()])
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&node_dir)
@@ -47,14 +73,14 @@ impl RedisCluster {
                 .expect("redis-server");
             nodes.push((port, child));
         }
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = RedisCluster { nodes, dir, ip };
         for (port, _) in &cluster.nodes {
-            until(*port, &["ping"], |out| out == "PONG");
+            cluster.until(*port, &["ping"], |out| out == "PONG");
         }
         let addresses: Vec<String> = cluster
             .nodes
             .iter()
-            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .map(|(port, _)| format!("{ip}:{port}"))
             .collect();
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
@@ -66,18 +92,36 @@ impl RedisCluster {
             .expect("redis-cli");
         assert!(created.success(), "redis-cli --cluster create failed");
         for (port, _) in &cluster.nodes {
-            until(*port, &["cluster", "info"], |out| {
+            cluster.until(*port, &["cluster", "info"], |out| {
                 out.contains("cluster_state:ok")
             });
         }
         // A replica that has not finished its first sync refuses to fail over (its data is
         // "too old"): wait for every replication link.
         for (port, _) in &cluster.nodes {
-            until(*port, &["info", "replication"], |out| {
+            cluster.until(*port, &["info", "replication"], |out| {
                 out.contains("role:master") || out.contains("master_link_status:up")
             });
         }
         cluster
+    }
+
+    /// `redis-cli` against the node on `port`, its output trimmed.
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        redis_cli_at(self.ip, port, args)
+    }
+
+    /// Runs `redis-cli` against the node on `port` until `done` accepts its output (at most
+    /// 20 s).
+    fn until(&self, port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        while !done(&self.cli(port, args)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis node {port} never answered {args:?} as expected"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `redis-cluster://` with every node, as operators write it.
@@ -85,7 +129,7 @@ impl RedisCluster {
         let nodes: Vec<String> = self
             .nodes
             .iter()
-            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .map(|(port, _)| format!("{}:{port}", self.ip))
             .collect();
         format!("redis-cluster://{}", nodes.join(","))
     }
@@ -96,9 +140,14 @@ impl RedisCluster {
         let (first, others) = self.nodes.split_first().expect("nodes");
         let others: Vec<String> = others
             .iter()
-            .map(|(port, _)| format!("node=127.0.0.1:{port}"))
+            .map(|(port, _)| format!("node={}:{port}", self.ip))
             .collect();
-        let url = format!("redis-cluster://127.0.0.1:{}?{}", first.0, others.join("&"));
+        let url = format!(
+            "redis-cluster://{}:{}?{}",
+            self.ip,
+            first.0,
+            others.join("&")
+        );
         // Bounded calls, and reconnects: it must outlive a failover without hanging a test.
         let client = Builder::from_config(Config::from_url(&url).expect("url"))
             .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
@@ -114,13 +163,13 @@ impl RedisCluster {
         self.nodes
             .iter()
             .map(|(port, _)| *port)
-            .filter(|port| cli(*port, &["role"]).starts_with("master"))
+            .filter(|port| self.cli(*port, &["role"]).starts_with("master"))
             .collect()
     }
 
     /// Whether the node on `port` holds `key` (not a replica's copy: ask primaries).
     pub fn holds(&self, port: u16, key: &str) -> bool {
-        cli(port, &["exists", key]) == "1"
+        self.cli(port, &["exists", key]) == "1"
     }
 
     /// Kills the node on `port` (SIGKILL).
@@ -140,14 +189,15 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .map(|(port, _)| *port)
-                .filter(|port| cli(*port, &["ping"]) == "PONG")
+                .filter(|port| self.cli(*port, &["ping"]) == "PONG")
                 .collect();
-            let ok = live
-                .iter()
-                .all(|port| cli(*port, &["cluster", "info"]).contains("cluster_state:ok"));
+            let ok = live.iter().all(|port| {
+                self.cli(*port, &["cluster", "info"])
+                    .contains("cluster_state:ok")
+            });
             let masters = live
                 .iter()
-                .filter(|port| cli(**port, &["role"]).starts_with("master"))
+                .filter(|port| self.cli(**port, &["role"]).starts_with("master"))
                 .count();
             if ok && masters == primaries {
                 return;
@@ -162,7 +212,8 @@ impl RedisCluster {
 
     /// The primary serving `key`'s slot, and the slot.
     pub fn slot_of(&self, key: &str) -> (u16, u16) {
-        let slot: u16 = cli(self.nodes[0].0, &["cluster", "keyslot", key])
+        let slot: u16 = self
+            .cli(self.nodes[0].0, &["cluster", "keyslot", key])
             .parse()
             .expect("CLUSTER KEYSLOT");
         let owner = self
@@ -175,7 +226,7 @@ impl RedisCluster {
 
     /// Whether the primary on `port` serves `slot`, by its own line of `CLUSTER NODES`.
     fn serves(&self, port: u16, slot: u16) -> bool {
-        cli(port, &["cluster", "nodes"])
+        self.cli(port, &["cluster", "nodes"])
             .lines()
             .find(|line| line.contains("myself"))
             .is_some_and(|line| {
@@ -190,31 +241,32 @@ impl RedisCluster {
     /// at a time, then the new owner announced to every primary.
     pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
         let slot = slot.to_string();
-        let from_id = cli(from, &["cluster", "myid"]);
-        let to_id = cli(to, &["cluster", "myid"]);
+        let from_id = self.cli(from, &["cluster", "myid"]);
+        let to_id = self.cli(to, &["cluster", "myid"]);
         assert_eq!(
-            cli(to, &["cluster", "setslot", &slot, "importing", &from_id]),
+            self.cli(to, &["cluster", "setslot", &slot, "importing", &from_id]),
             "OK"
         );
         assert_eq!(
-            cli(from, &["cluster", "setslot", &slot, "migrating", &to_id]),
+            self.cli(from, &["cluster", "setslot", &slot, "migrating", &to_id]),
             "OK"
         );
         loop {
-            let keys = cli(from, &["cluster", "getkeysinslot", &slot, "100"]);
+            let keys = self.cli(from, &["cluster", "getkeysinslot", &slot, "100"]);
             let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
             if keys.is_empty() {
                 break;
             }
             let to_port = to.to_string();
-            let mut args = vec!["migrate", "127.0.0.1", &to_port, "", "0", "5000", "keys"];
+            let ip = self.ip.to_string();
+            let mut args = vec!["migrate", &ip, &to_port, "", "0", "5000", "keys"];
             args.extend(keys);
-            let answer = cli(from, &args);
+            let answer = self.cli(from, &args);
             assert!(answer == "OK" || answer == "NOKEY", "MIGRATE: {answer}");
         }
         for port in self.primaries() {
             assert_eq!(
-                cli(port, &["cluster", "setslot", &slot, "node", &to_id]),
+                self.cli(port, &["cluster", "setslot", &slot, "node", &to_id]),
                 "OK"
             );
         }
@@ -222,7 +274,7 @@ impl RedisCluster {
 
     /// How many keys the node on `port` holds.
     pub fn keys_on(&self, port: u16) -> usize {
-        cli(port, &["dbsize"]).parse().unwrap_or(0)
+        self.cli(port, &["dbsize"]).parse().unwrap_or(0)
     }
 }
 
