@@ -64,3 +64,55 @@ async fn dropping_the_guard_releases() {
         .unwrap();
     assert!(again.fencing_token() > first);
 }
+
+/// An `acquired` held up on its way (the connection frozen between server and client while the
+/// lock was handed to this waiter, for longer than the TTL, as a partition that heals does) is
+/// not believed afresh: the server's `valid_to_ms` counts from when the stream opened, so the
+/// client sees the news is stale and does not take the lease, rather than believing it for a
+/// whole `valid_for_ms` from a receipt that came too late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_heard_after_its_validity_is_not_believed() {
+    let redis = RedisServer::start();
+    let server = TestServer::start_with(&redis, "leasehold:", Default::default()).await;
+    let direct = redis.client().await;
+    let proxy = proxy::Proxy::start(server.addr).await;
+    let holder = Client::connect(server.url()).await.unwrap();
+    let waiter = Client::connect(proxy.url()).await.unwrap();
+    let ttl = Duration::from_millis(300);
+
+    let held = holder.lease("job").ttl(ttl).acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lease("job")
+            .ttl(ttl)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    wait_for_line(&direct, "leasehold:{job}:line", 1).await;
+    proxy.freeze();
+    assert!(held.release().await.unwrap());
+    // The waiter's server takes the lock for it and says so, into the frozen connection.
+    within(EVENT_TIMEOUT, "the hand-over", async {
+        while get(&direct, &lock_key("job")).await.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(ttl * 2).await;
+    proxy.resume();
+
+    let outcome = within(EVENT_TIMEOUT, "the acquisition's end", waiting)
+        .await
+        .unwrap();
+    match outcome {
+        Err(ClientError::Protocol(message)) => {
+            assert!(message.contains("after its validity"), "{message}");
+        }
+        Ok(guard) => panic!(
+            "believed a stale acquisition until {:?} from now",
+            guard.valid_until() - tokio::time::Instant::now()
+        ),
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}

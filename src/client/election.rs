@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
+
+use super::lease::vouched_until;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
@@ -77,11 +79,13 @@ impl Client {
             resume_token: String::new(),
             resume_grace_ms: if auto_resume { millis(ttl) } else { 0 },
         };
+        let opened = Instant::now();
         let (requests, responses) = self.start_campaign(start.clone()).await?;
         Ok(Candidate {
             requests,
             responses,
             client: self.clone(),
+            opened,
             start,
             leading: None,
             proclaiming: None,
@@ -178,6 +182,8 @@ pub struct Candidate {
     proclaiming: Option<Vec<u8>>,
     /// A `resign` sent: a resume sends it again on the new stream.
     resigning: bool,
+    /// When the current stream was opened (see [`super::lease::vouched_until`]).
+    opened: Instant,
 }
 
 /// The leadership, once elected.
@@ -211,14 +217,22 @@ impl Candidate {
                 })) => {
                     if let Some(leading) = &mut self.leading {
                         leading.valid_until =
-                            Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+                            vouched_until(self.opened, extended.valid_for_ms, extended.valid_to_ms);
                     }
                     continue;
                 }
                 Ok(Some(CampaignResponse {
                     event: Some(Event::Elected(elected)),
                 })) => {
-                    self.elected_as(&elected);
+                    let valid_until =
+                        vouched_until(self.opened, elected.valid_for_ms, elected.valid_to_ms);
+                    if valid_until <= Instant::now() {
+                        // Held up on its way (a healed partition): another may lead by now.
+                        return Ok(Event::Lost(pb::Lost {
+                            reason: "elected, but the news arrived after the leadership's validity had run out".into(),
+                        }));
+                    }
+                    self.elected_as(&elected, valid_until);
                     return Ok(Event::Elected(elected));
                 }
                 Ok(Some(CampaignResponse { event: Some(event) })) => return Ok(event),
@@ -248,11 +262,11 @@ impl Candidate {
         }
     }
 
-    fn elected_as(&mut self, elected: &pb::Elected) {
+    fn elected_as(&mut self, elected: &pb::Elected, valid_until: Instant) {
         self.start.resume_token = elected.token.clone();
         self.leading = Some(Leading {
             term: elected.term,
-            valid_until: Instant::now() + Duration::from_millis(elected.valid_for_ms.into()),
+            valid_until,
         });
     }
 
@@ -269,6 +283,7 @@ impl Candidate {
         let mut last = broke;
         let mut backoff = Duration::from_millis(20);
         while Instant::now() < valid_until {
+            let opened = Instant::now();
             let attempt = async {
                 let (requests, mut responses) =
                     self.client.start_campaign(self.start.clone()).await?;
@@ -282,7 +297,10 @@ impl Candidate {
                     }) if elected.term == term => {
                         self.requests = requests;
                         self.responses = responses;
-                        self.elected_as(&elected);
+                        self.opened = opened;
+                        let until =
+                            vouched_until(opened, elected.valid_for_ms, elected.valid_to_ms);
+                        self.elected_as(&elected, until);
                         tracing::info!(election = %self.start.election, term, "leadership resumed");
                         return Ok(());
                     }

@@ -151,6 +151,7 @@ impl LeaseBuilder {
         let deadline = Instant::now() + self.wait;
         let mut tries = client.replicas().len();
         let Opened {
+            opened,
             requests,
             events,
             acquired,
@@ -165,7 +166,7 @@ impl LeaseBuilder {
                 Ok(opened) => break opened,
             }
         };
-        let valid_until = Instant::now() + Duration::from_millis(acquired.valid_for_ms.into());
+        let valid_until = vouched_until(opened, acquired.valid_for_ms, acquired.valid_to_ms);
         let (state_tx, state) = watch::channel(LeaseState::Held);
         let (let_go, let_go_rx) = mpsc::channel(1);
         let resumes = (self.auto_resume && resume_grace > Duration::ZERO).then(|| {
@@ -184,6 +185,7 @@ impl LeaseBuilder {
             outages: outages.clone(),
             confirmed,
             requests: Some(requests),
+            opened,
             valid_until,
             state: state_tx,
             let_go: let_go_rx,
@@ -208,6 +210,8 @@ impl LeaseBuilder {
 
 /// A stream that got to `acquired`, and the replica it runs on.
 struct Opened {
+    /// When the stream was opened: what `valid_to_ms` counts from.
+    opened: Instant,
     requests: mpsc::Sender<LeaseRequest>,
     events: Streaming<LeaseResponse>,
     acquired: pb::Acquired,
@@ -247,6 +251,7 @@ async fn open(
             Opening::Refused(status)
         }
     };
+    let opened = Instant::now();
     let mut events = LockServiceClient::new(replica.transport.clone())
         .lease(ReceiverStream::new(outbox))
         .await
@@ -257,7 +262,18 @@ async fn open(
             Some(LeaseResponse {
                 event: Some(Event::Acquired(acquired)),
             }) => {
+                if vouched_until(opened, acquired.valid_for_ms, acquired.valid_to_ms)
+                    <= Instant::now()
+                {
+                    // Held up on its way (a healed partition): the lease may be someone
+                    // else's by now. Dropping the stream lets go of it (or keeps it only for
+                    // its grace).
+                    return Err(Opening::Broken(
+                        "acquired, but the news arrived after its validity had run out".into(),
+                    ));
+                }
                 return Ok(Opened {
+                    opened,
                     requests,
                     events,
                     acquired,
@@ -272,6 +288,19 @@ async fn open(
             }
         }
     }
+}
+
+/// Until when a message vouches for a lease (or a leadership): `valid_for_ms` from its receipt,
+/// and never past `valid_to_ms` after the client opened the stream (the server counts it from
+/// when the stream reached it, which is later), which still holds when the message was held up
+/// on its way: a healed partition delivers old messages late, and one read as fresh would keep
+/// its client believing past the key. (`valid_to_ms` 0: a server that predates it.)
+pub(crate) fn vouched_until(opened: Instant, valid_for_ms: u32, valid_to_ms: u64) -> Instant {
+    let from_receipt = Instant::now() + Duration::from_millis(valid_for_ms.into());
+    if valid_to_ms == 0 {
+        return from_receipt;
+    }
+    from_receipt.min(opened + Duration::from_millis(valid_to_ms))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -313,6 +342,8 @@ const LAST_RETRY: Duration = Duration::from_millis(500);
 struct Watcher {
     /// The stream's request side; dropping it half-closes, which releases.
     requests: Option<mpsc::Sender<LeaseRequest>>,
+    /// When the current stream was opened (see [`vouched_until`]).
+    opened: Instant,
     valid_until: Instant,
     state: watch::Sender<LeaseState>,
     /// Every resume so far, shared with the guard.
@@ -337,7 +368,7 @@ impl Watcher {
             let broke = tokio::select! {
                 message = events.next() => match message {
                     Some(Ok(LeaseResponse { event: Some(Event::Extended(extended)) })) => {
-                        self.confirm(extended.valid_for_ms);
+                        self.confirm(extended.valid_for_ms, extended.valid_to_ms);
                         continue;
                     }
                     Some(Ok(LeaseResponse { event: Some(Event::Lost(lost)) })) => break LeaseState::Lost(lost.reason),
@@ -388,9 +419,9 @@ impl Watcher {
         self.state.send_replace(end);
     }
 
-    /// The server vouched for the lease for `valid_for_ms` from now.
-    fn confirm(&mut self, valid_for_ms: u32) {
-        self.valid_until = Instant::now() + Duration::from_millis(valid_for_ms.into());
+    /// The server vouched for the lease (see [`vouched_until`]).
+    fn confirm(&mut self, valid_for_ms: u32, valid_to_ms: u64) {
+        self.valid_until = vouched_until(self.opened, valid_for_ms, valid_to_ms);
         self.confirmed.send_replace(self.valid_until);
     }
 
@@ -450,6 +481,7 @@ impl Watcher {
             };
             match outcome {
                 Ok(Ok(Opened {
+                    opened,
                     requests,
                     events,
                     acquired,
@@ -461,7 +493,8 @@ impl Watcher {
                             acquired.fencing_token
                         )));
                     }
-                    self.confirm(acquired.valid_for_ms);
+                    self.opened = opened;
+                    self.confirm(acquired.valid_for_ms, acquired.valid_to_ms);
                     self.requests = Some(requests);
                     self.replica = replica;
                     tracing::info!(lock = %self.name, "lease resumed");

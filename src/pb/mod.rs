@@ -36,3 +36,9 @@ use std::time::Duration;
 pub fn millis(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
+
+/// A duration in whole milliseconds, for the `uint64` fields (counted from a stream's start,
+/// which may be days ago).
+pub fn millis_u64(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -4,12 +4,10 @@
 //! then announces itself; `proclaim` publishes a new value while it leads. Letting go releases
 //! the lease and retires the announcement ([`Leadership`]), so no exit leaves a stale leader.
 
-use std::time::Duration;
-
 use tracing::info;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Words};
+use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words};
 use crate::error::{Error, Result};
 use crate::lease::held::Leadership;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_WAIT};
@@ -119,14 +117,15 @@ impl LeaseStream for Campaign {
     async fn acquired(
         &mut self,
         held: &Held<'_, Leadership>,
-        valid_for: Duration,
+        vouched: Vouched,
     ) -> Result<Step<CampaignResponse>> {
         // The term is the lease's fencing token: larger for every new leader.
         self.term = held.fencing_token;
         let elected = Event::Elected(pb::Elected {
             term: self.term,
-            valid_for_ms: pb::millis(valid_for),
+            valid_for_ms: pb::millis(vouched.valid_for),
             token: held.lease.token().secret().to_owned(),
+            valid_to_ms: pb::millis_u64(vouched.valid_to),
         });
         let lost = "the leadership lease was lost before it could be announced";
         let step = self.announce(held, lost, elected).await?;
@@ -157,12 +156,11 @@ impl LeaseStream for Campaign {
             | Tell::Extended {
                 resumable: false, ..
             } => None,
-            Tell::Extended { ttl, valid_for, .. } => {
-                Some(response(Event::Extended(pb::Extended {
-                    ttl_ms: pb::millis(ttl),
-                    valid_for_ms: pb::millis(valid_for),
-                })))
-            }
+            Tell::Extended { ttl, vouched, .. } => Some(response(Event::Extended(pb::Extended {
+                ttl_ms: pb::millis(ttl),
+                valid_for_ms: pb::millis(vouched.valid_for),
+                valid_to_ms: pb::millis_u64(vouched.valid_to),
+            }))),
             Tell::Released { was_held } => Some(response(Event::Resigned(pb::Resigned {
                 was_leader: was_held,
             }))),

@@ -108,16 +108,37 @@ impl Words {
     }
 }
 
+/// How long the server vouches for a held lease, said two ways: `valid_for` from the moment the
+/// message is built, and `valid_to` after the stream opened, which a client can trust even when
+/// the message is held up on its way (a healed partition delivers old messages late; see
+/// `Acquired.valid_to_ms`).
+#[derive(Clone, Copy, Debug)]
+pub struct Vouched {
+    pub valid_for: Duration,
+    pub valid_to: Duration,
+}
+
+impl Vouched {
+    /// Vouched for `valid_for` from now, on a stream opened at `opened`.
+    fn now(valid_for: Duration, opened: Instant) -> Self {
+        let valid_to = (Instant::now() + valid_for).saturating_duration_since(opened);
+        Vouched {
+            valid_for,
+            valid_to,
+        }
+    }
+}
+
 /// Something the driver tells the client; each kind says it in its own message, or not at all
 /// (progress it does not report).
 pub enum Tell<'a> {
     /// Still waiting: the holder and the place in line.
     Waiting(&'a WaitingState),
-    /// Renewed: valid for this long from now. `resumable`: the client asked for a resume grace
-    /// (and so needs to know how long it may believe in the lease between streams).
+    /// Renewed: vouched for this long. `resumable`: the client asked for a resume grace (and so
+    /// needs to know how long it may believe in the lease between streams).
     Extended {
         ttl: Duration,
-        valid_for: Duration,
+        vouched: Vouched,
         resumable: bool,
     },
     /// Let go at the client's request; `false` if it was not held (any more).
@@ -161,12 +182,12 @@ pub trait LeaseStream: Sized + Send + 'static {
     /// Why a stream-specific message is refused while the lease is not held yet.
     fn refuse_while_waiting(message: Self::Message) -> Error;
 
-    /// The lease was just taken, valid for `valid_for`: the answer to send, once the stream's
-    /// own work is done.
+    /// The lease was just taken, vouched for as `vouched` says: the answer to send, once the
+    /// stream's own work is done.
     fn acquired(
         &mut self,
         held: &Held<'_, Self::Holding>,
-        valid_for: Duration,
+        vouched: Vouched,
     ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
     /// A stream-specific message while held.
     fn handle(
@@ -195,6 +216,7 @@ pub fn open<K: LeaseStream>(
     let (events, responses) = Events::channel();
     let driver = Driver::<K, _> {
         streams: streams.clone(),
+        opened: Instant::now(),
         caller,
         inbound: request.into_inner(),
         events,
@@ -217,6 +239,8 @@ enum Waited {
 /// The task behind one stream.
 struct Driver<K: LeaseStream, S> {
     streams: Arc<Streams>,
+    /// When the stream opened: what `Vouched::valid_to` counts from.
+    opened: Instant,
     /// Who opened the stream: checked against the name of its first message.
     caller: Caller,
     inbound: S,
@@ -328,8 +352,8 @@ where
                 spec,
                 fencing_token,
             };
-            let valid_for = clock.valid_for(Instant::now());
-            let answer = match Box::pin(stream.acquired(&held, valid_for)).await {
+            let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
+            let answer = match Box::pin(stream.acquired(&held, vouched)).await {
                 Ok(answer) => answer,
                 // A resumed lease's client still believes in it: an error here (Redis slow)
                 // must not release it under the client, which resumes it elsewhere.
@@ -439,11 +463,11 @@ where
         clock: RenewalClock,
     ) -> Result<()> {
         let events = self.events.clone();
-        let (ttl, resumable) = (spec.ttl, spec.resume_grace.is_some());
+        let (ttl, resumable, opened) = (spec.ttl, spec.resume_grace.is_some(), self.opened);
         let on_renewed = Box::new(move |valid_for| {
             if let Some(progress) = K::tell(Tell::Extended {
                 ttl,
-                valid_for,
+                vouched: Vouched::now(valid_for, opened),
                 resumable,
             }) {
                 events.progress(progress);

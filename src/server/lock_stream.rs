@@ -1,10 +1,9 @@
 //! The `Lease` stream: a lock held for the life of the stream, as a [`LeaseStream`] kind.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
+use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words, no_message};
 use crate::error::{Error, Result};
 use crate::lease::held::Lock;
 use crate::lease::spec::{self, LeaseSpec, LockName};
@@ -99,13 +98,14 @@ impl LeaseStream for LockStream {
     async fn acquired(
         &mut self,
         held: &Held<'_, Lock>,
-        valid_for: Duration,
+        vouched: Vouched,
     ) -> Result<Step<LeaseResponse>> {
         Ok(Step::Reply(response(Event::Acquired(pb::Acquired {
             token: held.lease.token().secret().to_owned(),
             fencing_token: held.fencing_token,
             ttl_ms: pb::millis(held.spec.ttl),
-            valid_for_ms: pb::millis(valid_for),
+            valid_for_ms: pb::millis(vouched.valid_for),
+            valid_to_ms: pb::millis_u64(vouched.valid_to),
         }))))
     }
 
@@ -125,9 +125,10 @@ impl LeaseStream for LockStream {
                 holder_ttl_remaining_ms: state.holder_ttl.map(pb::millis).unwrap_or(0),
                 position: state.position,
             }),
-            Tell::Extended { ttl, valid_for, .. } => Event::Extended(pb::Extended {
+            Tell::Extended { ttl, vouched, .. } => Event::Extended(pb::Extended {
                 ttl_ms: pb::millis(ttl),
-                valid_for_ms: pb::millis(valid_for),
+                valid_for_ms: pb::millis(vouched.valid_for),
+                valid_to_ms: pb::millis_u64(vouched.valid_to),
             }),
             Tell::Released { was_held } => Event::Released(pb::Released { was_held }),
             Tell::Lost(reason) => Event::Lost(pb::Lost { reason }),

@@ -464,7 +464,13 @@ type Elected struct {
 	ValidForMs uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	// The leadership lease's secret: `CampaignStart.resume_token` to resume
 	// it. Never log it.
-	Token         string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// When that guarantee ends, in milliseconds after the server received this
+	// stream's first request (see `Acquired.valid_to_ms`): a candidate that
+	// noted when it opened the stream stops believing at that instant plus
+	// this, or at the end of `valid_for_ms` from receipt, whichever comes
+	// first, so an `elected` held up by a partition is not believed afresh.
+	ValidToMs     uint64 `protobuf:"varint,4,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -518,6 +524,13 @@ func (x *Elected) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *Elected) GetValidToMs() uint64 {
+	if x != nil {
+		return x.ValidToMs
+	}
+	return 0
 }
 
 // A `proclaim` was published to observers.
@@ -861,12 +874,13 @@ const file_leasehold_v1_election_proto_rawDesc = "" +
 	"\x04lost\x18\x03 \x01(\v2\x12.leasehold.v1.LostH\x00R\x04lost\x124\n" +
 	"\bresigned\x18\x04 \x01(\v2\x16.leasehold.v1.ResignedH\x00R\bresigned\x124\n" +
 	"\bextended\x18\x05 \x01(\v2\x16.leasehold.v1.ExtendedH\x00R\bextendedB\a\n" +
-	"\x05event\"U\n" +
+	"\x05event\"u\n" +
 	"\aElected\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
 	"validForMs\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\tR\x05token\"\"\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x12\x1e\n" +
+	"\vvalid_to_ms\x18\x04 \x01(\x04R\tvalidToMs\"\"\n" +
 	"\n" +
 	"Proclaimed\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\fR\x05value\")\n" +

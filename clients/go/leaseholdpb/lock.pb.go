@@ -626,7 +626,14 @@ type Acquired struct {
 	// before the acquire command was sent, less a clock-drift allowance. A
 	// client that hears no `extended` within this time must assume the lock is
 	// lost (the server may be frozen or cut off).
-	ValidForMs    uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"` // When that vouching ends, in milliseconds after the server received this
+	// stream's (or this call's) first request; 0 from servers that predate it.
+	// A client that noted when it sent its first request should stop believing
+	// at that instant plus this, or at the end of `valid_for_ms` counted from
+	// receipt, whichever comes first: this one still holds when the message was
+	// held up on its way (a partition that heals delivers old messages late),
+	// which `valid_for_ms` alone cannot tell.
+	ValidToMs     uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +696,13 @@ func (x *Acquired) GetValidForMs() uint32 {
 	return 0
 }
 
+func (x *Acquired) GetValidToMs() uint64 {
+	if x != nil {
+		return x.ValidToMs
+	}
+	return 0
+}
+
 // The lock was renewed.
 type Extended struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -697,7 +711,14 @@ type Extended struct {
 	// How long, from the moment this message was built, the server can vouch
 	// for the lock without another renewal, in milliseconds. A client that
 	// hears nothing more within this time must assume the lock is lost.
-	ValidForMs    uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"` // When that vouching ends, in milliseconds after the server received this
+	// stream's (or this call's) first request; 0 from servers that predate it.
+	// A client that noted when it sent its first request should stop believing
+	// at that instant plus this, or at the end of `valid_for_ms` counted from
+	// receipt, whichever comes first: this one still holds when the message was
+	// held up on its way (a partition that heals delivers old messages late),
+	// which `valid_for_ms` alone cannot tell.
+	ValidToMs     uint64 `protobuf:"varint,3,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +763,13 @@ func (x *Extended) GetTtlMs() uint32 {
 func (x *Extended) GetValidForMs() uint32 {
 	if x != nil {
 		return x.ValidForMs
+	}
+	return 0
+}
+
+func (x *Extended) GetValidToMs() uint64 {
+	if x != nil {
+		return x.ValidToMs
 	}
 	return 0
 }
@@ -1709,17 +1737,19 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\aWaiting\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x125\n" +
 	"\x17holder_ttl_remaining_ms\x18\x02 \x01(\rR\x14holderTtlRemainingMs\x12\x1a\n" +
-	"\bposition\x18\x03 \x01(\rR\bposition\"~\n" +
+	"\bposition\x18\x03 \x01(\rR\bposition\"\x9e\x01\n" +
 	"\bAcquired\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x04 \x01(\rR\n" +
-	"validForMs\"C\n" +
+	"validForMs\x12\x1e\n" +
+	"\vvalid_to_ms\x18\x05 \x01(\x04R\tvalidToMs\"c\n" +
 	"\bExtended\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
-	"validForMs\"\x1e\n" +
+	"validForMs\x12\x1e\n" +
+	"\vvalid_to_ms\x18\x03 \x01(\x04R\tvalidToMs\"\x1e\n" +
 	"\x04Lost\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"%\n" +
 	"\bReleased\x12\x19\n" +
