@@ -107,3 +107,15 @@ async fn chaos_primary_killed_and_the_replica_promoted_then_partitioned() {
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe(usable_again);
 }
+
+/// The faults that strike servers and clients (a server paused, a client frozen, a server cut
+/// off from its clients, a server killed), one after another, behind Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_servers_and_clients_struck_one_after_another() {
+    use support::chaos::{Chaos, Cluster};
+    let mut chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
+    chaos.progress(10).await;
+    let struck = chaos.strike_servers_and_clients().await;
+    let report = chaos.finish("servers-and-clients").await;
+    report.assert_struck(&struck);
+}

@@ -466,6 +466,54 @@ impl Chaos {
             .expect("workers gone");
     }
 
+    /// The faults that strike a server or a client rather than Redis, one after another on one
+    /// run, each under a fresh holder: what every Redis mode must survive alike (tests/chaos.rs
+    /// has each alone, on one Redis). Returns each holder hit, when, and by when it must have
+    /// been told (`None`: a frozen client is told nothing; the fence stops it).
+    pub async fn strike_servers_and_clients(
+        &mut self,
+    ) -> Vec<(Current, Instant, Option<Duration>)> {
+        let mut struck = Vec::new();
+        // Its server paused (SIGSTOP) past the TTL: the client's own clock ends its belief.
+        let holder = self.fresh_holder().await;
+        let paused = self.cluster.servers[holder.server].pid();
+        super::signal(paused, "STOP");
+        let at = Instant::now();
+        self.handed_over(&holder).await;
+        sleep(FAULT_FOR.saturating_sub(at.elapsed())).await;
+        super::signal(paused, "CONT");
+        struck.push((holder, at, Some(TTL)));
+        self.progress(5).await;
+        // The client frozen between a read and its write: its late write is refused.
+        let holder = self.fresh_holder().await;
+        self.pause_worker(holder.worker);
+        let at = Instant::now();
+        self.handed_over(&holder).await;
+        sleep(FAULT_FOR).await;
+        struck.push((holder, at, None));
+        self.progress(5).await;
+        // Its server cut off from its clients (packets vanish).
+        let holder = self.fresh_holder().await;
+        let host = &self.cluster.server_hosts[holder.server];
+        host.cut(Side::Clients);
+        let at = Instant::now();
+        self.handed_over(&holder).await;
+        sleep(FAULT_FOR.saturating_sub(at.elapsed())).await;
+        self.cluster.server_hosts[holder.server].heal(Side::Clients);
+        struck.push((holder, at, Some(TTL + Duration::from_millis(200))));
+        self.progress(5).await;
+        // Its server killed (SIGKILL), then started again where it was once the lock moved on
+        // (sooner, the holder could resume its lease there: not a loss).
+        let holder = self.fresh_holder().await;
+        self.cluster.servers[holder.server].kill();
+        let at = Instant::now();
+        self.handed_over(&holder).await;
+        self.cluster.kill_and_restart(holder.server);
+        struck.push((holder, at, Some(Duration::from_millis(500))));
+        self.progress(5).await;
+        struck
+    }
+
     /// Tells `worker` to pause (like SIGSTOP) between its next read and write, with its
     /// connections frozen, for `FAULT_FOR`.
     pub fn pause_worker(&self, worker: usize) {
@@ -780,6 +828,19 @@ impl Report {
             after <= bound,
             "told after {after:?} (bound {bound:?}): {reason}"
         );
+    }
+
+    /// After [`Chaos::strike_servers_and_clients`]: each holder struck was told in time, and
+    /// the checker's verdict and the fenced counter hold (`usable_again` figures the first).
+    pub fn assert_struck(&self, struck: &[(Current, Instant, Option<Duration>)]) {
+        for (i, (holder, at, bound)) in struck.iter().enumerate() {
+            if let Some(bound) = bound {
+                println!("struck {i}: {:?}", self.hold_of(holder).lost);
+                self.assert_holder_told(holder, *at, *bound);
+            }
+        }
+        let (_, usable_again) = self.next_hold_after(struck[0].1);
+        self.assert_safe(usable_again);
     }
 
     /// The first turn that started after `instant` (excluding `current`'s), and how long after.
