@@ -1,6 +1,7 @@
 //! On a Redis Cluster (three primaries, a replica each): every lock's keys in one slot, locks
 //! spread over every primary, hand-overs through sharded pub/sub wake-ups, elections; and the chaos
-//! workload, its history checked, while the lock's primary is killed and its replica promoted.
+//! workload, its history checked, while the lock's primary is paused, then killed and its
+//! replica promoted.
 
 use crate::support;
 
@@ -380,28 +381,38 @@ async fn a_lease_moves_to_another_server_when_its_server_stops() {
 }
 
 /// The chaos workload (four workers on two servers, a fenced counter, an election beside the
-/// lock, every operation recorded) while the primary serving the lock's slot is killed and its
-/// replica takes over: the holder is told by the end of its validity, the lock goes on once the
-/// servers follow the new primary, and the checker passes the history. Replication is
+/// lock, every operation recorded) while the primary serving the lock's slot is paused (1 s:
+/// past the TTL, short of the node timeout), then killed, its replica taking over: each time the
+/// holder is told by the end of its validity, the lock goes on once the primary answers again
+/// or the servers follow the new one, and the checker passes the history. Replication is
 /// asynchronous, but the failover (node timeout 2 s) is longer than the TTL, so every lease on
 /// that slot has run out before the replica is promoted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_the_locks_primary_killed_and_its_replica_promoted() {
+async fn chaos_the_locks_primary_paused_then_killed_and_its_replica_promoted() {
     use support::chaos::{Chaos, Cluster, LOCK, TTL};
     use tokio::time::Instant;
     let mut chaos = Chaos::start(Cluster::start_cluster(2).await, 4).await;
     chaos.progress(10).await;
-    let holder = chaos.fresh_holder().await;
+    let paused = chaos.fresh_holder().await;
     let redis = chaos.cluster.redis_cluster.as_mut().expect("a cluster run");
     let (owner, _) = redis.slot_of(&lock_key(LOCK));
+    redis.signal(owner, "STOP");
+    let paused_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.signal(owner, "CONT");
+    chaos.progress(10).await;
+
+    let holder = chaos.fresh_holder().await;
+    let redis = chaos.cluster.redis_cluster.as_mut().expect("a cluster run");
     redis.kill(owner);
     let fault_at = Instant::now();
     chaos.handed_over(&holder).await;
     let redis = chaos.cluster.redis_cluster.as_ref().expect("a cluster run");
     redis.until_failed_over(3);
     chaos.progress(10).await;
-    let report = chaos.finish("locks-primary-killed-failover").await;
+    let report = chaos.finish("locks-primary-paused-then-killed").await;
 
+    report.assert_holder_told(&paused, paused_at, TTL + Duration::from_millis(200));
     report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
     let (_, usable_again) = report.next_hold_after(fault_at);
     report.assert_safe(usable_again);

@@ -1,7 +1,7 @@
 //! Behind Sentinel (one primary, one replica, three Sentinels): the server follows a failover,
 //! a lease whose key the replica never received is told Lost, and fencing tokens after the
 //! failover are above every token before it; and the chaos workload, its history checked, while
-//! the primary is killed (the replica promoted) and then the new primary is partitioned.
+//! the primary is paused, killed (the replica promoted), and then the new primary partitioned.
 
 use crate::support;
 
@@ -71,20 +71,28 @@ async fn a_lease_moves_to_another_server_when_its_server_stops() {
 }
 
 /// The chaos workload (four workers on two servers, a fenced counter, an election beside the
-/// lock, every operation recorded) while the primary is killed and Sentinel promotes the
-/// replica, then while the new primary is partitioned from everyone (servers and Sentinels,
+/// lock, every operation recorded) while the primary is paused (past the TTL, short of the
+/// Sentinels' down-after), then killed and Sentinel promotes the replica, then while the new primary is partitioned from everyone (servers and Sentinels,
 /// with no replica left to promote): each time the holder is told by the end of its validity,
 /// the lock goes on once the servers reach a primary, and the checker passes the history. Redis
 /// replicates asynchronously, but the failover (down-after 1 s) is longer than the TTL, so every
 /// lease has run out before the replica is promoted: nothing it missed can let two holders
 /// overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_primary_killed_and_the_replica_promoted_then_partitioned() {
+async fn chaos_primary_paused_then_killed_then_the_new_one_partitioned() {
     use support::chaos::{Chaos, Cluster, FAULT_FOR, TTL};
     use support::netns::Side;
     use tokio::time::Instant;
     let mut chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
     chaos.progress(10).await;
+    // The primary paused 700 ms: past the TTL, short of the Sentinels' down-after (1 s).
+    let paused = chaos.fresh_holder().await;
+    chaos.cluster.lock_redis.pause();
+    let paused_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    chaos.cluster.lock_redis.resume();
+    chaos.progress(10).await;
+
     let holder = chaos.fresh_holder().await;
     chaos.cluster.lock_redis.kill();
     let fault_at = Instant::now();
@@ -99,9 +107,10 @@ async fn chaos_primary_killed_and_the_replica_promoted_then_partitioned() {
     tokio::time::sleep(FAULT_FOR).await;
     host.heal(Side::Redis);
     chaos.progress(10).await;
-    let report = chaos.finish("primary-killed-failover-then-cut").await;
+    let report = chaos.finish("primary-paused-killed-then-cut").await;
 
     let told_within = TTL + Duration::from_millis(200);
+    report.assert_holder_told(&paused, paused_at, told_within);
     report.assert_holder_told(&holder, fault_at, told_within);
     report.assert_holder_told(&second, cut_at, told_within);
     let (_, usable_again) = report.next_hold_after(fault_at);

@@ -172,6 +172,13 @@ impl RedisCluster {
         self.cli(port, &["exists", key]) == "1"
     }
 
+    /// Sends `signal` (STOP, CONT) to the node on `port`.
+    pub fn signal(&self, port: u16, signal: &str) {
+        if let Some((_, child)) = self.nodes.iter().find(|(p, _)| *p == port) {
+            super::signal(child.id(), signal);
+        }
+    }
+
     /// Kills the node on `port` (SIGKILL).
     pub fn kill(&mut self, port: u16) {
         if let Some((_, child)) = self.nodes.iter_mut().find(|(p, _)| *p == port) {
