@@ -89,6 +89,7 @@ type campaignAttachment struct {
 	reader[*pb.CampaignResponse]
 	stream pb.ElectionService_CampaignClient
 	cancel context.CancelFunc
+	opened time.Time // just before the stream was opened: what valid_to_ms counts from
 }
 
 // Campaign joins `election` as a candidate publishing `value` and returns at once; Elected waits
@@ -110,6 +111,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
 	}
 	streamCtx, streamCancel := context.WithCancel(ctx)
+	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
 	stream, err := pb.NewElectionServiceClient(conn).Campaign(streamCtx)
 	if err == nil {
 		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: c.start("")}})
@@ -119,7 +121,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 		cancel()
 		return nil, refusal(err)
 	}
-	go c.run(&campaignAttachment{read(streamCtx, stream.Recv), stream, streamCancel})
+	go c.run(&campaignAttachment{read(streamCtx, stream.Recv), stream, streamCancel, opened})
 	return c, nil
 }
 
@@ -132,10 +134,12 @@ func (c *Candidate) start(resumeToken string) *pb.CampaignStart {
 	}
 }
 
-func (c *Candidate) vouched(received time.Time, validForMs uint32) time.Time {
+// vouched records until when the server now vouches for the leadership (see vouchedUntil),
+// and returns it.
+func (c *Candidate) vouched(until time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.validUntil = received.Add(time.Duration(validForMs) * time.Millisecond)
+	c.validUntil = until
 	return c.validUntil
 }
 
@@ -150,6 +154,10 @@ func (c *Candidate) end(how outcome, reason string, err error, wasLeader bool) {
 func (c *Candidate) loseLeadership(reason string) {
 	c.end(lost, reason, errors.New("leasehold: leadership lost: "+reason), false)
 }
+
+// staleElected is the message of an `elected` that arrived after the validity it gives had run
+// out: no leadership.
+const staleElected = "elected, but the news arrived after the leadership's validity had run out"
 
 // ended is the error for a call made after the candidacy ended.
 func (c *Candidate) ended() error {
@@ -184,17 +192,26 @@ func (c *Candidate) run(att *campaignAttachment) {
 				if leading {
 					continue
 				}
+				received := time.Now()
+				until := vouchedUntil(att.opened, received, event.Elected.ValidForMs, event.Elected.ValidToMs)
+				if !until.After(received) {
+					// Held up on its way (a healed partition): another may lead by now. Not
+					// elected, and the stream is cancelled on return.
+					c.end(lost, staleElected, fmt.Errorf("leasehold: leadership lost: %w", staleError(staleElected)), false)
+					return
+				}
 				leading = true
 				c.mu.Lock()
 				c.term, c.token = event.Elected.Term, event.Elected.Token
 				c.mu.Unlock()
-				until := c.vouched(time.Now(), event.Elected.ValidForMs)
+				c.vouched(until)
 				if c.resume && c.graceMs > 0 {
 					timer.Reset(time.Until(until))
 				}
 				close(c.elected)
 			case *pb.CampaignResponse_Extended:
-				timer.Reset(time.Until(c.vouched(time.Now(), event.Extended.ValidForMs)))
+				extended := event.Extended
+				timer.Reset(time.Until(c.vouched(vouchedUntil(att.opened, time.Now(), extended.ValidForMs, extended.ValidToMs))))
 			case *pb.CampaignResponse_Proclaimed:
 				if len(proclaims) > 0 {
 					proclaims[0] <- nil
@@ -303,11 +320,14 @@ func (c *Candidate) resumeAfter(cause error) *campaignAttachment {
 	}
 }
 
-// attach opens a Campaign stream, sends `start` and waits for `elected` until `until`.
+// attach opens a Campaign stream, sends `start` and waits for `elected` until `until`. An
+// `elected` whose validity has already run out when it arrives is no leadership: the stream is
+// cancelled and the error is a staleError.
 func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignAttachment, *pb.Elected, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	expire := time.AfterFunc(time.Until(until), cancel) // not a deadline: the stream lives on
 	defer expire.Stop()
+	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
 	stream, err := pb.NewElectionServiceClient(c.conn).Campaign(ctx)
 	if err == nil {
 		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: start}})
@@ -322,8 +342,14 @@ func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignA
 			break
 		}
 		if elected := msg.GetElected(); elected != nil {
-			c.vouched(time.Now(), elected.ValidForMs)
-			return &campaignAttachment{read(ctx, stream.Recv), stream, cancel}, elected, nil
+			received := time.Now()
+			validUntil := vouchedUntil(opened, received, elected.ValidForMs, elected.ValidToMs)
+			if !validUntil.After(received) {
+				err = staleError(staleElected) // held up on its way: the resume failed
+				break
+			}
+			c.vouched(validUntil)
+			return &campaignAttachment{read(ctx, stream.Recv), stream, cancel, opened}, elected, nil
 		}
 		if lost := msg.GetLost(); lost != nil {
 			err = lostError(lost.Reason)
@@ -333,7 +359,9 @@ func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignA
 	return nil, nil, err
 }
 
-// Elected waits until this candidate leads and returns its term.
+// Elected waits until this candidate leads and returns its term. An `elected` that arrives
+// after the validity it gives has run out (held up on its way, as by a healed partition) is no
+// leadership: the candidacy ends as lost, and the error satisfies errors.Is(err, ErrStale).
 func (c *Candidate) Elected() (uint64, error) {
 	select {
 	case <-c.elected:

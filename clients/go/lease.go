@@ -95,7 +95,9 @@ const (
 
 // Acquire takes the lock `name`, waiting up to opts.Wait. Cancelling ctx releases the lease.
 // When the lock stays taken the error is a *Refusal (reason LOCK_HELD or WAIT_EXPIRED, the
-// holder, when to retry) for which errors.Is(err, ErrNotAcquired) holds.
+// holder, when to retry) for which errors.Is(err, ErrNotAcquired) holds. An `acquired` that
+// arrives after the validity it gives has run out (held up on its way) is no lease: the error
+// then satisfies errors.Is(err, ErrStale).
 func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Options) (*Lease, error) {
 	if opts.TTL == 0 {
 		opts.TTL = 30 * time.Second
@@ -152,10 +154,11 @@ func (l *Lease) ValidUntil() time.Time {
 	return l.validUntil
 }
 
-func (l *Lease) vouched(received time.Time, validForMs uint32) {
+// vouched records until when the server now vouches for the lease (see vouchedUntil).
+func (l *Lease) vouched(until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.validUntil = received.Add(time.Duration(validForMs) * time.Millisecond)
+	l.validUntil = until
 }
 
 func (l *Lease) lose(reason string) {
@@ -216,6 +219,7 @@ type attachment struct {
 	reader[*pb.LeaseResponse]
 	stream pb.LockService_LeaseClient
 	cancel context.CancelFunc
+	opened time.Time // just before the stream was opened: what valid_to_ms counts from
 }
 
 // lostError: the server answered `lost` instead of `acquired`.
@@ -225,13 +229,15 @@ func (e lostError) Error() string { return string(e) }
 
 // attach opens a Lease stream in ctx (which cancel ends), sends `request` and waits for
 // `acquired` (until `until`, unless it is zero), which it returns with the stream, now read by
-// a goroutine of its own.
+// a goroutine of its own. An `acquired` whose validity has already run out when it arrives is
+// no lease: the stream is cancelled and the error is a staleError.
 func (l *Lease) attach(ctx context.Context, cancel context.CancelFunc, request *pb.LeaseAcquire, until time.Time) (*attachment, *pb.Acquired, error) {
 	if !until.IsZero() {
 		// Not a deadline of the stream's context: a resumed stream lives on past it.
 		expire := time.AfterFunc(time.Until(until), cancel)
 		defer expire.Stop()
 	}
+	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
 	stream, err := pb.NewLockServiceClient(l.conn).Lease(ctx)
 	if err == nil {
 		err = stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: request}})
@@ -246,8 +252,16 @@ func (l *Lease) attach(ctx context.Context, cancel context.CancelFunc, request *
 			break
 		}
 		if acquired := msg.GetAcquired(); acquired != nil {
-			l.vouched(time.Now(), acquired.ValidForMs)
-			return &attachment{read(ctx, stream.Recv), stream, cancel}, acquired, nil
+			received := time.Now()
+			until := vouchedUntil(opened, received, acquired.ValidForMs, acquired.ValidToMs)
+			if !until.After(received) {
+				// Held up on its way (a healed partition): the lease may be someone else's by
+				// now. Cancelling the stream lets go of it (or keeps it only for its grace).
+				err = staleError("acquired, but the news arrived after its validity had run out")
+				break
+			}
+			l.vouched(until)
+			return &attachment{read(ctx, stream.Recv), stream, cancel, opened}, acquired, nil
 		}
 		if lost := msg.GetLost(); lost != nil {
 			err = lostError(lost.Reason)
@@ -276,7 +290,8 @@ func (l *Lease) run(att *attachment) {
 		case msg := <-att.events:
 			switch {
 			case msg.GetExtended() != nil:
-				l.vouched(time.Now(), msg.GetExtended().ValidForMs)
+				extended := msg.GetExtended()
+				l.vouched(vouchedUntil(att.opened, time.Now(), extended.ValidForMs, extended.ValidToMs))
 				timer.Reset(time.Until(l.ValidUntil()))
 			case msg.GetLost() != nil:
 				l.lose(msg.GetLost().Reason)
@@ -342,8 +357,8 @@ func (l *Lease) broken(err error) bool {
 
 func transient(err error) bool {
 	var lost lostError
-	if errors.As(err, &lost) {
-		return false
+	if errors.As(err, &lost) || errors.Is(err, ErrStale) {
+		return false // the server's answer, or one too late to believe: not a broken stream
 	}
 	if errors.Is(err, io.EOF) {
 		return true // the stream ended without `released` or `lost`

@@ -626,8 +626,9 @@ type Acquired struct {
 	// before the acquire command was sent, less a clock-drift allowance. A
 	// client that hears no `extended` within this time must assume the lock is
 	// lost (the server may be frozen or cut off).
-	ValidForMs uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"` // When that vouching ends, in milliseconds after the server received this
-	// stream's (or this call's) first request; 0 from servers that predate it.
+	ValidForMs uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// When that vouching ends, in milliseconds after the server received this
+	// stream's first request; 0 from servers that predate it.
 	// A client that noted when it sent its first request should stop believing
 	// at that instant plus this, or at the end of `valid_for_ms` counted from
 	// receipt, whichever comes first: this one still holds when the message was
@@ -711,8 +712,9 @@ type Extended struct {
 	// How long, from the moment this message was built, the server can vouch
 	// for the lock without another renewal, in milliseconds. A client that
 	// hears nothing more within this time must assume the lock is lost.
-	ValidForMs uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"` // When that vouching ends, in milliseconds after the server received this
-	// stream's (or this call's) first request; 0 from servers that predate it.
+	ValidForMs uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// When that vouching ends, in milliseconds after the server received this
+	// stream's first request; 0 from servers that predate it.
 	// A client that noted when it sent its first request should stop believing
 	// at that instant plus this, or at the end of `valid_for_ms` counted from
 	// receipt, whichever comes first: this one still holds when the message was

@@ -24,6 +24,8 @@ import leasehold.v1.Election.Resign;
 import leasehold.v1.Election.Resigned;
 import leasehold.v1.ElectionServiceGrpc;
 import leasehold.v1.ElectionServiceGrpc.ElectionServiceStub;
+import leasehold.v1.Lock.Extended;
+import leasehold.v1.Lock.Lost;
 
 /**
  * One candidacy in an election. {@link #close()} steps down (or leaves the line). {@link #lost()}
@@ -41,6 +43,8 @@ public final class Candidate implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(Candidate.class.getName());
   private static final String SILENT =
       "no renewal confirmed before the leadership ran out (server silent)";
+  private static final String STALE =
+      "elected, but the news arrived after the leadership's validity had run out";
   private static final Duration ANSWER_WAIT = Duration.ofSeconds(10);
 
   private enum State {
@@ -207,18 +211,18 @@ public final class Candidate implements AutoCloseable {
     if (resumeToken != null) {
       start.setResumeToken(resumeToken);
     }
-    Stream next = new Stream();
+    Stream next = new Stream(System.nanoTime()); // Before the server can see it.
     stream = next;
     stub.campaign(next);
     next.send(CampaignRequest.newBuilder().setStart(start).build());
   }
 
   /** Holds this. */
-  private void arm(long validForMs) {
+  private void arm(long validUntilNanos) {
     if (graceMs == 0) {
       return; // No `extended` without a grace: the server alone watches the leadership.
     }
-    validity.arm(validForMs);
+    validity.arm(validUntilNanos);
   }
 
   /** Holds this. */
@@ -299,13 +303,31 @@ public final class Candidate implements AutoCloseable {
       switch (event.getEventCase()) {
         case ELECTED -> {
           Elected elected = event.getElected();
-          if (state == State.WAITING) {
+          long until = ValidityClock.vouchedUntil(
+              from.openedNanos, elected.getValidForMs(), elected.getValidToMs());
+          // Held up on its way (a healed partition): another may lead by now, so it is no
+          // leadership. Cancelling the stream steps down (or keeps it only for its grace).
+          boolean stale = ValidityClock.passed(until);
+          if (state == State.WAITING && stale) {
+            state = State.ENDED;
+            stream = null;
+            stopClock();
+            from.cancel(STALE);
+            loss = lossOf(STALE);
+            events.add(CampaignResponse.newBuilder()
+                .setLost(Lost.newBuilder().setReason(STALE)).build());
+          } else if (state == State.WAITING) {
             state = State.LEADING;
             term = elected.getTerm();
             token = elected.getToken();
             resumption = null;
-            arm(elected.getValidForMs());
+            arm(until);
             events.add(event);
+          } else if (state == State.RESUMING && stale) {
+            stream = null;
+            from.cancel(STALE);
+            loss = fail("could not resume the leadership: " + STALE, null);
+            LOG.log(Level.WARNING, "election {0}: {1}", election, loss);
           } else if (state == State.RESUMING) {
             if (elected.getTerm() != term) {
               stream = null;
@@ -316,7 +338,7 @@ public final class Candidate implements AutoCloseable {
               state = State.LEADING;
               resumes++;
               resumption = null;
-              arm(elected.getValidForMs());
+              arm(until);
               if (proclaiming != null) { // Published by the resume: that proclaim is answered.
                 value = proclaiming;
                 proclaiming = null;
@@ -332,7 +354,9 @@ public final class Candidate implements AutoCloseable {
         }
         case EXTENDED -> {
           if (state == State.LEADING) {
-            arm(event.getExtended().getValidForMs());
+            Extended extended = event.getExtended();
+            arm(ValidityClock.vouchedUntil(
+                from.openedNanos, extended.getValidForMs(), extended.getValidToMs()));
           }
         }
         case PROCLAIMED -> {
@@ -420,7 +444,13 @@ public final class Candidate implements AutoCloseable {
 
   /** One {@code Campaign} stream. */
   private final class Stream implements ClientResponseObserver<CampaignRequest, CampaignResponse> {
+    /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */
+    final long openedNanos;
     private ClientCallStreamObserver<CampaignRequest> requests;
+
+    Stream(long openedNanos) {
+      this.openedNanos = openedNanos;
+    }
 
     @Override
     public void beforeStart(ClientCallStreamObserver<CampaignRequest> requests) {

@@ -15,6 +15,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import leasehold.v1.Lock.Acquired;
+import leasehold.v1.Lock.Extended;
 import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseRelease;
 import leasehold.v1.Lock.LeaseRequest;
@@ -42,6 +43,8 @@ public final class Lease implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(Lease.class.getName());
   private static final String SILENT =
       "no renewal confirmed before the lease ran out (server silent)";
+  private static final String STALE =
+      "acquired, but the news arrived after its validity had run out";
   private static final Duration RELEASE_DEADLINE = Duration.ofSeconds(5);
   private static final Duration RELEASE_WAIT = Duration.ofSeconds(10);
 
@@ -199,7 +202,7 @@ public final class Lease implements AutoCloseable {
 
   /** Opens a stream asking for {@code acquire}; it becomes the current one. Holds this. */
   private Stream open(LeaseAcquire acquire) {
-    Stream next = new Stream();
+    Stream next = new Stream(System.nanoTime()); // Before the server can see it.
     stream = next;
     stub.lease(next);
     next.requests.onNext(LeaseRequest.newBuilder().setAcquire(acquire).build());
@@ -207,8 +210,8 @@ public final class Lease implements AutoCloseable {
   }
 
   /** Holds this. */
-  private void arm(long validForMs) {
-    validity.arm(validForMs);
+  private void arm(long validUntilNanos) {
+    validity.arm(validUntilNanos);
   }
 
   /** Holds this. */
@@ -309,6 +312,7 @@ public final class Lease implements AutoCloseable {
   private void onEvent(Stream from, LeaseResponse event) {
     String loss = null;
     Boolean releaseResult = null;
+    Throwable acquireError = null;
     boolean first = false;
     synchronized (this) {
       if (from != stream) {
@@ -317,13 +321,32 @@ public final class Lease implements AutoCloseable {
       switch (event.getEventCase()) {
         case ACQUIRED -> {
           Acquired answer = event.getAcquired();
-          if (state == State.ACQUIRING) {
+          long until = ValidityClock.vouchedUntil(
+              from.openedNanos, answer.getValidForMs(), answer.getValidToMs());
+          // Held up on its way (a healed partition): the lease may be someone else's by now, so
+          // it is not one. Cancelling the stream lets go of it (or keeps it only for its grace).
+          boolean stale = ValidityClock.passed(until);
+          if (state == State.ACQUIRING && stale) {
+            state = State.ENDED;
+            stream = null;
+            from.cancel(STALE);
+            acquireError = new IllegalStateException(STALE);
+          } else if (state == State.ACQUIRING) {
             token = answer.getToken();
             fencingToken = answer.getFencingToken();
             state = State.HELD;
             resumption = null;
-            arm(answer.getValidForMs());
+            arm(until);
             first = true;
+          } else if (state == State.RESUMING && stale) {
+            state = State.ENDED;
+            cancelRetry();
+            stopClock();
+            stream = null;
+            from.cancel(STALE);
+            loss = lossOf("could not resume the lease: " + STALE);
+            releaseResult = false;
+            LOG.log(Level.WARNING, "lease {0}: {1}", request.getName(), loss);
           } else if (state == State.RESUMING) {
             if (answer.getFencingToken() != fencingToken || !answer.getToken().equals(token)) {
               state = State.ENDED;
@@ -337,7 +360,7 @@ public final class Lease implements AutoCloseable {
               state = State.HELD;
               resumes++;
               resumption = null;
-              arm(answer.getValidForMs());
+              arm(until);
               LOG.log(Level.DEBUG, "lease {0}: resumed (fencing token {1})",
                   request.getName(), fencingToken);
             }
@@ -345,7 +368,9 @@ public final class Lease implements AutoCloseable {
         }
         case EXTENDED -> {
           if (state == State.HELD || state == State.RELEASING) {
-            arm(event.getExtended().getValidForMs());
+            Extended extended = event.getExtended();
+            arm(ValidityClock.vouchedUntil(
+                from.openedNanos, extended.getValidForMs(), extended.getValidToMs()));
           }
         }
         case LOST -> loss = lossOf(event.getLost().getReason()); // The stream ends next.
@@ -360,6 +385,9 @@ public final class Lease implements AutoCloseable {
     }
     if (first) {
       acquired.complete(event);
+    }
+    if (acquireError != null) {
+      acquired.completeExceptionally(acquireError);
     }
     settle(loss, releaseResult);
   }
@@ -496,7 +524,13 @@ public final class Lease implements AutoCloseable {
 
   /** One {@code Lease} stream. */
   private final class Stream implements ClientResponseObserver<LeaseRequest, LeaseResponse> {
+    /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */
+    final long openedNanos;
     private ClientCallStreamObserver<LeaseRequest> requests;
+
+    Stream(long openedNanos) {
+      this.openedNanos = openedNanos;
+    }
 
     @Override
     public void beforeStart(ClientCallStreamObserver<LeaseRequest> requests) {

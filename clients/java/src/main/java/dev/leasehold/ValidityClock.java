@@ -21,11 +21,48 @@ final class ValidityClock {
     this.onDeadline = onDeadline;
   }
 
-  /** The server vouched for {@code validForMs} from now: the timer fires then, not before. */
-  void arm(long validForMs) {
-    validUntilNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validForMs);
+  /**
+   * Until when ({@link System#nanoTime()}) a message received at {@code receivedNanos} vouches for
+   * a lease or a leadership: {@code validForMs} (the proto's uint32 {@code valid_for_ms}) from its
+   * receipt, and never past {@code validToMs} (uint64 {@code valid_to_ms}) after {@code
+   * openedNanos}, when this client opened the stream. The server counts {@code valid_to_ms} from
+   * when the stream reached it, which is later, so that bound still holds when the message was
+   * held up on its way: a healed partition delivers old messages late, and one read as fresh would
+   * keep its client believing past the key. {@code validToMs} 0: a server that predates it. A
+   * result not after {@code receivedNanos} means the message came too late to vouch for anything.
+   */
+  static long vouchedUntil(long openedNanos, long receivedNanos, int validForMs, long validToMs) {
+    long forNanos = TimeUnit.MILLISECONDS.toNanos(Integer.toUnsignedLong(validForMs));
+    if (validToMs <= 0) { // 0: not sent; negative: a uint64 beyond any reach.
+      return receivedNanos + forNanos;
+    }
+    // What the opening's bound leaves after receipt (toNanos saturates, so this cannot overflow).
+    long sinceOpened = Math.max(0, receivedNanos - openedNanos);
+    long toNanos = TimeUnit.MILLISECONDS.toNanos(validToMs) - sinceOpened;
+    return receivedNanos + Math.min(forNanos, toNanos);
+  }
+
+  /** As {@link #vouchedUntil(long, long, int, long)} for a message received now. */
+  static long vouchedUntil(long openedNanos, int validForMs, long validToMs) {
+    return vouchedUntil(openedNanos, System.nanoTime(), validForMs, validToMs);
+  }
+
+  /** Whether {@code nanos} ({@link System#nanoTime()}) has come. */
+  static boolean passed(long nanos) {
+    return nanos - System.nanoTime() <= 0;
+  }
+
+  /**
+   * The server vouched until {@code untilNanos} (see {@link #vouchedUntil}): the timer fires then,
+   * not before (at once if that has passed).
+   */
+  void arm(long untilNanos) {
+    validUntilNanos = untilNanos;
     stop();
-    deadline = Resumption.schedule(clock, onDeadline, validForMs);
+    // Rounded up: a timer that fired early would find the validity not yet run out, and stop.
+    long leftNanos = untilNanos - System.nanoTime();
+    long delayMs = leftNanos <= 0 ? 0 : (leftNanos + 999_999) / 1_000_000;
+    deadline = Resumption.schedule(clock, onDeadline, delayMs);
   }
 
   /** No more firing (the lease or leadership ended). */
