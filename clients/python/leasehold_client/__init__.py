@@ -61,6 +61,11 @@ DEFAULT_SERVER = os.environ.get("LEASEHOLD_SERVER", "127.0.0.1:50051").removepre
 
 _SILENT = "no renewal confirmed before the lease ran out (server silent)"
 _LEADER_SILENT = "no renewal confirmed before the leadership ran out (server silent)"
+#: An `acquired` or `elected` that arrives after the validity it gives has run out (held up on
+#: its way, as by a partition that healed): the lease may be someone else's by now, another may
+#: lead.
+_LATE_ACQUIRED = "acquired, but the news arrived after its validity had run out"
+_LATE_ELECTED = "elected, but the news arrived after the leadership's validity had run out"
 
 _log = logging.getLogger("leasehold_client")
 
@@ -86,7 +91,11 @@ _ERROR_DOMAIN = "leasehold"
 
 class NotAcquired(Exception):
     """The lock was not acquired (gRPC status ABORTED): it is taken and the request did not wait,
-    it stayed taken for the whole wait, or (Redlock) no contender won a majority.
+    it stayed taken for the whole wait, or (Redlock) no contender won a majority. Also raised,
+    without a ``reason``, when the stream ended before the lock was acquired, or when the
+    ``acquired`` arrived after the validity it gave had run out (held up on its way, as by a
+    partition that healed): the client cancels that stream rather than hold a lease that may be
+    someone else's by now.
 
     ``str(error)`` is the server's message, for people. Programs read the fields, which come
     from the status details the server sends with the refusal (``google.rpc.ErrorInfo`` and
@@ -94,7 +103,8 @@ class NotAcquired(Exception):
 
     ``reason``: why, as the server names it: ``LOCK_HELD`` (taken, and ``wait`` was 0),
     ``WAIT_EXPIRED`` (still taken when ``wait`` ran out) or ``NO_MAJORITY``; None when the
-    refusal carried no details (a server older than them, or the stream ended without a word).
+    refusal carried no details (a server older than them, the stream ended without a word, or
+    the ``acquired`` came too late).
     ``holder``: the holder's description, as it gave it (may be ``""``); None if not named.
     ``retry_after``: seconds after which the server advises a retry (for a taken lock, the
     holder's remaining TTL: before then only its release frees the lock); None when it cannot
@@ -304,6 +314,32 @@ def _too_late(what: str, error: str) -> str:
     return f"could not resume before the {what}'s validity ran out: {error}"
 
 
+def _vouched_until(opened: float, received: float, vouch: Any) -> float:
+    """Until when ``vouch`` (an ``acquired``, ``extended`` or ``elected``) vouches for a lease
+    or a leadership, by the clock of ``opened`` and ``received``: ``valid_for_ms`` from its
+    receipt, and never past ``valid_to_ms`` after ``opened``, when the client opened the stream
+    (the server counts it from when the stream reached it, which is later). That bound still
+    holds when the message was held up on its way: a healed partition delivers old messages
+    late, and one read as fresh would keep its client believing past the key. ``valid_to_ms``
+    0: a server that predates it, only the receipt counts. A result not after ``received``:
+    the news came too late to be believed at all."""
+    from_receipt = received + vouch.valid_for_ms / 1000
+    if not vouch.valid_to_ms:
+        return from_receipt
+    return min(from_receipt, opened + vouch.valid_to_ms / 1000)
+
+
+def _refused_leadership(answer: Any, term: Optional[int], valid_until: float,
+                        received: float) -> Optional[str]:
+    """Why a resume's ``elected`` (received at ``received``, vouching until ``valid_until``) is
+    not the leadership of ``term`` any more, or None if it is."""
+    if answer.term != term:
+        return f"resumed with term {answer.term} instead of {term}"
+    if valid_until <= received:
+        return f"could not resume: {_LATE_ELECTED}"
+    return None
+
+
 class _LeaseState:
     """What a held lease knows of itself, whichever concurrency model reads its stream: whether
     it is lost (and why) and whether it was released. ``lost`` and ``_released`` are threading or
@@ -317,8 +353,14 @@ class _LeaseState:
     _request: lock_pb2.LeaseAcquire
     _released: Any
     _was_held: bool
+    #: When the current stream was opened, by ``_now()``: what ``valid_to_ms`` counts from.
+    _opened: float
 
-    def _arm(self, valid_for_ms: int) -> None:
+    def _now(self) -> float:
+        """The model's clock, which ``valid_until`` and ``_opened`` are on."""
+        raise NotImplementedError
+
+    def _arm(self, valid_until: float) -> None:
         raise NotImplementedError
 
     def _lose(self, reason: str) -> None:
@@ -332,7 +374,7 @@ class _LeaseState:
         (released or lost)."""
         kind = event.WhichOneof("event")
         if kind == "extended":
-            self._arm(event.extended.valid_for_ms)
+            self._arm(_vouched_until(self._opened, self._now(), event.extended))
         elif kind == "lost":
             self._lose(event.lost.reason)
             return True
@@ -397,6 +439,7 @@ class Lease(_LeaseState):
         self.valid_until = 0.0
         self._outbox: Optional[queue.Queue] = queue.Queue()
         self._outbox.put(lock_pb2.LeaseRequest(acquire=request))
+        self._opened = time.monotonic()
         self._events = stub.Lease(iter(self._outbox.get, None))
         try:
             for event in self._events:
@@ -411,9 +454,17 @@ class Lease(_LeaseState):
             if refusal is not None:
                 raise refusal from None
             raise
+        received = time.monotonic()
+        valid_until = _vouched_until(self._opened, received, event.acquired)
+        if valid_until <= received:
+            # Held up on its way: the lease may be someone else's by now. The cancelled stream
+            # lets go of it (or keeps it only for its grace).
+            self._events.cancel()
+            self._outbox.put(None)
+            raise NotAcquired(f"lock {name!r}: {_LATE_ACQUIRED}")
         self.fencing_token: int = event.acquired.fencing_token
         self.token: str = event.acquired.token
-        self._arm(event.acquired.valid_for_ms)
+        self._arm(valid_until)
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
 
@@ -421,14 +472,17 @@ class Lease(_LeaseState):
         with self._mutex:
             super()._lose(reason)
 
-    def _arm(self, valid_for_ms: int) -> None:
-        """Declares the lease lost if nothing confirms it within valid_for_ms."""
+    def _now(self) -> float:
+        return time.monotonic()
+
+    def _arm(self, valid_until: float) -> None:
+        """Declares the lease lost if nothing confirms it again before ``valid_until``."""
         with self._mutex:
             self._generation += 1
-            self.valid_until = time.monotonic() + valid_for_ms / 1000
+            self.valid_until = valid_until
             if self._timer:
                 self._timer.cancel()
-            self._timer = threading.Timer(valid_for_ms / 1000, self._expire,
+            self._timer = threading.Timer(max(0.0, valid_until - time.monotonic()), self._expire,
                                           args=(self._generation,))
             self._timer.daemon = True
             self._timer.start()
@@ -505,6 +559,7 @@ class Lease(_LeaseState):
                     return None
                 outbox: queue.Queue = queue.Queue()
                 outbox.put(self._resume_request())
+                opened = time.monotonic()
                 try:
                     call = self._stub.Lease(iter(outbox.get, None), wait_for_ready=True)
                 except ValueError as error:  # the channel was closed
@@ -512,16 +567,21 @@ class Lease(_LeaseState):
                     return None
                 self._attempt = call
             answer, failure = _resumed(call, "acquired", "lease")
+            received = time.monotonic()
             with self._mutex:
                 self._attempt = None
                 if answer is not None:
                     if not self.lost.is_set():
+                        valid_until = _vouched_until(opened, received, answer)
                         mismatch = self._same_lease(answer)
+                        if mismatch is None and valid_until <= received:
+                            mismatch = f"could not resume: {_LATE_ACQUIRED}"
                         if mismatch is None:
                             self._resuming = False
                             self._outbox = outbox
                             self.resumes += 1
-                            self._arm(answer.valid_for_ms)
+                            self._opened = opened
+                            self._arm(valid_until)
                             if self._releasing:  # release() came while we were between streams
                                 outbox.put(_RELEASE)
                                 outbox.put(None)
@@ -530,7 +590,7 @@ class Lease(_LeaseState):
                                       self.fencing_token)
                             return call
                         self._lose(mismatch)
-                    call.cancel()  # told lost already: the cancelled stream lets go
+                    call.cancel()  # lost: the cancelled stream lets go
                     outbox.put(None)
                     return None
                 outbox.put(None)
@@ -735,6 +795,7 @@ class Candidate:
         self._valid_until = 0.0
         self._outbox: Optional[queue.Queue] = queue.Queue()
         self._outbox.put(election_pb2.CampaignRequest(start=self._start("")))
+        self._opened = time.monotonic()  # what the current stream's valid_to_ms counts from
         events = stub.Campaign(iter(self._outbox.get, None))
         threading.Thread(target=self._watch, args=(events,), daemon=True).start()
 
@@ -752,17 +813,17 @@ class Candidate:
                 self._changed.notify_all()
         self._wake.set()
 
-    def _arm(self, valid_for_ms: int) -> None:
-        """Ends the leadership if nothing confirms it within valid_for_ms (only with a grace:
-        without one the server sends no `extended`)."""
+    def _arm(self, valid_until: float) -> None:
+        """Ends the leadership if nothing confirms it again before ``valid_until`` (only with a
+        grace: without one the server sends no `extended`)."""
         with self._changed:
             self._generation += 1
-            self._valid_until = time.monotonic() + valid_for_ms / 1000
+            self._valid_until = valid_until
             if self._timer:
                 self._timer.cancel()
             if self._grace_ms:
-                self._timer = threading.Timer(valid_for_ms / 1000, self._expire,
-                                              args=(self._generation,))
+                self._timer = threading.Timer(max(0.0, valid_until - time.monotonic()),
+                                              self._expire, args=(self._generation,))
                 self._timer.daemon = True
                 self._timer.start()
 
@@ -799,12 +860,21 @@ class Candidate:
         try:
             for event in events:
                 kind = event.WhichOneof("event")
+                received = time.monotonic()
                 with self._changed:
                     if kind == "elected":
+                        valid_until = _vouched_until(self._opened, received, event.elected)
+                        if valid_until <= received:
+                            # Held up on its way: another may lead by now. Not a leadership:
+                            # ended as a lost one is, its stream cancelled.
+                            _log.info("election %r: %s", self.election, _LATE_ELECTED)
+                            events.cancel()
+                            self._end(_LATE_ELECTED)
+                            return None
                         self.term, self._token = event.elected.term, event.elected.token
-                        self._arm(event.elected.valid_for_ms)
+                        self._arm(valid_until)
                     elif kind == "extended":
-                        self._arm(event.extended.valid_for_ms)
+                        self._arm(_vouched_until(self._opened, received, event.extended))
                     elif kind == "proclaimed":
                         self._published = min(self._published + 1, self._sent)
                     elif kind == "lost":
@@ -851,6 +921,7 @@ class Candidate:
                     return None
                 outbox: queue.Queue = queue.Queue()
                 outbox.put(election_pb2.CampaignRequest(start=self._start(self._token)))
+                opened = time.monotonic()
                 try:
                     call = self._stub.Campaign(iter(outbox.get, None), wait_for_ready=True)
                 except ValueError as error:  # the channel was closed
@@ -858,15 +929,19 @@ class Candidate:
                     return None
                 self._attempt = call
             answer, failure = _resumed(call, "elected", "leadership")
+            received = time.monotonic()
             with self._changed:
                 self._attempt = None
                 if answer is not None:
-                    if not self._over and answer.term == self.term:
+                    valid_until = _vouched_until(opened, received, answer)
+                    refused = _refused_leadership(answer, self.term, valid_until, received)
+                    if not self._over and refused is None:
                         self._resuming = False
                         self._outbox = outbox
                         self.resumes += 1
                         self._published = self._sent  # the start published the last value
-                        self._arm(answer.valid_for_ms)
+                        self._opened = opened
+                        self._arm(valid_until)
                         if self._closed:  # resign() came while we were between streams
                             outbox.put(election_pb2.CampaignRequest(
                                 resign=election_pb2.Resign()))
@@ -876,7 +951,8 @@ class Candidate:
                         _log.info("election %r: leadership resumed (term %d)", self.election,
                                   self.term)
                         return call
-                    self._end(f"resumed with term {answer.term} instead of {self.term}")
+                    if refused is not None:
+                        self._end(refused)
                     call.cancel()
                     outbox.put(None)
                     return None

@@ -24,10 +24,11 @@ import grpc
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 
-from . import (_FIRST_PAUSE, _LAST_PAUSE, _LEADER_SILENT, _RELEASE, _SILENT, DEFAULT_SERVER,
-               Leader, Listing, NotAcquired, _acquire_request, _channel_args, _credentials,
-               _describe, _grace, _leader, _LeaseState, _listing, _log, _millis, _pause,
-               _refusal, _resumable, _too_late)
+from . import (_FIRST_PAUSE, _LAST_PAUSE, _LATE_ACQUIRED, _LATE_ELECTED, _LEADER_SILENT,
+               _RELEASE, _SILENT, DEFAULT_SERVER, Leader, Listing, NotAcquired,
+               _acquire_request, _channel_args, _credentials, _describe, _grace, _leader,
+               _LeaseState, _listing, _log, _millis, _pause, _refusal, _refused_leadership,
+               _resumable, _too_late, _vouched_until)
 
 # `list` is left out, as in leasehold_client: a star import would hide the builtin.
 __all__ = ["AsyncLease", "AsyncCandidate", "lease", "campaign", "leader", "observe", "connect"]
@@ -84,6 +85,7 @@ class AsyncLease(_LeaseState):
         self.token = ""
         self.resumes = 0
         self.valid_until = 0.0
+        self._opened = 0.0
         self._stub = stub
         self._request = request
         self._auto_resume = auto_resume
@@ -99,7 +101,11 @@ class AsyncLease(_LeaseState):
         self._generation = 0
         self._watcher: Optional[asyncio.Task] = None
 
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
     async def _acquire(self) -> None:
+        self._opened = self._now()
         call = self._stub.Lease()
         await call.write(lock_pb2.LeaseRequest(acquire=self._request))
         try:
@@ -114,20 +120,27 @@ class AsyncLease(_LeaseState):
             if refusal is not None:
                 raise refusal from None
             raise
+        received = self._now()
+        valid_until = _vouched_until(self._opened, received, event.acquired)
+        if valid_until <= received:
+            # Held up on its way: the lease may be someone else's by now. The cancelled stream
+            # lets go of it (or keeps it only for its grace).
+            call.cancel()
+            raise NotAcquired(f"lock {self.name!r}: {_LATE_ACQUIRED}")
         self._call = call
         self.fencing_token = event.acquired.fencing_token
         self.token = event.acquired.token
-        self._arm(event.acquired.valid_for_ms)
+        self._arm(valid_until)
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
-    def _arm(self, valid_for_ms: int) -> None:
-        """Declares the lease lost if nothing confirms it within valid_for_ms."""
+    def _arm(self, valid_until: float) -> None:
+        """Declares the lease lost if nothing confirms it again before ``valid_until``."""
         if self._timer:
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
         self._generation += 1
-        self.valid_until = loop.time() + valid_for_ms / 1000
-        self._timer = loop.call_later(valid_for_ms / 1000, self._expire, self._generation)
+        self.valid_until = valid_until
+        self._timer = asyncio.get_running_loop().call_at(valid_until, self._expire,
+                                                         self._generation)
 
     def _expire(self, generation: int) -> None:
         if generation != self._generation:
@@ -196,10 +209,15 @@ class AsyncLease(_LeaseState):
             if loop.time() >= self.valid_until:
                 self._lose(_too_late("lease", self._last_error))
                 return None
+            opened = loop.time()
             call = self._stub.Lease(wait_for_ready=True)
             answer, failure = await _resumed(call, self._resume_request(), "acquired", "lease")
+            received = loop.time()
             if answer is not None:
+                valid_until = _vouched_until(opened, received, answer)
                 mismatch = self._same_lease(answer)
+                if mismatch is None and valid_until <= received:
+                    mismatch = f"could not resume: {_LATE_ACQUIRED}"
                 if mismatch is not None:
                     self._lose(mismatch)
                     call.cancel()
@@ -207,7 +225,8 @@ class AsyncLease(_LeaseState):
                 self._resuming = False
                 self._call = call
                 self.resumes += 1
-                self._arm(answer.valid_for_ms)
+                self._opened = opened
+                self._arm(valid_until)
                 _log.info("lease %r resumed (fencing token %d)", self.name, self.fencing_token)
                 if self._releasing:  # release() came while we were between streams
                     await self._send_release(call)
@@ -369,6 +388,7 @@ class AsyncCandidate:
         self._resuming = False
         self._last_error = ""
         self._valid_until = 0.0
+        self._opened = 0.0  # when the current stream was opened: what valid_to_ms counts from
         self._wake = asyncio.Event()
         self._waiters: Set[asyncio.Future] = set()
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -381,6 +401,7 @@ class AsyncCandidate:
             resume_token=resume_token, resume_grace_ms=self._grace_ms))
 
     async def _begin(self) -> None:
+        self._opened = asyncio.get_running_loop().time()
         self._call = self._stub.Campaign()
         await self._call.write(self._start_request(""))
         self._watcher = asyncio.get_running_loop().create_task(self._watch(self._call))
@@ -408,16 +429,16 @@ class AsyncCandidate:
         self._wake.set()
         self._changed()
 
-    def _arm(self, valid_for_ms: int) -> None:
-        """Ends the leadership if nothing confirms it within valid_for_ms (only with a grace:
-        without one the server sends no `extended`)."""
+    def _arm(self, valid_until: float) -> None:
+        """Ends the leadership if nothing confirms it again before ``valid_until`` (only with a
+        grace: without one the server sends no `extended`)."""
         if self._timer:
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
         self._generation += 1
-        self._valid_until = loop.time() + valid_for_ms / 1000
+        self._valid_until = valid_until
         if self._grace_ms:
-            self._timer = loop.call_later(valid_for_ms / 1000, self._expire, self._generation)
+            self._timer = asyncio.get_running_loop().call_at(valid_until, self._expire,
+                                                             self._generation)
 
     def _expire(self, generation: int) -> None:
         if generation != self._generation or self._over:
@@ -449,17 +470,28 @@ class AsyncCandidate:
 
     async def _follow(self, call: aio.StreamStreamCall) -> Optional[_Failure]:
         """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 event = await call.read()
                 if event is aio.EOF:
                     return "the campaign stream ended"
                 kind = event.WhichOneof("event")
+                received = loop.time()
                 if kind == "elected":
+                    valid_until = _vouched_until(self._opened, received, event.elected)
+                    if valid_until <= received:
+                        # Held up on its way: another may lead by now. Not a leadership: ended
+                        # as a lost one is, its stream cancelled.
+                        _log.info("election %r: %s", self.election, _LATE_ELECTED)
+                        call.cancel()
+                        self._call = None
+                        self._end(_LATE_ELECTED)
+                        return None
                     self.term, self._token = event.elected.term, event.elected.token
-                    self._arm(event.elected.valid_for_ms)
+                    self._arm(valid_until)
                 elif kind == "extended":
-                    self._arm(event.extended.valid_for_ms)
+                    self._arm(_vouched_until(self._opened, received, event.extended))
                 elif kind == "proclaimed":
                     self._published = min(self._published + 1, self._sent)
                 elif kind == "lost":
@@ -500,18 +532,25 @@ class AsyncCandidate:
             if loop.time() >= self._valid_until:
                 self._end(_too_late("leadership", self._last_error))
                 return None
+            opened = loop.time()
             call = self._stub.Campaign(wait_for_ready=True)
-            answer, failure = await _resumed(call, self._start_request(self._token), "elected", "leadership")
+            answer, failure = await _resumed(call, self._start_request(self._token), "elected",
+                                             "leadership")
+            received = loop.time()
             if answer is not None:
-                if self._over or answer.term != self.term:
-                    self._end(f"resumed with term {answer.term} instead of {self.term}")
+                valid_until = _vouched_until(opened, received, answer)
+                refused = _refused_leadership(answer, self.term, valid_until, received)
+                if self._over or refused is not None:
+                    if refused is not None:
+                        self._end(refused)
                     call.cancel()
                     return None
                 self._resuming = False
                 self._call = call
                 self.resumes += 1
                 self._published = self._sent  # the start published the last value
-                self._arm(answer.valid_for_ms)
+                self._opened = opened
+                self._arm(valid_until)
                 _log.info("election %r: leadership resumed (term %d)", self.election, self.term)
                 self._changed()
                 if self._closed:  # resign() came while we were between streams
