@@ -419,11 +419,12 @@ async fn chaos_the_locks_primary_paused_then_killed_and_its_replica_promoted() {
 }
 
 /// The faults that strike servers and clients (a server paused, a client frozen, a server cut
-/// off from its clients, a server killed), one after another, on a Redis Cluster.
+/// off from its clients, a server's clocks jumping back, a server killed), one after another,
+/// on a Redis Cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
     use support::chaos::{Chaos, Cluster};
-    let mut chaos = Chaos::start(Cluster::start_cluster(2).await, 4).await;
+    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("cluster", 2).await, 4).await;
     chaos.progress(10).await;
     let struck = chaos.strike_servers_and_clients().await;
     let report = chaos.finish("servers-and-clients").await;

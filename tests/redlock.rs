@@ -527,10 +527,11 @@ async fn a_lease_moves_to_another_server_when_its_server_stops() {
 }
 
 /// The faults that strike servers and clients (a server paused, a client frozen, a server cut
-/// off from its clients, a server killed), one after another, on Redlock.
+/// off from its clients, a server's clocks jumping back, a server killed), one after another,
+/// on Redlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
-    let mut chaos = Chaos::start(Cluster::start_redlock(2, PRIMARIES).await, 4).await;
+    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("redlock", 2).await, 4).await;
     chaos.progress(10).await;
     let struck = chaos.strike_servers_and_clients().await;
     let report = chaos.finish("servers-and-clients").await;

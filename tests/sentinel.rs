@@ -118,11 +118,12 @@ async fn chaos_primary_paused_then_killed_then_the_new_one_partitioned() {
 }
 
 /// The faults that strike servers and clients (a server paused, a client frozen, a server cut
-/// off from its clients, a server killed), one after another, behind Sentinel.
+/// off from its clients, a server's clocks jumping back, a server killed), one after another,
+/// behind Sentinel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
     use support::chaos::{Chaos, Cluster};
-    let mut chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
+    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("sentinel", 2).await, 4).await;
     chaos.progress(10).await;
     let struck = chaos.strike_servers_and_clients().await;
     let report = chaos.finish("servers-and-clients").await;

@@ -111,6 +111,19 @@ impl Cluster {
         Self::start_mode("single", servers, 1, true)
     }
 
+    /// Servers in `mode` (`redlock` on five primaries, `sentinel`, `cluster`), each on a fake
+    /// clock of its own that the test can jump.
+    pub async fn start_mode_on_fake_clocks(mode: &'static str, servers: usize) -> Self {
+        let primaries = if mode == "redlock" {
+            5
+        } else if mode == "sentinel" {
+            2
+        } else {
+            1
+        };
+        Self::start_mode(mode, servers, primaries, true)
+    }
+
     /// Waits (bounded) until every server writes to every Redis again after a heal or a restart:
     /// a probe lock taken through each server must show up on each primary. What the next
     /// fault's arithmetic of majorities needs, since a client reconnects after a backoff.
@@ -468,7 +481,7 @@ impl Chaos {
 
     /// The faults that strike a server or a client rather than Redis, one after another on one
     /// run, each under a fresh holder: what every Redis mode must survive alike (tests/chaos.rs
-    /// has each alone, on one Redis). Returns each holder hit, when, and by when it must have
+    /// has each alone, on one Redis). Servers on fake clocks also have theirs jump back. Returns each holder hit, when, and by when it must have
     /// been told (`None`: a frozen client is told nothing; the fence stops it).
     pub async fn strike_servers_and_clients(
         &mut self,
@@ -502,6 +515,19 @@ impl Chaos {
         self.cluster.server_hosts[holder.server].heal(Side::Clients);
         struck.push((holder, at, Some(TTL + Duration::from_millis(200))));
         self.progress(5).await;
+        // Its server's clocks (on fake clocks only) jump back: time stands still there, its
+        // renewals stop, and its client's own clock ends the belief; then forward again.
+        if !self.cluster.clocks.is_empty() {
+            let holder = self.fresh_holder().await;
+            let clock = &self.cluster.clocks[holder.server];
+            clock.jump(false, Duration::from_secs(2));
+            let at = Instant::now();
+            self.handed_over(&holder).await;
+            sleep(Duration::from_secs(2).saturating_sub(at.elapsed())).await;
+            self.cluster.clocks[holder.server].jump(true, Duration::ZERO);
+            struck.push((holder, at, Some(TTL)));
+            self.progress(5).await;
+        }
         // Its server killed (SIGKILL), then started again where it was once the lock moved on
         // (sooner, the holder could resume its lease there: not a loss).
         let holder = self.fresh_holder().await;
