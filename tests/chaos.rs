@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use support::chaos::{Chaos, Cluster, FAULT_FOR, LOCK, SERVER_FLAGS, TTL};
 use support::netns::Side;
-use support::permits::Churn;
 use support::{RedisServer, ServerProcess, lock_key, signal};
 use tokio::time::{Instant, sleep};
 
@@ -386,41 +385,11 @@ async fn subscriber_connections_killed() {
 /// their own clocks, the others carry on, and at no moment do more than 2 believe they hold one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_holder_server_paused_longer_than_the_ttl() {
-    const LIMIT: u32 = 2;
-    let ttl = Duration::from_secs(1);
     let redis = RedisServer::start();
     let servers: Vec<ServerProcess> = (0..3)
         .map(|_| ServerProcess::start(&redis, SERVER_FLAGS))
         .collect();
-    let urls: Vec<String> = servers.iter().map(ServerProcess::url).collect();
-    let churn = Churn::start(&urls, 3, "pool", LIMIT, ttl, Duration::from_millis(150)).await;
-    churn.progress(10).await;
-    churn.keep_turns_on(Some(0));
-    churn.held_on(0).await;
-    signal(servers[0].pid(), "STOP");
-    let fault_at = Instant::now();
-    // The other servers' workers keep taking permits, the frozen ones' included once expired.
-    churn.progress(10).await;
-    sleep(FAULT_FOR.saturating_sub(fault_at.elapsed())).await; // The whole fault.
-    churn.keep_turns_on(None);
-    signal(servers[0].pid(), "CONT");
-    churn.progress(10).await;
-    let report = churn.finish("single/semaphore-server-paused").await;
-    println!(
-        "FIGURE fault=semaphore-server-paused acquisitions={} most_at_once={} lost={}",
-        report.acquisitions, report.most_at_once, report.lost
-    );
-
-    assert!(
-        report.most_at_once <= LIMIT as usize,
-        "{} held a permit of {LIMIT} at once",
-        report.most_at_once
-    );
-    assert!(
-        report.lost >= 1,
-        "the frozen server's holder was never told"
-    );
-    assert_eq!(report.distinct_tokens(), report.acquisitions);
+    support::permits::churn_through_a_paused_server(&servers, "single").await;
 }
 
 /// A deploy, then a crash, of every replica in turn while a worker holds the lock: its lease

@@ -129,3 +129,35 @@ async fn chaos_servers_and_clients_struck_one_after_another() {
     let report = chaos.finish("servers-and-clients").await;
     report.assert_struck(&struck);
 }
+
+/// The lock key's TTL cut to 1 ms under its holder on the primary (a forward clock jump on Redis,
+/// by a nemesis): Redis lost the lock, so a second holder may overlap the first until its server's
+/// next renewal tells it (permitted as data loss, and reported), while fencing refuses the older
+/// holder's writes; the history is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_lock_key_expires_early_under_the_holder() {
+    use support::chaos::{Chaos, Cluster, TTL};
+    use tokio::time::Instant;
+    let mut chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
+    chaos.may_lose_data();
+    chaos.progress(10).await;
+    let holder = chaos.fresh_holder().await;
+    let cut = chaos.expire_lock_key_early().await;
+    assert!(cut >= 1, "the holder's key was not there to expire ({cut})");
+    let fault_at = Instant::now();
+    chaos.handed_over(&holder).await;
+    chaos.progress(10).await;
+    let report = chaos.finish("key-expired-early").await;
+
+    report.assert_holder_told(&holder, fault_at, TTL + Duration::from_millis(200));
+    let (_, usable_again) = report.next_hold_after(fault_at);
+    report.assert_safe(usable_again);
+}
+
+/// A semaphore's permits churned through three servers behind Sentinel while one server, with a
+/// holder, is paused past the TTL: never more than the limit at once, history checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_a_semaphore_holders_server_paused() {
+    let cluster = support::chaos::Cluster::start_sentinel(3).await;
+    support::permits::churn_through_a_paused_server(&cluster.servers, cluster.mode).await;
+}

@@ -540,6 +540,34 @@ impl Chaos {
         struck
     }
 
+    /// The nemesis for a forward clock jump on Redis (Kleppmann's case against Redlock): the
+    /// lock key's remaining TTL cut to 1 ms where it lives (on every Redlock primary: a jump on
+    /// a majority of them; on the slot's primary of a cluster). Returns how many keys it cut.
+    pub async fn expire_lock_key_early(&self) -> usize {
+        use fred::prelude::ClientLike;
+        let key = super::lock_key(LOCK);
+        let mut direct = Vec::new();
+        if let Some(cluster) = &self.cluster.redis_cluster {
+            direct.push(cluster.client().await);
+        } else {
+            direct.push(self.cluster.lock_redis.client().await);
+            if self.cluster.mode == "redlock" {
+                for primary in &self.cluster.primaries {
+                    direct.push(primary.client().await);
+                }
+            }
+        }
+        let mut cut = 0;
+        for redis in direct {
+            let expired: i64 = redis
+                .custom(fred::cmd!("PEXPIRE"), vec![key.clone(), "1".into()])
+                .await
+                .unwrap_or(0);
+            cut += usize::try_from(expired).unwrap_or(0);
+        }
+        cut
+    }
+
     /// Tells `worker` to pause (like SIGSTOP) between its next read and write, with its
     /// connections frozen, for `FAULT_FOR`.
     pub fn pause_worker(&self, worker: usize) {

@@ -271,3 +271,42 @@ impl Worker {
         }
     }
 }
+
+/// A semaphore (limit 2, TTL 1 s) churned by three workers on each of `servers` while the first
+/// server, with a holder, is paused past the TTL (the chaos fault; `mode` names the run): never
+/// more than 2 at once, the frozen holder told, every token unique, and the history checked.
+pub async fn churn_through_a_paused_server(servers: &[super::ServerProcess], mode: &str) {
+    use super::chaos::FAULT_FOR;
+    const LIMIT: u32 = 2;
+    let ttl = Duration::from_secs(1);
+    let urls: Vec<String> = servers.iter().map(super::ServerProcess::url).collect();
+    let churn = Churn::start(&urls, 3, "pool", LIMIT, ttl, Duration::from_millis(150)).await;
+    churn.progress(10).await;
+    churn.keep_turns_on(Some(0));
+    churn.held_on(0).await;
+    super::signal(servers[0].pid(), "STOP");
+    let fault_at = Instant::now();
+    // The other servers' workers keep taking permits, the frozen ones' included once expired.
+    churn.progress(10).await;
+    sleep(FAULT_FOR.saturating_sub(fault_at.elapsed())).await; // The whole fault.
+    churn.keep_turns_on(None);
+    super::signal(servers[0].pid(), "CONT");
+    churn.progress(10).await;
+    let report = churn
+        .finish(&format!("{mode}/semaphore-server-paused"))
+        .await;
+    println!(
+        "FIGURE fault=semaphore-server-paused mode={mode} acquisitions={} most_at_once={} lost={}",
+        report.acquisitions, report.most_at_once, report.lost
+    );
+    assert!(
+        report.most_at_once <= LIMIT as usize,
+        "{} held a permit of {LIMIT} at once",
+        report.most_at_once
+    );
+    assert!(
+        report.lost >= 1,
+        "the frozen server's holder was never told"
+    );
+    assert_eq!(report.distinct_tokens(), report.acquisitions);
+}
