@@ -8,9 +8,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::chaos::{Chaos, Cluster, FAULT_FOR, LOCK, SERVER_FLAGS, TTL};
+use support::chaos::{Chaos, Cluster, FAULT_FOR, SERVER_FLAGS, TTL};
 use support::netns::Side;
-use support::{RedisServer, ServerProcess, lock_key, signal};
+use support::{RedisServer, ServerProcess, signal};
 use tokio::time::{Instant, sleep};
 
 const WORKERS: usize = 4;
@@ -156,31 +156,11 @@ async fn network_between_servers_and_redis_cut_then_restored() {
 /// take it at once, the holder hears at its next renewal, and fencing refuses its writes meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_key_expires_early_under_the_holder() {
-    use fred::prelude::ClientLike;
-    let mut chaos = start().await;
-    chaos.may_lose_data();
-    let holder = chaos.fresh_holder().await;
-    let direct = chaos.cluster.lock_redis.client().await;
-    // The nemesis: the key's remaining TTL cut to 1 ms, as if Redis's clock jumped forward.
-    let expired: i64 = direct
-        .custom(fred::cmd!("PEXPIRE"), vec![lock_key(LOCK), "1".into()])
-        .await
-        .unwrap();
-    assert_eq!(expired, 1, "the holder's key was not there to expire");
-    let fault_at = Instant::now();
-    chaos.handed_over(&holder).await;
-    chaos.progress(10).await;
-    let report = chaos.finish("key-expired-early").await;
-
     // Its server's next renewal finds the key gone or another's: told within a TTL.
-    report.assert_holder_told(&holder, fault_at, TTL);
-    assert!(
-        report.max_overlap() < TTL,
-        "overlap {:?}",
-        report.max_overlap()
-    );
-    let (_, usable_again) = report.next_hold_after(fault_at);
-    report.assert_safe(usable_again);
+    Chaos::start(Cluster::start(2).await, WORKERS)
+        .await
+        .run_key_expired_early(TTL)
+        .await;
 }
 
 /// The holder's server cut off from its clients (a real partition: packets vanish) while it

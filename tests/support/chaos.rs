@@ -568,6 +568,31 @@ impl Chaos {
         cut
     }
 
+    /// A whole run of the nemesis [`Chaos::expire_lock_key_early`] under a fresh holder, in any
+    /// mode: Redis lost the lock, so a second holder may overlap the first until its server's next
+    /// renewal tells it (permitted as data loss, reported, and shorter than a TTL), while fencing
+    /// refuses the older holder's writes; the holder is told within `told_within`.
+    pub async fn run_key_expired_early(mut self, told_within: Duration) {
+        self.may_lose_data();
+        self.progress(10).await;
+        let holder = self.fresh_holder().await;
+        let cut = self.expire_lock_key_early().await;
+        assert!(cut >= 1, "the holder's key was not there to expire");
+        let fault_at = Instant::now();
+        self.handed_over(&holder).await;
+        self.progress(10).await;
+        let report = self.finish("key-expired-early").await;
+
+        report.assert_holder_told(&holder, fault_at, told_within);
+        assert!(
+            report.max_overlap() < TTL,
+            "overlap {:?}",
+            report.max_overlap()
+        );
+        let (_, usable_again) = report.next_hold_after(fault_at);
+        report.assert_safe(usable_again);
+    }
+
     /// Tells `worker` to pause (like SIGSTOP) between its next read and write, with its
     /// connections frozen, for `FAULT_FOR`.
     pub fn pause_worker(&self, worker: usize) {

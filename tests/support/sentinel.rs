@@ -42,17 +42,8 @@ impl RedisSentinel {
         for _ in 0..3 {
             let port = free_port();
             let config = dir.join(format!("sentinel-{port}.conf"));
-            std::fs::write(
-                &config,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\n\
-                     sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n\
-                     sentinel down-after-milliseconds {SERVICE} 1000\n\
-                     sentinel failover-timeout {SERVICE} 5000\n",
-                    dir.display()
-                ),
-            )
-            .expect("sentinel config");
+            let loopback = [127, 0, 0, 1].into();
+            write_config(&config, port, loopback, &dir, (loopback, primary));
             let child = Command::new("redis-server")
                 .arg(&config)
                 .arg("--sentinel")
@@ -146,6 +137,30 @@ impl RedisSentinel {
     }
 }
 
+/// A Sentinel's configuration: on `ip:port`, watching `primary` as [`SERVICE`] (quorum 2, down
+/// after 1 s). Off loopback (in a namespace) it answers only with protected mode off.
+fn write_config(
+    path: &std::path::Path,
+    port: u16,
+    ip: std::net::IpAddr,
+    dir: &std::path::Path,
+    primary: (std::net::IpAddr, u16),
+) {
+    let protected = if ip.is_loopback() { "yes" } else { "no" };
+    let (primary_ip, primary_port) = primary;
+    std::fs::write(
+        path,
+        format!(
+            "port {port}\nbind {ip}\nprotected-mode {protected}\ndir {}\n\
+             sentinel monitor {SERVICE} {primary_ip} {primary_port} 2\n\
+             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel failover-timeout {SERVICE} 5000\n",
+            dir.display()
+        ),
+    )
+    .expect("sentinel config");
+}
+
 fn redis(dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
     Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -201,19 +216,8 @@ impl SentinelsIn {
         };
         for port in [26379, 26380, 26381] {
             let config = sentinels.dir.join(format!("sentinel-{port}.conf"));
-            std::fs::write(
-                &config,
-                format!(
-                    "port {port}\nbind {ip}\nprotected-mode no\ndir {}\n\
-                     sentinel monitor {SERVICE} {} {} 2\n\
-                     sentinel down-after-milliseconds {SERVICE} 1000\n\
-                     sentinel failover-timeout {SERVICE} 5000\n",
-                    sentinels.dir.display(),
-                    primary.ip(),
-                    primary.port(),
-                ),
-            )
-            .expect("sentinel config");
+            let watched = (primary.ip(), primary.port());
+            write_config(&config, port, ip, &sentinels.dir, watched);
             let child = host
                 .command("redis-server")
                 .arg(&config)
