@@ -423,12 +423,7 @@ async fn chaos_the_locks_primary_paused_then_killed_and_its_replica_promoted() {
 /// on a Redis Cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
-    use support::chaos::{Chaos, Cluster};
-    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("cluster", 2).await, 4).await;
-    chaos.progress(10).await;
-    let struck = chaos.strike_servers_and_clients().await;
-    let report = chaos.finish("servers-and-clients").await;
-    report.assert_struck(&struck);
+    support::chaos::Chaos::run_servers_and_clients_struck("cluster").await;
 }
 
 /// The chaos workload, its history checked, while the lock's slot moves to another primary and

@@ -531,11 +531,7 @@ async fn a_lease_moves_to_another_server_when_its_server_stops() {
 /// on Redlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
-    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("redlock", 2).await, 4).await;
-    chaos.progress(10).await;
-    let struck = chaos.strike_servers_and_clients().await;
-    let report = chaos.finish("servers-and-clients").await;
-    report.assert_struck(&struck);
+    support::chaos::Chaos::run_servers_and_clients_struck("redlock").await;
 }
 
 /// The lock key's TTL cut to 1 ms under its holder on every primary (a forward clock jump on Redis,

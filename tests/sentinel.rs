@@ -122,12 +122,7 @@ async fn chaos_primary_paused_then_killed_then_the_new_one_partitioned() {
 /// behind Sentinel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_servers_and_clients_struck_one_after_another() {
-    use support::chaos::{Chaos, Cluster};
-    let mut chaos = Chaos::start(Cluster::start_mode_on_fake_clocks("sentinel", 2).await, 4).await;
-    chaos.progress(10).await;
-    let struck = chaos.strike_servers_and_clients().await;
-    let report = chaos.finish("servers-and-clients").await;
-    report.assert_struck(&struck);
+    support::chaos::Chaos::run_servers_and_clients_struck("sentinel").await;
 }
 
 /// The lock key's TTL cut to 1 ms under its holder on the primary (a forward clock jump on Redis,

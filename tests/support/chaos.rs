@@ -568,6 +568,17 @@ impl Chaos {
         cut
     }
 
+    /// A whole run of [`Chaos::strike_servers_and_clients`] in `mode` (`redlock`, `sentinel`,
+    /// `cluster`), four workers on two servers on fake clocks.
+    pub async fn run_servers_and_clients_struck(mode: &'static str) {
+        let cluster = Cluster::start_mode_on_fake_clocks(mode, 2).await;
+        let mut chaos = Chaos::start(cluster, 4).await;
+        chaos.progress(10).await;
+        let struck = chaos.strike_servers_and_clients().await;
+        let report = chaos.finish("servers-and-clients").await;
+        report.assert_struck(&struck);
+    }
+
     /// A whole run of the nemesis [`Chaos::expire_lock_key_early`] under a fresh holder, in any
     /// mode: Redis lost the lock, so a second holder may overlap the first until its server's next
     /// renewal tells it (permitted as data loss, reported, and shorter than a TTL), while fencing
