@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::Client;
 use leasehold::client::fence::{Fenced, FencedKey};
+use leasehold::client::{Client, LeaseGuard};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -664,34 +664,15 @@ impl Worker {
                     return;
                 }
             };
-            let guard = match guard {
-                Ok(guard) => guard,
-                Err(error) => {
-                    let outcome = if error.refusal().is_some() {
-                        Outcome::Refused
-                    } else {
-                        Outcome::Unknown
-                    };
-                    let returned = (outcome == Outcome::Refused).then(Instant::now);
-                    self.history()
-                        .record(self.id, Kind::Acquire, called, returned, outcome, 0, 0);
-                    // Server down or unreachable, or the wait ran out: try the next server.
-                    self.server = (self.server + 1) % self.routes.len();
-                    sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
+            let answer = guard.as_ref().map(LeaseGuard::fencing_token);
+            let start = self.history().record_acquire(self.id, called, answer);
+            let Ok(guard) = guard else {
+                // Server down or unreachable, or the wait ran out: try the next server.
+                self.server = (self.server + 1) % self.routes.len();
+                sleep(Duration::from_millis(20)).await;
+                continue;
             };
-            let start = Instant::now();
             let token = guard.fencing_token();
-            self.history().record(
-                self.id,
-                Kind::Acquire,
-                called,
-                Some(start),
-                Outcome::Ok,
-                token,
-                0,
-            );
             self.shared.current.send_replace(Some(Current {
                 worker: self.id,
                 server: self.server,

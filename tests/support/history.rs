@@ -105,6 +105,26 @@ impl History {
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
     }
 
+    /// Records an acquisition called at `called` from what the client answered: ok with its
+    /// fencing token, refused (the server's answer: the wait ran out), or unknown (the call
+    /// failed: a permit or lock may have been granted that nobody heard of). Returns when it
+    /// returned.
+    pub fn record_acquire(
+        &self,
+        client: usize,
+        called: Instant,
+        answer: Result<u64, &leasehold::client::ClientError>,
+    ) -> Instant {
+        let now = Instant::now();
+        let (returned, outcome, token) = match answer {
+            Ok(token) => (Some(now), Outcome::Ok, token),
+            Err(error) if error.refusal().is_some() => (Some(now), Outcome::Refused, 0),
+            Err(_) => (None, Outcome::Unknown, 0),
+        };
+        self.record(client, Kind::Acquire, called, returned, outcome, token, 0);
+        now
+    }
+
     /// Records the end of a hold (or a leadership) that ended in the client's belief at `ended`
     /// and whose release (if any) returned at `returned`.
     pub fn record_end(

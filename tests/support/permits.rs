@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::Client;
+use leasehold::client::{Client, LeaseGuard};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -217,33 +217,14 @@ impl Worker {
                     return;
                 }
             };
-            let guard = match guard {
-                Ok(guard) => guard,
-                Err(error) => {
-                    // The wait ran out (refused), or the server is paused or gone (unknown: it
-                    // may have granted a permit nobody heard of): try again shortly.
-                    let refused = error.refusal().is_some();
-                    let (returned, outcome) = if refused {
-                        (Some(Instant::now()), Outcome::Refused)
-                    } else {
-                        (None, Outcome::Unknown)
-                    };
-                    history.record(self.id, Kind::Acquire, called, returned, outcome, 0, 0);
-                    sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
+            let answer = guard.as_ref().map(LeaseGuard::fencing_token);
+            history.record_acquire(self.id, called, answer);
+            let Ok(guard) = guard else {
+                // The wait ran out, or the server is paused or gone: try again shortly.
+                sleep(Duration::from_millis(20)).await;
+                continue;
             };
             let token = guard.fencing_token();
-            let start = Instant::now();
-            history.record(
-                self.id,
-                Kind::Acquire,
-                called,
-                Some(start),
-                Outcome::Ok,
-                token,
-                0,
-            );
             self.occupancy.enter(self.server, token);
             self.acquisitions.send_modify(|n| *n += 1);
             let turn = self.longest_turn.mul_f64(rand::random::<f64>());

@@ -44,13 +44,7 @@ impl RedisSentinel {
             let config = dir.join(format!("sentinel-{port}.conf"));
             let loopback = [127, 0, 0, 1].into();
             write_config(&config, port, loopback, &dir, (loopback, primary));
-            let child = Command::new("redis-server")
-                .arg(&config)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel");
+            let child = spawn(Command::new("redis-server"), &config);
             children.push((port, child));
             sentinels.push(port);
         }
@@ -161,6 +155,17 @@ fn write_config(
     .expect("sentinel config");
 }
 
+/// A Sentinel from `config`, run by `redis_server` (`redis-server`, here or in a namespace).
+fn spawn(mut redis_server: Command, config: &std::path::Path) -> Child {
+    redis_server
+        .arg(config)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel")
+}
+
 fn redis(dir: &std::path::Path, port: u16, extra: &[&str]) -> Child {
     Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -218,14 +223,7 @@ impl SentinelsIn {
             let config = sentinels.dir.join(format!("sentinel-{port}.conf"));
             let watched = (primary.ip(), primary.port());
             write_config(&config, port, ip, &sentinels.dir, watched);
-            let child = host
-                .command("redis-server")
-                .arg(&config)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel");
+            let child = spawn(host.command("redis-server"), &config);
             sentinels.children.push(child);
             sentinels.ports.push(port);
         }
