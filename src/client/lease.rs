@@ -152,6 +152,7 @@ impl LeaseBuilder {
         let mut tries = client.replicas().len();
         let Opened {
             opened,
+            valid_until,
             requests,
             events,
             acquired,
@@ -166,7 +167,6 @@ impl LeaseBuilder {
                 Ok(opened) => break opened,
             }
         };
-        let valid_until = vouched_until(opened, acquired.valid_for_ms, acquired.valid_to_ms);
         let (state_tx, state) = watch::channel(LeaseState::Held);
         let (let_go, let_go_rx) = mpsc::channel(1);
         let resumes = (self.auto_resume && resume_grace > Duration::ZERO).then(|| {
@@ -212,6 +212,8 @@ impl LeaseBuilder {
 struct Opened {
     /// When the stream was opened: what `valid_to_ms` counts from.
     opened: Instant,
+    /// Until when `acquired` vouches for the lease (see [`vouched_until`]).
+    valid_until: Instant,
     requests: mpsc::Sender<LeaseRequest>,
     events: Streaming<LeaseResponse>,
     acquired: pb::Acquired,
@@ -262,9 +264,9 @@ async fn open(
             Some(LeaseResponse {
                 event: Some(Event::Acquired(acquired)),
             }) => {
-                if vouched_until(opened, acquired.valid_for_ms, acquired.valid_to_ms)
-                    <= Instant::now()
-                {
+                let valid_until =
+                    vouched_until(opened, acquired.valid_for_ms, acquired.valid_to_ms);
+                if valid_until <= Instant::now() {
                     // Held up on its way (a healed partition): the lease may be someone
                     // else's by now. Dropping the stream lets go of it (or keeps it only for
                     // its grace).
@@ -274,6 +276,7 @@ async fn open(
                 }
                 return Ok(Opened {
                     opened,
+                    valid_until,
                     requests,
                     events,
                     acquired,
@@ -421,8 +424,13 @@ impl Watcher {
 
     /// The server vouched for the lease (see [`vouched_until`]).
     fn confirm(&mut self, valid_for_ms: u32, valid_to_ms: u64) {
-        self.valid_until = vouched_until(self.opened, valid_for_ms, valid_to_ms);
-        self.confirmed.send_replace(self.valid_until);
+        self.vouched(vouched_until(self.opened, valid_for_ms, valid_to_ms));
+    }
+
+    /// The lease is now vouched for until `valid_until`, as the guard reads it too.
+    fn vouched(&mut self, valid_until: Instant) {
+        self.valid_until = valid_until;
+        self.confirmed.send_replace(valid_until);
     }
 
     /// The stream broke while the guard was letting go: release by token on any replica.
@@ -482,6 +490,7 @@ impl Watcher {
             match outcome {
                 Ok(Ok(Opened {
                     opened,
+                    valid_until,
                     requests,
                     events,
                     acquired,
@@ -494,7 +503,7 @@ impl Watcher {
                         )));
                     }
                     self.opened = opened;
-                    self.confirm(acquired.valid_for_ms, acquired.valid_to_ms);
+                    self.vouched(valid_until);
                     self.requests = Some(requests);
                     self.replica = replica;
                     tracing::info!(lock = %self.name, "lease resumed");
