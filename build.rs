@@ -20,6 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/leasehold/v1/lock.proto",
                 "proto/leasehold/v1/election.proto",
+                "proto/leasehold/v1/session.proto",
             ],
             &["proto"],
         )?;

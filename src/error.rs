@@ -115,6 +115,12 @@ pub enum Error {
     )]
     TooManyWaitersForLock { limit: usize },
 
+    /// One session holds (or waits for) as many leases as it may.
+    #[error(
+        "this session already has {limit} leases, its limit; release some or open another session"
+    )]
+    TooManyOnSession { limit: usize },
+
     /// The server holds as many leases as it may.
     #[error(
         "this server already has {limit} open lease streams, its limit (max-leases); retry later or on another replica"
@@ -265,6 +271,9 @@ impl Error {
             Error::Serve(_) => Details::new(Code::Internal, "SERVER_FAILED"),
             Error::TooManyLeases { limit } => {
                 Details::new(Code::ResourceExhausted, "CONNECTION_LEASE_LIMIT").with("limit", limit)
+            }
+            Error::TooManyOnSession { limit } => {
+                Details::new(Code::ResourceExhausted, "SESSION_LEASE_LIMIT").with("limit", limit)
             }
             Error::TooManyLeasesOnServer { limit } => {
                 Details::new(Code::ResourceExhausted, "SERVER_LEASE_LIMIT")

@@ -9,6 +9,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
 
 use super::scheduler::Renewable;
 use super::spec::LockName;
@@ -114,12 +117,16 @@ struct Claim<H> {
 }
 
 impl<H: Holding> Renewable for Claim<H> {
-    fn lock(&self) -> &Lock {
-        self.holding.lock()
+    fn renew(self: Arc<Self>, ttl: Duration) -> BoxFuture<'static, Result<bool>> {
+        Box::pin(async move {
+            let Lock { locks, keys } = self.holding.lock();
+            locks.extend(keys, &self.token, ttl).await
+        })
     }
 
-    fn token(&self) -> &Token {
-        &self.token
+    fn not_held(&self) {
+        let Lock { locks, keys } = self.holding.lock();
+        locks.leave_in_background(keys.clone(), String::new());
     }
 }
 
@@ -169,7 +176,7 @@ impl<H: Holding> HeldLease<H> {
     /// Its stream broke and the lease may be resumed: it now ends after `grace` unless resumed
     /// (and is left alone if it was resumed elsewhere since `attachment`). Never released by
     /// drop after this: if Redis could not be told, the lease expires by its TTL.
-    pub async fn detach(&mut self, grace: std::time::Duration, attachment: u64) {
+    pub async fn detach(&mut self, grace: Duration, attachment: u64) {
         self.armed = false;
         let Lock { locks, keys } = self.holding().lock();
         match locks.detach(keys, self.token(), grace, attachment).await {

@@ -6,6 +6,7 @@
 //! - [`renewal`]: when to renew, and until when a lease is valid (measured from the send).
 //! - [`scheduler`]: the one renewal scheduler of a server: every held lease renewed on time,
 //!   in batches, without a task or timer per lease.
+//! - [`group`]: a session's leases, renewed together as one entry of the scheduler.
 //! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
@@ -13,6 +14,7 @@
 //! It uses the store layer below it and nothing above it.
 
 pub mod acquire;
+pub mod group;
 pub mod held;
 pub mod observers;
 pub mod renewal;

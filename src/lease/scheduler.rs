@@ -14,23 +14,32 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::debug;
 
-use super::held::Lock;
 use super::renewal::{RenewalClock, RenewalDue};
 use crate::metrics::Metrics;
-use crate::store::{Store, Token};
+use crate::store::Store;
 use crate::tasks::Tasks;
 
-/// What a lease's renewals need: its lock and its token. Shared with the lease's holder, so a
-/// scheduled lease costs a pointer rather than a copy of its keys.
+/// What the scheduler renews: one lease (its lock and token, shared with the lease's holder, so
+/// a scheduled lease costs a pointer rather than a copy of its keys), or a session's leases
+/// together ([`super::group::RenewalGroup`]).
 pub trait Renewable: Send + Sync + 'static {
-    fn lock(&self) -> &Lock;
-    fn token(&self) -> &Token;
+    /// Renews for `ttl`: `Ok(true)` renewed, `Ok(false)` no longer ours (never retried into
+    /// success: someone else may hold it now), `Err` unknown.
+    fn renew(self: Arc<Self>, ttl: Duration) -> BoxFuture<'static, crate::error::Result<bool>>;
+    /// A renewal found it no longer ours: an expiry this server saw, so wake the line if the lock
+    /// is free.
+    fn not_held(&self);
 }
+
+/// Why a lease whose renewal answered `0` is lost.
+pub const NOT_HELD: &str =
+    "the lock key was deleted or taken by another holder behind the server's back";
 
 /// Told to a lease's holder when its renewals tell it the lease is gone.
 #[derive(Debug)]
@@ -252,9 +261,7 @@ impl Shared {
                 let (lease, ttl) = (entry.lease.clone(), entry.ttl);
                 let valid_until = entry.clock.valid_until();
                 in_flight.push(async move {
-                    let Lock { locks, keys } = lease.lock();
-                    let answer =
-                        timeout_at(valid_until, locks.extend(keys, lease.token(), ttl)).await;
+                    let answer = timeout_at(valid_until, lease.renew(ttl)).await;
                     (id, now, answer)
                 });
             }
@@ -281,15 +288,8 @@ impl Shared {
             }
             // Never retried into success: someone else may hold the lock now.
             Ok(Ok(false)) => {
-                // An expiry this server saw: if the lock is free, wake the line.
-                let Lock { locks, keys } = entry.lease.lock();
-                locks.leave_in_background(keys.clone(), String::new());
-                state.lose(
-                    id,
-                    "not_held",
-                    "the lock key was deleted or taken by another holder behind the server's back"
-                        .into(),
-                );
+                entry.lease.not_held();
+                state.lose(id, "not_held", NOT_HELD.into());
             }
             Ok(Err(error)) => {
                 debug!(%error, "renewal failed; retrying");

@@ -29,6 +29,11 @@ pub struct Campaign {
 }
 
 impl Campaign {
+    /// The value it publishes.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
     /// Publishes the leadership with the current value; `Lost(lost)` if the lease is no longer
     /// ours, else `answer`.
     async fn announce(

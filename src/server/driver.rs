@@ -120,7 +120,7 @@ pub struct Vouched {
 
 impl Vouched {
     /// Vouched for `valid_for` from now, on a stream opened at `opened`.
-    fn now(valid_for: Duration, opened: Instant) -> Self {
+    pub fn now(valid_for: Duration, opened: Instant) -> Self {
         let valid_to = (Instant::now() + valid_for).saturating_duration_since(opened);
         Vouched {
             valid_for,
@@ -206,13 +206,7 @@ pub fn open<K: LeaseStream>(
     streams: &Arc<Streams>,
     request: Request<Streaming<K::Request>>,
 ) -> Result<Response<ResponseStream<K::Response>>, Status> {
-    let tasks = streams.tasks();
-    if tasks.is_stopping() {
-        return Err(Error::ShuttingDown.into());
-    }
-    // Every stream that holds a lease counts against its connection's and the server's limit.
-    let slot = streams.limits.admit(request.remote_addr())?;
-    let caller = Caller::of(&request);
+    let (slot, caller) = admit(streams, &request)?;
     let (events, responses) = Events::channel();
     let driver = Driver::<K, _> {
         streams: streams.clone(),
@@ -221,8 +215,59 @@ pub fn open<K: LeaseStream>(
         inbound: request.into_inner(),
         events,
     };
-    tasks.spawn(Box::new(driver).run(slot));
+    streams.tasks().spawn(Box::new(driver).run(slot));
     Ok(Response::new(responses))
+}
+
+/// Admits a stream that holds leases (a `Lease`, a `Campaign`, a `Session`): refused while the
+/// server stops, and counted against its connection's and the server's limit while the slot
+/// lives. Also says who opened it.
+pub fn admit<T>(streams: &Streams, request: &Request<T>) -> Result<(LeaseSlot, Caller), Status> {
+    if streams.tasks().is_stopping() {
+        return Err(Error::ShuttingDown.into());
+    }
+    let slot = streams.limits.admit(request.remote_addr())?;
+    Ok((slot, Caller::of(request)))
+}
+
+/// Takes `lease` as `spec` asks (or resumes it by its token), counting the attempt in the
+/// metrics; `on_waiting` hears the waiter's state. A refusal (Redis said someone else holds it)
+/// disarms the lease: nothing of ours to let go; except a wait that merely passed when the
+/// caller `waits_again` (a candidate), whose lease is tried again. Any other error leaves it
+/// armed: an attempt whose outcome is unknown may have landed, and is let go on drop.
+pub async fn take<H: Holding>(
+    streams: &Streams,
+    lease: &mut HeldLease<H>,
+    spec: &LeaseSpec,
+    waits_again: bool,
+    mut on_waiting: impl FnMut(&WaitingState),
+) -> Result<Acquisition> {
+    if spec.resume.is_some() {
+        let resumed = resume(lease, spec).await;
+        if resumed.is_err() {
+            // Not ours (or unknown, if no answer came): never release a lease this stream did
+            // not get back; a resume that landed unanswered expires by its TTL.
+            lease.disarm();
+        }
+        return resumed;
+    }
+    let metrics = streams.metrics();
+    let asked = Instant::now();
+    let mut counted = None;
+    let attempt = acquire(lease, spec, streams.room.as_ref(), |state| {
+        counted.get_or_insert_with(|| metrics.waiting());
+        on_waiting(state);
+    })
+    .await;
+    metrics.acquisition(spec.name.as_str(), Outcome::of(&attempt), asked.elapsed());
+    match &attempt {
+        Err(Error::WaitExpired { .. }) if waits_again => {}
+        Err(Error::LockHeld { .. } | Error::WaitExpired { .. } | Error::ModeMismatch { .. }) => {
+            lease.disarm();
+        }
+        _ => {}
+    }
+    attempt
 }
 
 /// How the waiting phase ended.
@@ -358,7 +403,7 @@ where
                 // A resumed lease's client still believes in it: an error here (Redis slow)
                 // must not release it under the client, which resumes it elsewhere.
                 Err(error) if spec.resume.is_some() => {
-                    Box::pin(keep_if_resumable(spec, None, lease, attachment)).await;
+                    Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), None, lease, attachment)).await;
                     return Err(error);
                 }
                 Err(error) => return Err(error),
@@ -391,20 +436,12 @@ where
         lease: &mut HeldLease<K::Holding>,
     ) -> Result<Waited> {
         if spec.resume.is_some() {
-            let resumed = resume(lease, spec).await;
-            if resumed.is_err() {
-                // Not ours (or unknown, if no answer came): never release a lease this stream
-                // did not get back; a resume that landed unanswered expires by its TTL.
-                lease.disarm();
-            }
-            return resumed.map(Waited::Acquired);
+            return take(&self.streams, lease, spec, false, |_| {})
+                .await
+                .map(Waited::Acquired);
         }
         let events = &self.events;
-        let metrics = self.streams.metrics();
-        let asked = Instant::now();
-        let mut counted = None;
-        let waiting = acquire(lease, spec, self.streams.room.as_ref(), |state| {
-            counted.get_or_insert_with(|| metrics.waiting());
+        let waiting = take(&self.streams, lease, spec, K::WAITS_AGAIN, |state| {
             if let Some(progress) = K::tell(Tell::Waiting(state)) {
                 events.progress(progress);
             }
@@ -414,20 +451,9 @@ where
             // A give-up leaves `lease` armed: the attempt in flight may have won just then.
             gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks(), self.streams.max_message_bytes) => return gave_up,
         };
-        metrics.acquisition(spec.name.as_str(), Outcome::of(&attempt), asked.elapsed());
         match attempt {
             Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
             Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),
-            Err(
-                error @ (Error::LockHeld { .. }
-                | Error::WaitExpired { .. }
-                | Error::ModeMismatch { .. }),
-            ) => {
-                // Redis said someone else holds it: nothing of ours to let go.
-                lease.disarm();
-                Err(error)
-            }
-            // Outcome unknown (a timeout may still land): `lease` lets go on drop.
             Err(error) => Err(error),
         }
     }
@@ -487,7 +513,7 @@ where
                         // the lease is then kept for its grace.
                         let held = K::WORDS.held;
                         self.events.essential(Err(Error::HandedOver { held, grace_ms: grace.as_millis() }.into()));
-                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                         info!("kept for its client to resume elsewhere");
                         self.streams.metrics().moved("handed_over");
                         return Ok(());
@@ -511,7 +537,7 @@ where
                     // last confirmed validity still ran.)
                     Move::HalfClosed if K::HALF_CLOSE_KEEPS_RESUMABLE && spec.resume_grace.is_some() => {
                         info!("stream ended without a release; kept for its grace");
-                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                         return Ok(());
                     }
                     Move::Release | Move::HalfClosed => {
@@ -525,7 +551,7 @@ where
                         // The client believes in the lease: an error (Redis slow) keeps a
                         // resumable one for it to resume elsewhere, as a broken stream does.
                         Err(error) => {
-                            Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                            Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                             return Err(error);
                         }
                         Ok(step) => match step {
@@ -544,7 +570,7 @@ where
                     // resumable) and say why, in case the client can still hear it.
                     Move::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke");
-                        Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                         return Err(self.broken(status));
                     }
                     Move::Start(_) => return Err(second_start::<K>()),
@@ -552,7 +578,7 @@ where
                 },
                 () = self.events.closed() => {
                     info!("client went away");
-                    Box::pin(keep_if_resumable(spec, Some(&mut renewals), lease, attachment)).await;
+                    Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                     return Ok(());
                 }
                 Lost { cause, reason, due } = renewals.lost() => {
@@ -587,17 +613,17 @@ where
 /// the grace, and its client was never told more (the attachment check is moot: nothing is
 /// shortened). Only a shorter grace shortens the key, so a deploy of a replica costs Redis
 /// nothing per lease with the clients' default grace.
-async fn keep_if_resumable<H: Holding>(
-    spec: &LeaseSpec,
+pub async fn keep_if_resumable<H: Holding>(
+    (ttl, grace): (Duration, Option<Duration>),
     renewals: Option<&mut Scheduled>,
     lease: &mut HeldLease<H>,
     attachment: u64,
 ) {
-    if let Some(grace) = spec.resume_grace {
+    if let Some(grace) = grace {
         if let Some(renewals) = renewals {
             renewals.stop();
         }
-        if grace >= spec.ttl {
+        if grace >= ttl {
             lease.disarm();
             info!("kept until its TTL runs out, for its client to resume");
         } else {
@@ -616,7 +642,7 @@ fn read<K: LeaseStream>(message: Option<Result<K::Request, Status>>) -> Move<K::
 
 /// Why a stream's request could not be read: a message above the size limit is named as such
 /// (tonic reports it as OUT_OF_RANGE; it is a limit, RESOURCE_EXHAUSTED).
-fn broken(status: Status, max_message_bytes: usize) -> Error {
+pub fn broken(status: Status, max_message_bytes: usize) -> Error {
     match super::message_size::oversized(&status, max_message_bytes) {
         Some(error) => error,
         None => Error::Unreadable(status),

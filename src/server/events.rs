@@ -42,7 +42,15 @@ impl<T> Events<T> {
     where
         T: Send + 'static,
     {
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        Self::with_room(EVENT_BUFFER)
+    }
+
+    /// A channel of `room` events (a session's, which answers many leases).
+    pub fn with_room(room: usize) -> (Self, ResponseStream<T>)
+    where
+        T: Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(room);
         let stream = ReceiverStream::new(rx).map(|item: Boxed<T>| *item);
         (Events { tx }, Box::pin(stream))
     }
@@ -57,6 +65,13 @@ impl<T> Events<T> {
     /// Fits in the reserved slots; `false` only if the client is gone.
     pub fn essential(&self, item: StreamItem<T>) -> bool {
         self.tx.try_send(Box::new(item)).is_ok()
+    }
+
+    /// Waits for room if the client is slow to read (a session's answers are many, and each must
+    /// arrive); `false` only if the client is gone. Renewals never wait on it: they tell through
+    /// [`Events::progress`].
+    pub async fn send(&self, item: StreamItem<T>) -> bool {
+        self.tx.send(Box::new(item)).await.is_ok()
     }
 
     /// Completes when the client stopped listening (cancelled call, broken connection).

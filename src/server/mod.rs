@@ -26,6 +26,7 @@ pub mod listener;
 pub mod lock;
 pub mod lock_stream;
 pub mod message_size;
+pub mod session;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ use crate::lease::waiting::{WaitConfig, WaitRoom};
 use crate::pb::bench::echo_service_server::EchoServiceServer;
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
+use crate::pb::session_service_server::SessionServiceServer;
 use crate::store::Store;
 use crate::tls::TlsFiles;
 use admission::{ConnectionLimits, DEFAULT_MAX_LEASES, DEFAULT_MAX_LEASES_PER_CONNECTION};
@@ -154,6 +156,7 @@ pub async fn serve(
         max_message_bytes: config.max_message_bytes,
     });
     let elections = ElectionServer::start(streams.clone()).await?;
+    let sessions = session::SessionServer::new(streams.clone());
     let locks = LockServer::new(streams);
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
@@ -216,6 +219,10 @@ pub async fn serve(
         ))
         .add_service(InterceptedService::new(
             ElectionServiceServer::new(elections).max_decoding_message_size(max_bytes),
+            authenticate.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            SessionServiceServer::new(sessions).max_decoding_message_size(max_bytes),
             authenticate.clone(),
         ))
         .add_optional_service(config.echo.then(|| {

@@ -1,0 +1,127 @@
+//! A session's leases, renewed together as one entry of the [`super::scheduler`].
+//!
+//! A session holds any number of leases of one TTL. Scheduling each on its own would cost an
+//! entry, a due instant and a settled answer per lease, and would confirm them to the client one
+//! by one. As a group they fall due at one instant, go to the store's batches together (one
+//! script per node for the lot), and are confirmed by one message when every one has answered.
+//!
+//! Each member keeps its own rules: its validity counts from before its own command was sent
+//! (a lease acquired while a round was in flight is not covered by that round, so the group
+//! vouches for the earliest validity of its members, never the round's alone), and a `0` loses
+//! that member alone, reported to the session by its key. A round in which some member got no
+//! answer is a failed round for the group: it is retried soon, and if none succeeds before the
+//! group's validity ends, every member is lost with it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, join_all};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::renewal::drift;
+use super::scheduler::Renewable;
+use crate::error::Result;
+
+/// A group's member, by the key the session gave it.
+struct Member {
+    lease: Arc<dyn Renewable>,
+    /// Until when this member is known to be held: from before its last confirmed command.
+    valid_until: Instant,
+}
+
+/// The leases of one session. Shared by the session and its scheduler entry.
+pub struct RenewalGroup {
+    members: Mutex<HashMap<u64, Member>>,
+    /// The keys of members a renewal found no longer ours.
+    lost: mpsc::UnboundedSender<u64>,
+}
+
+impl RenewalGroup {
+    /// An empty group, and where it reports the keys of members found lost.
+    pub fn new() -> (Arc<Self>, mpsc::UnboundedReceiver<u64>) {
+        let (lost, losses) = mpsc::unbounded_channel();
+        let group = RenewalGroup {
+            members: Mutex::new(HashMap::new()),
+            lost,
+        };
+        (Arc::new(group), losses)
+    }
+
+    fn members(&self) -> MutexGuard<'_, HashMap<u64, Member>> {
+        // A panic while holding the lock leaves plain data behind; carry on with it.
+        self.members
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Renews `lease` with the others from the next round on; it is held until `valid_until`.
+    pub fn join(&self, key: u64, lease: Arc<dyn Renewable>, valid_until: Instant) {
+        self.members()
+            .insert(key, Member { lease, valid_until });
+    }
+
+    /// Stops renewing the member of `key`.
+    pub fn leave(&self, key: u64) {
+        self.members().remove(&key);
+    }
+
+    /// How long from `now` every member is known to be held (`None` without members).
+    pub fn valid_for(&self, now: Instant) -> Option<Duration> {
+        self.members()
+            .values()
+            .map(|member| member.valid_until.saturating_duration_since(now))
+            .min()
+    }
+}
+
+impl Renewable for RenewalGroup {
+    /// One round: every member's extend at once (the store batches them per node). `Ok(true)`
+    /// once every member answered; members that answered `0` have left the group and are
+    /// reported. `Err` if any member's answer is unknown: the round is retried as a whole.
+    fn renew(self: Arc<Self>, ttl: Duration) -> BoxFuture<'static, Result<bool>> {
+        Box::pin(async move {
+            let sent_at = Instant::now();
+            let round: Vec<(u64, Arc<dyn Renewable>)> = self
+                .members()
+                .iter()
+                .map(|(&key, member)| (key, member.lease.clone()))
+                .collect();
+            let answers = join_all(round.iter().map(|(_, lease)| lease.clone().renew(ttl))).await;
+            let mut unknown = None;
+            let mut members = self.members();
+            for ((key, lease), answer) in round.into_iter().zip(answers) {
+                // A member released (or replaced under its key) meanwhile is not this one.
+                let current = members
+                    .get_mut(&key)
+                    .filter(|member| Arc::ptr_eq(&member.lease, &lease));
+                match (answer, current) {
+                    (Ok(true), Some(member)) => member.valid_until = sent_at + ttl - drift(ttl),
+                    (Ok(false), Some(_)) => {
+                        lease.not_held();
+                        members.remove(&key);
+                        let _ = self.lost.send(key);
+                    }
+                    (Err(error), Some(_)) => unknown = Some(error),
+                    (_, None) => {}
+                }
+            }
+            match unknown {
+                Some(error) => Err(error),
+                None => Ok(true),
+            }
+        })
+    }
+
+    /// Never: members are lost one by one, inside the round.
+    fn not_held(&self) {}
+}
+
+impl std::fmt::Debug for RenewalGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewalGroup")
+            .field("members", &self.members().len())
+            .finish()
+    }
+}
