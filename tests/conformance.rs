@@ -384,3 +384,125 @@ async fn conformance_lists_held_locks() {
         "{listed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_session_holds_many() {
+    let (_redis, _server, client, direct) = start().await;
+    let session = client.session().open().await.unwrap();
+    let a = session.lock("a").acquire().await.unwrap();
+    let b = session.lock("b").acquire().await.unwrap();
+    let permit = session.lock("pool").limit(2).acquire().await.unwrap();
+    for lease in [&a, &b] {
+        let name = if lease.token() == a.token() { "a" } else { "b" };
+        assert_eq!(
+            get(&direct, &lock_key(name)).await.as_deref(),
+            Some(lease.token())
+        );
+        let thief = client.lease(name).acquire().await;
+        assert_eq!(refusal(thief).code(), Code::Aborted);
+    }
+    let pool = client.describe("pool").await.unwrap();
+    assert_eq!(pool.limit, 2);
+    assert_eq!(pool.holders.len(), 1);
+    assert_eq!(pool.fencing_token, permit.fencing_token());
+    let a_token = a.fencing_token();
+    assert!(a.release().await.unwrap());
+    let next = client.lease("a").acquire().await.unwrap();
+    assert!(next.fencing_token() > a_token);
+    assert_eq!(
+        get(&direct, &lock_key("b")).await.as_deref(),
+        Some(b.token())
+    );
+    assert!(!b.is_lost() && !permit.is_lost());
+    assert_eq!(session.close().await.unwrap(), 2);
+    assert_eq!(get(&direct, &lock_key("b")).await, None);
+    assert!(!client.describe("pool").await.unwrap().held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_session_lease_lost_alone() {
+    let (_redis, _server, client, direct) = start().await;
+    let ttl = Duration::from_millis(300);
+    let session = client.session().ttl(ttl).open().await.unwrap();
+    let a = session.lock("a").acquire().await.unwrap();
+    let b = session.lock("b").acquire().await.unwrap();
+    let _: i64 = direct.del(lock_key("a")).await.unwrap();
+    let reason = within(EVENT_TIMEOUT, "a.lost()", a.lost()).await;
+    assert!(reason.contains("deleted or taken"), "{reason}");
+    // The session is confirmed again after the loss: b's validity moves past what any message
+    // before it vouched for.
+    let lost_at = Instant::now();
+    within(EVENT_TIMEOUT, "a later kept_alive", async {
+        while b
+            .valid_until()
+            .is_none_or(|until| until < lost_at + ttl / 2)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(!b.is_lost());
+    assert_eq!(
+        get(&direct, &lock_key("b")).await.as_deref(),
+        Some(b.token())
+    );
+    assert!(b.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_session_campaign() {
+    let (_redis, _server, client, _direct) = start().await;
+    let first = client.session().open().await.unwrap();
+    let leader = first.campaign("e", b"one".to_vec()).await.unwrap();
+    assert!(leader.term() > 0);
+    let second = client.session().open().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let leader = second.campaign("e", b"two".to_vec()).await;
+        (second, leader)
+    });
+    let now = client.leader("e").await.unwrap().expect("a leader");
+    assert_eq!(now.value, b"one");
+    assert!(
+        !waiting.is_finished(),
+        "the second candidate led beside the first"
+    );
+    let term = leader.term();
+    first.close().await.unwrap();
+    let (_second, next) = within(EVENT_TIMEOUT, "the second elected", waiting)
+        .await
+        .unwrap();
+    let next = next.unwrap();
+    assert!(next.term() > term, "{} after {term}", next.term());
+    let now = client.leader("e").await.unwrap().expect("a leader");
+    assert_eq!(now.value, b"two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_session_survives_server_crash() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let mut replicas = Replicas::start(&redis, 3, &[]);
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let session = client.session().ttl(REPLICATED_TTL).open().await.unwrap();
+    let a = session.lock("a").acquire().await.unwrap();
+    let b = session.lock("b").acquire().await.unwrap();
+    // The session runs on the first server.
+    replicas.kill(0);
+    // Past the validity the leases had when their server died.
+    tokio::time::sleep(REPLICATED_TTL).await;
+    for (name, lease) in [("a", &a), ("b", &b)] {
+        assert!(!lease.is_lost(), "{name} reported lost");
+        assert_eq!(
+            get(&direct, &lock_key(name)).await.as_deref(),
+            Some(lease.token())
+        );
+        let described = client.describe(name).await.unwrap();
+        assert_eq!(described.fencing_token, lease.fencing_token());
+    }
+    let c = session.lock("c").acquire().await.unwrap();
+    assert_eq!(
+        get(&direct, &lock_key("c")).await.as_deref(),
+        Some(c.token())
+    );
+    assert_eq!(session.close().await.unwrap(), 3);
+}

@@ -307,7 +307,7 @@ pub(crate) fn vouched_until(opened: Instant, valid_for_ms: u32, valid_to_ms: u64
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum LeaseState {
+pub(super) enum LeaseState {
     Held,
     Lost(String),
     Released { was_held: bool },

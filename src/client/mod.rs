@@ -36,6 +36,7 @@ pub mod fence;
 pub mod lease;
 pub mod refusal;
 pub mod replicas;
+pub mod session;
 
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ pub use election::{Candidate, Leader, Observation};
 pub use lease::{LeaseBuilder, LeaseGuard, Outage};
 pub use refusal::Refusal;
 pub use replicas::Replicas;
+pub use session::{Session, SessionBuilder, SessionLeader, SessionLease};
 
 /// What can go wrong on the client side.
 #[derive(Debug, thiserror::Error)]

@@ -58,8 +58,7 @@ impl RenewalGroup {
 
     /// Renews `lease` with the others from the next round on; it is held until `valid_until`.
     pub fn join(&self, key: u64, lease: Arc<dyn Renewable>, valid_until: Instant) {
-        self.members()
-            .insert(key, Member { lease, valid_until });
+        self.members().insert(key, Member { lease, valid_until });
     }
 
     /// Stops renewing the member of `key`.

@@ -403,7 +403,13 @@ where
                 // A resumed lease's client still believes in it: an error here (Redis slow)
                 // must not release it under the client, which resumes it elsewhere.
                 Err(error) if spec.resume.is_some() => {
-                    Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), None, lease, attachment)).await;
+                    Box::pin(keep_if_resumable(
+                        (spec.ttl, spec.resume_grace),
+                        None,
+                        lease,
+                        attachment,
+                    ))
+                    .await;
                     return Err(error);
                 }
                 Err(error) => return Err(error),

@@ -766,7 +766,5 @@ fn token_for(spec: &LeaseSpec) -> Token {
 }
 
 fn no_action() -> Error {
-    Error::invalid(
-        "request has no action: set open, acquire, campaign, proclaim, release or close",
-    )
+    Error::invalid("request has no action: set open, acquire, campaign, proclaim, release or close")
 }
