@@ -245,6 +245,10 @@ struct BenchArgs {
     /// --quick). Longer than the TTL/3 covers a whole renewal period.
     #[arg(long, value_parser = humantime::parse_duration)]
     held_window: Option<Duration>,
+    /// Hold the held-leases section's leases on sessions of this many leases each (one Session
+    /// stream per this many leases) instead of one Lease stream each.
+    #[arg(long)]
+    per_session: Option<usize>,
     /// Run only these sections (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<bench::Section>,
@@ -521,6 +525,7 @@ async fn run_bench(args: BenchArgs) -> ExitCode {
         },
         held_ttl: args.held_ttl,
         held_window: args.held_window,
+        per_session: args.per_session.filter(|&k| k > 0),
         sections: args.only,
         server_pid: args.server_pid,
         quick: args.quick,

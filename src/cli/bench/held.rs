@@ -15,8 +15,12 @@ pub(super) async fn held_section(
     window: Duration,
     progress: &Progress,
 ) -> Result<serde_json::Value, BenchError> {
+    let on = match options.per_session {
+        Some(k) => format!("{k} leases per Session stream"),
+        None => "one Lease stream each".to_owned(),
+    };
     println!(
-        "\n## Held leases (TTL {}, renewed every third of it; {LEASES_PER_CONNECTION} streams per connection)\n",
+        "\n## Held leases (TTL {}, renewed every third of it; {on}; {LEASES_PER_CONNECTION} leases per connection)\n",
         humantime::format_duration(options.held_ttl)
     );
     println!(
@@ -29,15 +33,17 @@ pub(super) async fn held_section(
     };
     let mut held_rows = Vec::new();
     for &count in &options.held {
+        // As many idle or ticking streams as the leases take: one per lease, or per session.
+        let streams = options.per_session.map_or(count, |k| count.div_ceil(k));
         // The floor first, kept open while the leases are measured, so each is measured on
         // memory the server never had before.
         let mut floor = None;
         let mut idle = None;
         if with_echo {
-            progress.say(&format!("idle echo streams: {count}"));
+            progress.say(&format!("idle echo streams: {streams}"));
             let before = options.server_pid.and_then(rss_bytes);
-            let connections = connections(options, count).await?;
-            idle = Some(echo::idle_streams(connections, count).await?);
+            let connections = connections(options, streams).await?;
+            idle = Some(echo::idle_streams(connections, streams).await?);
             let after = options.server_pid.and_then(rss_bytes);
             floor = before.zip(after).map(|(b, a)| a.saturating_sub(b));
         }
@@ -50,15 +56,15 @@ pub(super) async fn held_section(
             // The leases just let go: let the server finish releasing them first.
             progress.say("waiting for the server to go idle");
             until_idle(options.server_pid).await;
-            progress.say(&format!("echo streams ticking: {count}"));
+            progress.say(&format!("echo streams ticking: {streams}"));
             let interval = options.held_ttl / 3;
-            let connections = connections(options, count).await?;
-            let ticking = echo::ticking_streams(connections, count, interval).await?;
+            let connections = connections(options, streams).await?;
+            let ticking = echo::ticking_streams(connections, streams, interval).await?;
             ticking_cpu = cpu_share_over(options.server_pid, window).await;
             drop(ticking);
         }
         progress.clear();
-        let floor_per_stream = floor.map(|bytes| bytes as f64 / count as f64);
+        let floor_per_stream = floor.map(|bytes| bytes as f64 / streams as f64);
         let floor_cell = floor_per_stream.map_or("n/a (needs --echo)".to_owned(), |bytes| {
             format!("{bytes:.0} B")
         });
@@ -90,6 +96,8 @@ pub(super) async fn held_section(
         );
         held_rows.push(json!({
             "leases": count,
+            "per_session": options.per_session,
+            "streams": streams,
             "ttl_ms": options.held_ttl.as_millis() as u64,
             "rss_growth_bytes": held.rss_growth,
             "idle_echo_stream_rss_bytes_each": floor_per_stream,
@@ -139,7 +147,8 @@ pub(super) async fn held_leases(
     let prefix = format!("bench-held-{}", Token::random().lease_id());
     let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));
     let mut tasks = Vec::with_capacity(count);
-    for i in 0..count {
+    let one_stream_each = if options.per_session.is_some() { 0 } else { count };
+    for i in 0..one_stream_each {
         let client = clients[i / LEASES_PER_CONNECTION].clone();
         let name = format!("{prefix}-{i}");
         let opening = opening.clone();
@@ -150,7 +159,11 @@ pub(super) async fn held_leases(
         }));
     }
     let mut guards = Vec::with_capacity(count);
-    guards.extend(join_clients(tasks).await?);
+    let mut sessions = Vec::new();
+    match options.per_session {
+        None => guards.extend(join_clients(tasks).await?),
+        Some(k) => sessions = on_sessions(options, &clients, &prefix, count, k).await?,
+    }
     let rss_held = options.server_pid.and_then(rss_bytes);
     let before = script_calls(redis).await?;
     let redis_cpu_before = redis_cpu_seconds(redis).await?;
@@ -159,10 +172,15 @@ pub(super) async fn held_leases(
     let cpu_after = options.server_pid.and_then(cpu_seconds);
     let redis_cpu_after = redis_cpu_seconds(redis).await?;
     let after = script_calls(redis).await?;
-    if guards.iter().any(|g| g.is_lost()) {
+    let lost_on_sessions = sessions
+        .iter()
+        .flat_map(|(_, leases)| leases)
+        .any(|lease| lease.is_lost());
+    if guards.iter().any(|g| g.is_lost()) || lost_on_sessions {
         return Err(unexpected("a held lease was lost during the measurement"));
     }
     drop(guards); // Each stream half-closes; the server releases.
+    drop(sessions); // Each session closes; the server releases its leases.
     Ok(Held {
         rss_growth: rss_before.zip(rss_held).map(|(b, h)| h.saturating_sub(b)),
         cpu_share: cpu_before
@@ -171,4 +189,47 @@ pub(super) async fn held_leases(
         redis_cpu_share: (redis_cpu_after - redis_cpu_before) / window.as_secs_f64(),
         renewals_per_second: after.saturating_sub(before) as f64 / window.as_secs_f64(),
     })
+}
+
+/// A session and the leases it holds.
+type HeldSession = (leasehold::client::Session, Vec<leasehold::client::SessionLease>);
+
+/// Holds `count` leases on distinct names, `per_session` on each session, the sessions spread
+/// over `clients` as the leases would be ([`LEASES_PER_CONNECTION`] leases per connection).
+async fn on_sessions(
+    options: &BenchOptions,
+    clients: &[Client],
+    prefix: &str,
+    count: usize,
+    per_session: usize,
+) -> Result<Vec<HeldSession>, BenchError> {
+    let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));
+    let mut tasks = Vec::new();
+    for first in (0..count).step_by(per_session) {
+        let client = clients[first / LEASES_PER_CONNECTION].clone();
+        let names: Vec<String> = (first..(first + per_session).min(count))
+            .map(|i| format!("{prefix}-{i}"))
+            .collect();
+        let (opening, ttl) = (opening.clone(), options.held_ttl);
+        tasks.push(tokio::spawn(async move {
+            let session = client.session().ttl(ttl).open().await?;
+            let mut leases = Vec::with_capacity(names.len());
+            {
+                let mut taking = futures_util::stream::FuturesUnordered::new();
+                for name in names {
+                    let (session, opening) = (&session, opening.clone());
+                    taking.push(async move {
+                        let _turn = opening.acquire().await;
+                        session.lock(name).acquire().await
+                    });
+                }
+                use futures_util::StreamExt;
+                while let Some(lease) = taking.next().await {
+                    leases.push(lease?);
+                }
+            }
+            Ok::<_, ClientError>((session, leases))
+        }));
+    }
+    join_clients(tasks).await
 }

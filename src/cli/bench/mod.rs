@@ -59,6 +59,8 @@ pub struct BenchOptions {
     pub held_ttl: Duration,
     /// How long to measure them once held (`None`: the section's usual window).
     pub held_window: Option<Duration>,
+    /// Hold them on sessions of this many leases each (`None`: one Lease stream each).
+    pub per_session: Option<usize>,
     /// The server's process id, to read its memory (RSS) from /proc; optional.
     pub server_pid: Option<u32>,
     /// Sections to run; empty for all.
