@@ -451,7 +451,7 @@ async fn conformance_session_lease_lost_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_session_campaign() {
-    let (_redis, _server, client, _direct) = start().await;
+    let (_redis, _server, client, direct) = start().await;
     let first = client.session().open().await.unwrap();
     let leader = first.campaign("e", b"one".to_vec()).await.unwrap();
     assert!(leader.term() > 0);
@@ -460,6 +460,7 @@ async fn conformance_session_campaign() {
         let leader = second.campaign("e", b"two".to_vec()).await;
         (second, leader)
     });
+    wait_for_line(&direct, "leasehold:election:{e}:line", 1).await;
     let now = client.leader("e").await.unwrap().expect("a leader");
     assert_eq!(now.value, b"one");
     assert!(

@@ -27,5 +27,6 @@ mod redlock;
 mod scripts_model;
 mod semaphore;
 mod sentinel;
+mod session;
 mod unary;
 mod waiting;

@@ -651,11 +651,11 @@ impl Session {
         renewals.stop();
         // Waits end with their futures: a lease in flight is let go on drop.
         self.waits = FuturesUnordered::new();
-        let members: Vec<Box<Member>> = self
+        let members: Vec<Member> = self
             .leases
             .drain()
             .filter_map(|(_, slot)| match slot {
-                Slot::Held(member) => Some(member),
+                Slot::Held(member) => Some(*member),
                 Slot::Waiting { .. } => None,
             })
             .collect();
@@ -740,7 +740,7 @@ impl Session {
 }
 
 /// Keeps every lease for the client to resume the session elsewhere.
-async fn keep_all(members: Vec<Box<Member>>, terms: &Terms) {
+async fn keep_all(members: Vec<Member>, terms: &Terms) {
     join_all(members.into_iter().map(|mut member| async move {
         member.kind.keep(terms.keep(), member.attachment).await;
     }))
@@ -748,7 +748,7 @@ async fn keep_all(members: Vec<Box<Member>>, terms: &Terms) {
 }
 
 /// Releases every lease at once; how many were still held.
-async fn release_all(members: Vec<Box<Member>>) -> u32 {
+async fn release_all(members: Vec<Member>) -> u32 {
     let released = join_all(members.into_iter().map(|mut member| async move {
         // On an error the lease, dropped armed, is released in the background.
         member.kind.release().await.unwrap_or(false)

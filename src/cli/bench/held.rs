@@ -147,7 +147,11 @@ pub(super) async fn held_leases(
     let prefix = format!("bench-held-{}", Token::random().lease_id());
     let opening = std::sync::Arc::new(tokio::sync::Semaphore::new(OPENING_IN_FLIGHT));
     let mut tasks = Vec::with_capacity(count);
-    let one_stream_each = if options.per_session.is_some() { 0 } else { count };
+    let one_stream_each = if options.per_session.is_some() {
+        0
+    } else {
+        count
+    };
     for i in 0..one_stream_each {
         let client = clients[i / LEASES_PER_CONNECTION].clone();
         let name = format!("{prefix}-{i}");
@@ -192,7 +196,10 @@ pub(super) async fn held_leases(
 }
 
 /// A session and the leases it holds.
-type HeldSession = (leasehold::client::Session, Vec<leasehold::client::SessionLease>);
+type HeldSession = (
+    leasehold::client::Session,
+    Vec<leasehold::client::SessionLease>,
+);
 
 /// Holds `count` leases on distinct names, `per_session` on each session, the sessions spread
 /// over `clients` as the leases would be ([`LEASES_PER_CONNECTION`] leases per connection).

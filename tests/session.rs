@@ -1,0 +1,351 @@
+//! The `Session` stream: many leases on one stream, confirmed together, each lost or failed
+//! alone, all let go together (the conformance file has what every client must do with it).
+
+use crate::support;
+
+use std::time::Duration;
+
+use fred::prelude::KeysInterface;
+use leasehold::client::{Client, Refusal};
+use leasehold::pb::session_request::Action;
+use leasehold::pb::session_response::Event;
+use leasehold::pb::session_service_client::SessionServiceClient;
+use leasehold::pb::{self, SessionRequest, SessionResponse};
+use support::*;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Code, Status, Streaming};
+
+/// A session seen from the wire.
+struct Raw {
+    requests: mpsc::UnboundedSender<SessionRequest>,
+    events: Streaming<SessionResponse>,
+}
+
+impl Raw {
+    async fn open(url: &str, ttl_ms: u32, resume_grace_ms: u32) -> Self {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let (requests, outbox) = mpsc::unbounded_channel();
+        let raw = |action| SessionRequest {
+            action: Some(action),
+        };
+        requests
+            .send(raw(Action::Open(pb::SessionOpen {
+                ttl_ms,
+                resume_grace_ms,
+                holder: "raw session".into(),
+            })))
+            .unwrap();
+        let events = SessionServiceClient::new(channel)
+            .session(UnboundedReceiverStream::new(outbox))
+            .await
+            .unwrap()
+            .into_inner();
+        Raw { requests, events }
+    }
+
+    fn send(&self, action: Action) {
+        self.requests
+            .send(SessionRequest {
+                action: Some(action),
+            })
+            .unwrap();
+    }
+
+    fn acquire(&self, id: u64, name: &str, wait_ms: u32) {
+        self.send(Action::Acquire(pb::SessionAcquire {
+            id,
+            name: name.into(),
+            wait_ms,
+            ..Default::default()
+        }));
+    }
+
+    /// The next message, confirmations included.
+    async fn next(&mut self) -> Result<Option<Event>, Status> {
+        let message = within(EVENT_TIMEOUT, "a session message", self.events.message()).await;
+        Ok(message?.and_then(|response| response.event))
+    }
+
+    /// The next message about a lease (or the session's end), confirmations skipped.
+    async fn next_about(&mut self) -> Result<Option<Event>, Status> {
+        loop {
+            match self.next().await? {
+                Some(Event::KeptAlive(_)) => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    async fn acquired(&mut self, id: u64) -> pb::SessionAcquired {
+        match self.next_about().await {
+            Ok(Some(Event::Acquired(acquired))) if acquired.id == id => acquired,
+            other => panic!("expected acquired {id}, got {other:?}"),
+        }
+    }
+}
+
+/// The refusal a `failed` carries, as a client reads it from its status details.
+fn refusal_of(failed: &pb::SessionFailed) -> Refusal {
+    let status = Status::with_details(
+        Code::from(failed.code),
+        failed.message.clone(),
+        failed.status.clone().into(),
+    );
+    Refusal::of(&status).expect("the failure carries its details")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_leases_are_confirmed_by_one_message_per_renewal_period() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let ttl = Duration::from_millis(300);
+    let mut session = Raw::open(&server.url(), 300, 0).await;
+    const LEASES: u64 = 50;
+    for id in 0..LEASES {
+        session.acquire(id, &format!("lock-{id}"), 0);
+    }
+    let mut tokens = std::collections::HashMap::new();
+    while tokens.len() < LEASES as usize {
+        match session.next_about().await {
+            Ok(Some(Event::Acquired(acquired))) => {
+                tokens.insert(acquired.id, acquired.token);
+            }
+            other => panic!("expected acquired, got {other:?}"),
+        }
+    }
+    // Four TTLs: twelve renewal periods. Nothing but the session's confirmations arrives, one
+    // per period, not one per lease.
+    let until = Instant::now() + 4 * ttl;
+    let mut confirmations = 0;
+    while Instant::now() < until {
+        match tokio::time::timeout_at(until, session.next()).await {
+            Err(_) => break,
+            Ok(Ok(Some(Event::KeptAlive(kept)))) => {
+                assert!(kept.valid_for_ms > 0 && kept.valid_for_ms < 300, "{kept:?}");
+                confirmations += 1;
+            }
+            Ok(other) => panic!("expected only kept_alive, got {other:?}"),
+        }
+    }
+    assert!(
+        (6..=16).contains(&confirmations),
+        "{confirmations} confirmations in 4 TTLs"
+    );
+    // Still held, four TTLs after they were taken.
+    for (id, token) in &tokens {
+        let key = lock_key(&format!("lock-{id}"));
+        assert_eq!(get(&direct, &key).await.as_ref(), Some(token), "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_or_refused_lease_fails_alone_and_a_reused_id_ends_the_session() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let mut session = Raw::open(&server.url(), 5_000, 0).await;
+    session.acquire(1, "a", 0);
+    let held = session.acquired(1).await;
+    session.acquire(2, "", 0);
+    match session.next_about().await {
+        Ok(Some(Event::Failed(failed))) if failed.id == 2 => {
+            assert_eq!(Code::from(failed.code), Code::InvalidArgument);
+            assert!(failed.message.contains("lock name is empty"), "{failed:?}");
+            assert_eq!(refusal_of(&failed).reason, "INVALID_REQUEST");
+        }
+        other => panic!("expected failed 2, got {other:?}"),
+    }
+    // Its own lock, asked for again under another id: refused like anyone's, naming the holder.
+    session.acquire(3, "a", 0);
+    match session.next_about().await {
+        Ok(Some(Event::Failed(failed))) if failed.id == 3 => {
+            assert_eq!(Code::from(failed.code), Code::Aborted);
+            let refusal = refusal_of(&failed);
+            assert_eq!(refusal.reason, "LOCK_HELD");
+            assert_eq!(refusal.holder.as_deref(), Some("raw session"));
+        }
+        other => panic!("expected failed 3, got {other:?}"),
+    }
+    assert_eq!(get(&direct, &lock_key("a")).await, Some(held.token.clone()));
+    // An id still in use: the session ends, and with it the lease it held.
+    session.acquire(1, "b", 0);
+    match session.next_about().await {
+        Err(status) => {
+            assert_eq!(status.code(), Code::InvalidArgument);
+            assert!(status.message().contains("already in use"), "{status:?}");
+        }
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    }
+    within(EVENT_TIMEOUT, "the lock released", async {
+        while get(&direct, &lock_key("a")).await.is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_waiting_lease_gives_up_its_place_in_line() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let holder = client.lease("a").acquire().await.unwrap();
+    let mut session = Raw::open(&server.url(), 5_000, 0).await;
+    session.acquire(1, "a", 60_000);
+    match session.next_about().await {
+        Ok(Some(Event::Waiting(waiting))) => assert_eq!((waiting.id, waiting.position), (1, 1)),
+        other => panic!("expected waiting, got {other:?}"),
+    }
+    session.send(Action::Release(pb::SessionRelease { id: 1 }));
+    match session.next_about().await {
+        Ok(Some(Event::Released(released))) => {
+            assert_eq!((released.id, released.was_held), (1, false))
+        }
+        other => panic!("expected released, got {other:?}"),
+    }
+    wait_for_line(&direct, "leasehold:{a}:line", 0).await;
+    assert!(holder.release().await.unwrap());
+    // Nobody in line: a caller that does not wait gets it.
+    let next = client.lease("a").acquire().await.unwrap();
+    assert!(next.release().await.unwrap());
+    // The session goes on: the id is free again.
+    session.acquire(1, "c", 0);
+    session.acquired(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_loses_every_lease_of_the_session_by_the_clients_clock() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let session = client
+        .session()
+        .ttl(ttl)
+        .resume_grace(Duration::ZERO)
+        .open()
+        .await
+        .unwrap();
+    let leases = [
+        session.lock("a").acquire().await.unwrap(),
+        session.lock("b").acquire().await.unwrap(),
+        session.lock("c").limit(3).acquire().await.unwrap(),
+    ];
+    signal(server.pid(), "STOP");
+    let frozen_at = Instant::now();
+    for lease in &leases {
+        let reason = within(EVENT_TIMEOUT, "lost()", lease.lost()).await;
+        assert!(reason.contains("server silent"), "{reason}");
+    }
+    let after = frozen_at.elapsed();
+    signal(server.pid(), "CONT");
+    assert!(after <= ttl, "lost() fired {after:?} after the freeze");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopping_releases_a_session_without_grace_and_keeps_one_with() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    for grace_ms in [0, 5_000] {
+        let server = TestServer::start(&redis).await;
+        let mut session = Raw::open(&server.url(), 5_000, grace_ms).await;
+        session.acquire(1, "a", 0);
+        session.acquire(2, "b", 0);
+        let (a, b) = (session.acquired(1).await, session.acquired(2).await);
+        let stopping = tokio::spawn(server.stop());
+        let end = session.next_about().await;
+        stopping.await.unwrap();
+        if grace_ms == 0 {
+            match end {
+                Ok(Some(Event::Lost(lost))) => {
+                    assert!(lost.reason.contains("shutting down"), "{lost:?}")
+                }
+                other => panic!("expected lost, got {other:?}"),
+            }
+            assert_eq!(get(&direct, &lock_key("a")).await, None);
+            assert_eq!(get(&direct, &lock_key("b")).await, None);
+        } else {
+            match end {
+                Err(status) => {
+                    assert_eq!(status.code(), Code::Unavailable);
+                    assert_eq!(Refusal::of(&status).unwrap().reason, "HANDED_OVER");
+                }
+                other => panic!("expected UNAVAILABLE, got {other:?}"),
+            }
+            assert_eq!(get(&direct, &lock_key("a")).await, Some(a.token));
+            assert_eq!(get(&direct, &lock_key("b")).await, Some(b.token));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_leases_count_against_its_connections_limit() {
+    let redis = RedisServer::start();
+    let config = leasehold::server::ServerConfig {
+        max_leases_per_connection: 3,
+        ..fast_keepalive()
+    };
+    let server = TestServer::start_with(&redis, "leasehold:", config).await;
+    // The stream takes one slot, each lease one more.
+    let mut session = Raw::open(&server.url(), 5_000, 0).await;
+    session.acquire(1, "a", 0);
+    session.acquire(2, "b", 0);
+    session.acquired(1).await;
+    session.acquired(2).await;
+    session.acquire(3, "c", 0);
+    match session.next_about().await {
+        Ok(Some(Event::Failed(failed))) if failed.id == 3 => {
+            assert_eq!(Code::from(failed.code), Code::ResourceExhausted);
+            assert_eq!(refusal_of(&failed).reason, "CONNECTION_LEASE_LIMIT");
+        }
+        other => panic!("expected failed 3, got {other:?}"),
+    }
+    // Released, a lease frees its slot.
+    session.send(Action::Release(pb::SessionRelease { id: 1 }));
+    match session.next_about().await {
+        Ok(Some(Event::Released(released))) => assert!(released.was_held),
+        other => panic!("expected released, got {other:?}"),
+    }
+    session.acquire(3, "c", 0);
+    session.acquired(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_on_a_session_proclaims_and_its_loss_ends_it_alone() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let session = client
+        .session()
+        .ttl(Duration::from_millis(300))
+        .open()
+        .await
+        .unwrap();
+    let lock = session.lock("a").acquire().await.unwrap();
+    let leader = session.campaign("e", b"one".to_vec()).await.unwrap();
+    leader.proclaim(b"two".to_vec()).await.unwrap();
+    let now = client.leader("e").await.unwrap().expect("a leader");
+    assert_eq!(
+        (now.term, now.value.as_slice()),
+        (leader.term(), &b"two"[..])
+    );
+    // The election's lease key deleted: the leadership alone is lost.
+    let deleted: i64 = direct.del("leasehold:election:{e}:lock").await.unwrap();
+    assert_eq!(deleted, 1);
+    let reason = within(EVENT_TIMEOUT, "leader.lost()", leader.lost()).await;
+    assert!(reason.contains("deleted or taken"), "{reason}");
+    assert!(!lock.is_lost());
+    assert_eq!(
+        get(&direct, &lock_key("a")).await.as_deref(),
+        Some(lock.token())
+    );
+}
