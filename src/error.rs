@@ -378,6 +378,7 @@ mod tests {
             Error::TooManyLeasesOnServer { limit: 1 },
             Error::MessageTooLarge { size: 9, limit: 8 },
             Error::PermissionDenied("no grant".into()),
+            Error::TooManyOnSession { limit: 10_000 },
             Error::ShuttingDown,
             Error::HandedOver {
                 held: "lease",
