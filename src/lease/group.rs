@@ -124,3 +124,86 @@ impl std::fmt::Debug for RenewalGroup {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use tokio::sync::Notify;
+
+    /// A lease whose renewal answers as told, once let through.
+    struct Answering {
+        answer: fn() -> Result<bool>,
+        gate: Option<Arc<Notify>>,
+    }
+
+    impl Renewable for Answering {
+        fn renew(self: Arc<Self>, _: Duration) -> BoxFuture<'static, Result<bool>> {
+            Box::pin(async move {
+                if let Some(gate) = &self.gate {
+                    gate.notified().await;
+                }
+                (self.answer)()
+            })
+        }
+
+        fn not_held(&self) {}
+    }
+
+    fn lease(answer: fn() -> Result<bool>) -> Arc<dyn Renewable> {
+        Arc::new(Answering { answer, gate: None })
+    }
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    #[tokio::test]
+    async fn a_member_not_held_leaves_alone_and_the_rest_are_renewed() {
+        let (group, mut lost) = RenewalGroup::new();
+        let now = Instant::now();
+        let early = now + Duration::from_millis(100);
+        group.join(1, lease(|| Ok(true)), early);
+        group.join(2, lease(|| Ok(false)), early);
+        assert!(group.clone().renew(TTL).await.unwrap());
+        assert_eq!(lost.try_recv().unwrap(), 2);
+        assert!(lost.try_recv().is_err());
+        // Member 1 is vouched for from this round, a TTL less its drift.
+        let valid_for = group.valid_for(now).unwrap();
+        assert!(valid_for > Duration::from_secs(2), "{valid_for:?}");
+        group.leave(1);
+        assert_eq!(group.valid_for(now), None);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_answer_fails_the_round_but_not_the_answered_members() {
+        let (group, mut lost) = RenewalGroup::new();
+        let now = Instant::now();
+        group.join(1, lease(|| Ok(true)), now);
+        group.join(2, lease(|| Err(Error::invalid("no answer"))), now);
+        assert!(group.clone().renew(TTL).await.is_err());
+        assert!(lost.try_recv().is_err(), "nobody is lost for want of an answer");
+        // The group vouches for its earliest member: 2 was not renewed.
+        assert_eq!(group.valid_for(now), Some(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn a_member_that_joined_during_a_round_keeps_its_own_validity() {
+        let (group, _lost) = RenewalGroup::new();
+        let gate = Arc::new(Notify::new());
+        let slow: Arc<dyn Renewable> = Arc::new(Answering {
+            answer: || Ok(true),
+            gate: Some(gate.clone()),
+        });
+        let start = Instant::now();
+        group.join(1, slow, start);
+        let round = tokio::spawn(group.clone().renew(TTL));
+        tokio::task::yield_now().await;
+        // Acquired while the round is in flight: the round does not cover it.
+        let own = start + Duration::from_millis(500);
+        group.join(2, lease(|| Ok(true)), own);
+        // Replaced under a key the round holds: the old answer is not the new lease's.
+        group.join(1, lease(|| Ok(true)), own);
+        gate.notify_one();
+        assert!(round.await.unwrap().unwrap());
+        assert_eq!(group.valid_for(start), Some(Duration::from_millis(500)));
+    }
+}
