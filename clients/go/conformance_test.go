@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
 
 const lockKey = "leasehold:{job}:lock"
@@ -412,4 +414,254 @@ func TestConformance_lists_held_locks(t *testing.T) {
 	if held := find(); held != nil {
 		t.Fatalf("still listed after release: %+v", held)
 	}
+}
+
+// vouched is a lease or leadership with a validity: *Lease, *SessionLease, *SessionLeader.
+type vouched interface {
+	ValidUntil() time.Time
+	Lost() <-chan struct{}
+	LostReason() string
+}
+
+// vouchedAfter waits until h is vouched for beyond `before` (an acquired or a renewal confirmed
+// since), failing if it is lost meanwhile.
+func vouchedAfter(t *testing.T, h vouched, before time.Time) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !h.ValidUntil().After(before) {
+		select {
+		case <-h.Lost():
+			t.Fatalf("lost: %s", h.LostReason())
+		case <-deadline:
+			t.Fatal("never confirmed again")
+		case <-tick.C:
+		}
+	}
+}
+
+// notLost fails if h was lost.
+func notLost(t *testing.T, h vouched) {
+	t.Helper()
+	select {
+	case <-h.Lost():
+		t.Fatalf("lost: %s", h.LostReason())
+	default:
+	}
+}
+
+// newSession is NewSession, closed at cleanup.
+func newSession(t *testing.T, conn *grpc.ClientConn, opts SessionOptions) *Session {
+	t.Helper()
+	session, err := NewSession(context.Background(), conn, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { session.Close() })
+	return session
+}
+
+func TestConformance_session_holds_many(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	session := newSession(t, conn, SessionOptions{TTL: 5 * time.Second, Holder: "session-a"})
+	a, err := session.Acquire(ctx, "a", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := session.Acquire(ctx, "b", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := session.Acquire(ctx, "pool", LockOptions{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lockToken(port, "leasehold:{a}:lock") != a.Token || lockToken(port, "leasehold:{b}:lock") != b.Token {
+		t.Fatal("a lock key does not hold its lease's token")
+	}
+	if redisCli(port, "ZSCORE", "leasehold:{pool}:lock:holders", permit.Token) == "" {
+		t.Fatal("the semaphore's holders lack the permit's token")
+	}
+	for _, name := range []string{"a", "b"} {
+		_, err := Acquire(ctx, conn, name, Options{})
+		if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "session-a") {
+			t.Fatalf("another client's acquire of %s: %v", name, err)
+		}
+	}
+	if held, err := a.Release(); err != nil || !held {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	next, err := Acquire(ctx, conn, "a", Options{})
+	if err != nil {
+		t.Fatalf("a after its release: %v", err)
+	}
+	if next.FencingToken <= a.FencingToken {
+		t.Fatalf("a new holder of a got fencing token %d after %d", next.FencingToken, a.FencingToken)
+	}
+	next.Release()
+	if _, err := Acquire(ctx, conn, "b", Options{}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("b after a's release: %v", err)
+	}
+	if lockToken(port, "leasehold:{b}:lock") != b.Token ||
+		redisCli(port, "ZSCORE", "leasehold:{pool}:lock:holders", permit.Token) == "" {
+		t.Fatal("b or the permit was let go with a")
+	}
+	notLost(t, b)
+	notLost(t, permit)
+	if err := session.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, key := range []string{"leasehold:{b}:lock", "leasehold:{pool}:lock:holders"} {
+		if got := redisCli(port, "EXISTS", key); got != "0" {
+			t.Fatalf("%s still there after close", key)
+		}
+	}
+	select {
+	case <-session.Done():
+	default:
+		t.Fatal("Done() still open after Close")
+	}
+	notLost(t, b)
+	if _, err := session.Acquire(ctx, "c", LockOptions{}); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("an acquire after close: %v", err)
+	}
+}
+
+func TestConformance_session_lease_lost_alone(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	session := newSession(t, conn, SessionOptions{TTL: 600 * time.Millisecond})
+	a, err := session.Acquire(ctx, "a", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := session.Acquire(ctx, "b", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisCli(port, "DEL", "leasehold:{a}:lock")
+	select {
+	case <-a.Lost():
+		if !strings.Contains(a.LostReason(), "deleted or taken") {
+			t.Fatalf("reason: %s", a.LostReason())
+		}
+	case <-b.Lost():
+		t.Fatalf("b lost: %s", b.LostReason())
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's Lost() never closed")
+	}
+	vouchedAfter(t, b, b.ValidUntil())
+	if got := lockToken(port, "leasehold:{b}:lock"); got != b.Token {
+		t.Fatalf("b's key holds %q after the session was confirmed again", got)
+	}
+	notLost(t, b)
+	select {
+	case <-session.Lost():
+		t.Fatalf("the session was lost: %s", session.LostReason())
+	default:
+	}
+	if held, err := a.Release(); held || err != nil {
+		t.Fatalf("release of a lost lease: %v %v", held, err)
+	}
+	if held, err := b.Release(); !held || err != nil {
+		t.Fatalf("release of b: %v %v", held, err)
+	}
+}
+
+func TestConformance_session_campaign(t *testing.T) {
+	conn, port := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := newSession(t, conn, SessionOptions{TTL: 2 * time.Second})
+	second := newSession(t, conn, SessionOptions{TTL: 2 * time.Second})
+	leaderA, err := first.Campaign(ctx, "vote", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaderA.Term == 0 {
+		t.Fatal("a leader with term 0")
+	}
+	elected := make(chan *SessionLeader, 1)
+	failed := make(chan error, 1)
+	go func() {
+		leader, err := second.Campaign(ctx, "vote", []byte("b"))
+		if err != nil {
+			failed <- err
+			return
+		}
+		elected <- leader
+	}()
+	waitForLine(t, port, "leasehold:election:{vote}:line", "1")
+	select {
+	case <-elected:
+		t.Fatal("the second session leads beside the first")
+	case err := <-failed:
+		t.Fatal(err)
+	default:
+	}
+	if err := first.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case leaderB := <-elected:
+		if leaderB.Term <= leaderA.Term {
+			t.Fatalf("term %d after %d", leaderB.Term, leaderA.Term)
+		}
+		leader, err := CurrentLeader(ctx, conn, "vote")
+		if err != nil || leader == nil || leader.Term != leaderB.Term || string(leader.Value) != "b" {
+			t.Fatalf("leader: %+v %v", leader, err)
+		}
+	case err := <-failed:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("the second session never led")
+	}
+}
+
+func TestConformance_session_survives_server_crash(t *testing.T) {
+	r := startReplicas(t, 3)
+	ctx := context.Background()
+	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 2 * time.Second})
+	a, err := session.Acquire(ctx, "a", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := session.Acquire(ctx, "b", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validA, validB := a.ValidUntil(), b.ValidUntil()
+	r.stop(0, syscall.SIGKILL) // the one the session is on: the first address
+	vouchedAfter(t, a, validA)
+	vouchedAfter(t, b, validB)
+	for _, lease := range []*SessionLease{a, b} {
+		key := "leasehold:{" + lease.Name + "}:lock"
+		if got := lockToken(r.redisPort, key); got != lease.Token {
+			t.Fatalf("%s holds %q, not the lease's token", key, got)
+		}
+		described, err := pb.NewLockServiceClient(r.conns[2]).Describe(ctx, &pb.DescribeRequest{Name: lease.Name})
+		if err != nil || !described.Held || described.FencingToken != lease.FencingToken {
+			t.Fatalf("%s described as %v (%v), want fencing token %d", lease.Name, described, err, lease.FencingToken)
+		}
+	}
+	c, err := session.Acquire(ctx, "c", LockOptions{})
+	if err != nil {
+		t.Fatalf("a new lock after the crash: %v", err)
+	}
+	if got := lockToken(r.redisPort, "leasehold:{c}:lock"); got != c.Token {
+		t.Fatalf("c's key holds %q", got)
+	}
+	notLost(t, a)
+	notLost(t, b)
+	if err := session.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if got := redisCli(r.redisPort, "EXISTS", "leasehold:{"+name+"}:lock"); got != "0" {
+			t.Fatalf("%s still held after close", name)
+		}
+	}
+	notLost(t, a)
 }

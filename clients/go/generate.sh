@@ -21,7 +21,7 @@ mkdir -p "$bin"
 GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$bin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 mapping=""
-for proto in lock election; do
+for proto in lock election session; do
   mapping="$mapping,Mleasehold/v1/$proto.proto=$module/leaseholdpb"
 done
 mapping=${mapping#,}
@@ -31,6 +31,7 @@ trap 'rm -rf "$scratch"' EXIT
 PATH="$bin:$PATH" protoc -I "$root/proto" \
   --go_out="$scratch" --go_opt="module=$module,$mapping" \
   --go-grpc_out="$scratch" --go-grpc_opt="module=$module,$mapping" \
-  "$root/proto/leasehold/v1/lock.proto" "$root/proto/leasehold/v1/election.proto"
+  "$root/proto/leasehold/v1/lock.proto" "$root/proto/leasehold/v1/election.proto" \
+  "$root/proto/leasehold/v1/session.proto"
 mkdir -p "$out"
 cp "$scratch"/leaseholdpb/*.pb.go "$out"/

@@ -1,4 +1,5 @@
-// Package leasehold holds Leasehold locks from Go, over the Lease stream.
+// Package leasehold holds Leasehold locks from Go, over the Lease stream, or many of them on one
+// Session stream.
 //
 //	conn, _ := leasehold.Dial("10.0.0.1:50051,10.0.0.2:50051", leasehold.DialOptions{})
 //	lease, err := leasehold.Acquire(ctx, conn, "nightly-report", leasehold.Options{TTL: 10 * time.Second})
@@ -16,6 +17,21 @@
 // Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
 // cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
 // out by this process's clock.
+//
+// A process that holds many locks (one per shard, per customer, per job) holds them on one
+// Session instead, as etcd's concurrency package hangs mutexes and elections on one session:
+// one stream, renewed and confirmed as one, resumed as one when its server goes away.
+//
+//	session, _ := leasehold.NewSession(ctx, conn, leasehold.SessionOptions{TTL: 10 * time.Second})
+//	defer session.Close() // releases every lease still held on it
+//	lease, err := session.Acquire(ctx, "shard-7", leasehold.LockOptions{Wait: time.Second})
+//	if err != nil { ... } // the errors Acquire gives: ErrNotAcquired, *Refusal
+//	defer lease.Release()
+//	select {
+//	case <-lease.Lost(): // this lease alone (lease.LostReason()); session.Lost() for all of them
+//	case <-work(lease.FencingToken):
+//	}
+//	leader, err := session.Campaign(ctx, "scheduler", []byte("host-a")) // waits until it leads
 //
 // An error the server answers with its details is a *Refusal: the reason (LOCK_HELD,
 // WAIT_EXPIRED, ...), the holder, when to retry and the other named values, as fields
