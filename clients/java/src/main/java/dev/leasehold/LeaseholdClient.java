@@ -180,6 +180,24 @@ public final class LeaseholdClient implements AutoCloseable {
     }
   }
 
+  /**
+   * Opens a session with the default options ({@link SessionOptions}): many leases on one stream,
+   * renewed and confirmed together. Returns at once; close it to release every lease on it.
+   */
+  public Session session() {
+    return session(new SessionOptions());
+  }
+
+  /**
+   * Opens a session as {@code options} say: many leases on one stream, sharing its TTL and resume
+   * grace, renewed and confirmed together. Returns at once (a refused {@code open} fails the
+   * session's first calls, and {@link Session#lost()} says why); close it to release every lease
+   * on it.
+   */
+  public Session session(SessionOptions options) {
+    return new Session(channel, clock, options);
+  }
+
   /** Starts building a lease on lock {@code name}. */
   public LeaseBuilder lease(String name) {
     return new LeaseBuilder(name);

@@ -300,6 +300,151 @@ class ConformanceTest {
     }
   }
 
+  @Test
+  void conformance_session_holds_many() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        LeaseholdClient other = LeaseholdClient.connect(servers.target);
+        Session session = client.session(new SessionOptions().ttl(Duration.ofSeconds(5)))) {
+      SessionLease a = session.acquire("a");
+      SessionLease b = session.acquire("b");
+      SessionLease permit = session.acquire("pool", new Session.AcquireOptions().limit(2));
+      List<String> lost = new CopyOnWriteArrayList<>();
+      for (SessionLease lease : List.of(a, b, permit)) {
+        lease.lost().thenAccept(reason -> lost.add(lease.name() + ": " + reason));
+      }
+      assertEquals(a.token(), servers.lockToken(lockKey("a")));
+      assertEquals(b.token(), servers.lockToken(lockKey("b")));
+      assertPermitHeld(servers, "pool", permit.token());
+      for (String name : List.of("a", "b")) {
+        assertThrows(NotAcquiredException.class,
+            () -> other.lease(name).autoResume(false).acquire(), "another client's " + name);
+      }
+
+      assertTrue(a.release());
+      try (Lease next = other.lease("a").autoResume(false).acquire()) {
+        assertTrue(next.fencingToken() > a.fencingToken(),
+            next.fencingToken() + " after " + a.fencingToken());
+      }
+      assertEquals(b.token(), servers.lockToken(lockKey("b")));
+      assertPermitHeld(servers, "pool", permit.token());
+      assertThrows(NotAcquiredException.class,
+          () -> other.lease("b").autoResume(false).acquire(), "another client's b");
+      assertEquals(List.of(), lost);
+
+      session.close();
+      assertEquals("0", servers.redisCli("EXISTS", lockKey("b")));
+      assertEquals("", servers.redisCli("ZSCORE", lockKey("pool") + ":holders", permit.token()));
+      try (Lease next = other.lease("b").autoResume(false).acquire()) {
+        assertTrue(next.fencingToken() > b.fencingToken());
+      }
+      assertEquals(List.of(), lost);
+      assertFalse(session.isLost());
+    }
+  }
+
+  @Test
+  void conformance_session_lease_lost_alone() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Session session = client.session(new SessionOptions().ttl(Duration.ofMillis(600)))) {
+      SessionLease a = session.acquire("a");
+      SessionLease b = session.acquire("b");
+      List<String> bLost = new CopyOnWriteArrayList<>();
+      b.lost().thenAccept(bLost::add);
+      servers.redisCli("DEL", lockKey("a"));
+      String reason = a.lost().get(10, TimeUnit.SECONDS);
+      assertTrue(reason.contains("deleted or taken"), reason);
+      assertEquals(Optional.of(reason), a.lostReason());
+      int confirmed = session.keptAlives();
+      awaitTrue(() -> session.keptAlives() > confirmed, "the server confirms the session again");
+      assertEquals(b.token(), servers.lockToken(lockKey("b")));
+      assertFalse(b.isLost(), () -> "b lost: " + b.lostReason());
+      assertFalse(session.isLost());
+      assertEquals(List.of(), bLost);
+      assertTrue(b.release());
+      assertEquals(List.of(), bLost);
+    }
+  }
+
+  @Test
+  void conformance_session_campaign() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Session first = client.session(new SessionOptions().ttl(Duration.ofSeconds(2)));
+        Session second = client.session(new SessionOptions().ttl(Duration.ofSeconds(2)))) {
+      SessionCandidate a = first.campaign("vote", "a".getBytes());
+      long termA = a.awaitElected(Duration.ofSeconds(10));
+      assertTrue(termA > 0, "term " + termA);
+      assertEquals(Optional.of(new Leader(termA, "a".getBytes())), client.leader("vote"));
+      SessionCandidate b = second.campaign("vote", "b".getBytes());
+      servers.waitForLine("leasehold:election:{vote}:line", 1);
+      assertFalse(b.elected().isDone(), "the second candidate leads beside the first");
+      first.close();
+      long termB = b.awaitElected(Duration.ofSeconds(10));
+      assertTrue(termB > termA, termB + " after " + termA);
+      assertEquals(Optional.of(new Leader(termB, "b".getBytes())), client.leader("vote"));
+      assertFalse(a.isLost(), () -> "a lost: " + a.lostReason());
+      assertFalse(b.isLost(), () -> "b lost: " + b.lostReason());
+    }
+  }
+
+  @Test
+  void conformance_session_survives_server_crash() throws Exception {
+    try (Servers servers = new Servers(3);
+        LeaseholdClient client = LeaseholdClient.connect(servers.targets());
+        Session session = client.session(new SessionOptions().ttl(Duration.ofSeconds(3)))) {
+      SessionLease a = session.acquire("a");
+      SessionLease b = session.acquire("b");
+      List<String> lost = new CopyOnWriteArrayList<>();
+      session.lost().thenAccept(reason -> lost.add("session: " + reason));
+      for (SessionLease lease : List.of(a, b)) {
+        lease.lost().thenAccept(reason -> lost.add(lease.name() + ": " + reason));
+      }
+      String tokenA = a.token();
+      String tokenB = b.token();
+      long fencingA = a.fencingToken();
+      long fencingB = b.fencingToken();
+      servers.kill(0); // The session's server (the list's first): no goodbye.
+      awaitTrue(() -> a.resumes() >= 1 && b.resumes() >= 1 && a.attached() && b.attached(),
+          "both leases are resumed on another server");
+      assertEquals(List.of(), lost);
+      assertEquals(tokenA, a.token());
+      assertEquals(tokenB, b.token());
+      assertEquals(fencingA, a.fencingToken());
+      assertEquals(fencingB, b.fencingToken());
+      assertEquals(tokenA, servers.lockToken(lockKey("a")));
+      assertEquals(tokenB, servers.lockToken(lockKey("b")));
+      for (int i : new int[] {1, 2}) {
+        try (LeaseholdClient thief = LeaseholdClient.connect(servers.target(i))) {
+          for (String name : List.of("a", "b")) {
+            assertThrows(NotAcquiredException.class,
+                () -> thief.lease(name).autoResume(false).acquire(),
+                "a thief of " + name + " through server " + i);
+          }
+        }
+      }
+      SessionLease c = session.acquire("c");
+      assertEquals(c.token(), servers.lockToken(lockKey("c")));
+      session.close();
+      for (String name : List.of("a", "b", "c")) {
+        assertEquals("0", servers.redisCli("EXISTS", lockKey(name)), name + " still held");
+      }
+      assertEquals(List.of(), lost);
+    }
+  }
+
+  private static String lockKey(String name) {
+    return "leasehold:{" + name + "}:lock";
+  }
+
+  /** A semaphore's permit is held: its token is among the name's holders. */
+  private static void assertPermitHeld(Servers servers, String name, String token)
+      throws Exception {
+    String score = servers.redisCli("ZSCORE", lockKey(name) + ":holders", token);
+    assertFalse(score.isEmpty(), "no permit of " + name + " holds the lease's token");
+  }
+
   /**
    * The lease is held as it was: not lost, its token in the lock key, its fencing token what the
    * servers {@code up} describe, and a thief (no wait, no auto-resume) through each of them is
@@ -335,7 +480,7 @@ class ConformanceTest {
    * readings, less than a renewal period apart. After a server stopped or was killed, that proves
    * the lease is held on another.
    */
-  private static void awaitRenewed(Servers servers, String what) throws InterruptedException {
+  static void awaitRenewed(Servers servers, String what) throws InterruptedException {
     long[] last = {pttl(servers)};
     awaitTrue(() -> {
       long now = pttl(servers);
