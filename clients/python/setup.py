@@ -12,7 +12,8 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO = os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
-PROTOS = ["leasehold/v1/lock.proto", "leasehold/v1/election.proto"]
+PROTOS = ["leasehold/v1/lock.proto", "leasehold/v1/election.proto",
+          "leasehold/v1/session.proto"]
 
 
 class BuildWithStubs(build_py):

@@ -20,6 +20,18 @@ breaks (the server was stopped for a deploy, crashed, or the connection failed) 
 it back on another server, with the same token and fencing token, without telling you anything
 (``auto_resume=False`` turns that off for one lease). A leader keeps its term the same way.
 
+Many leases on one stream: ``session`` opens a session (one stream, one TTL, renewed and
+confirmed together, as etcd's ``concurrency.Session``) on which ``lock``, ``acquire`` and
+``campaign`` hold any number of locks and leaderships; leaving its block releases them all::
+
+    with session(ttl=10, holder="worker-7") as s:
+        with s.lock("shard-1") as one, s.lock("shard-2") as two:
+            ...  # each has its own fencing_token, lost and release()
+
+Each lease on it is lost alone (its own ``lost``) when its key is, and all of them when the
+session is; a broken session stream is opened again on another server and every lease taken
+back with its token, as a single lease is.
+
 Elections: ``campaign`` (a context manager: leave the block to step down), ``leader`` and
 ``observe``. ``leasehold_client.list()`` shows the locks held now. The same API for ``asyncio`` is
 in ``leasehold_client.aio``. Times are in seconds.
@@ -39,20 +51,24 @@ import random
 import socket
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 import grpc
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from leasehold.v1 import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
+from leasehold.v1 import (election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc, session_pb2,
+                          session_pb2_grpc)
 
 # `list` is left out: `from leasehold_client import *` would hide the builtin. Call it as
 # `leasehold_client.list()`.
 __all__ = [
     "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "Holder", "HeldLock",
-    "Listing", "lease", "campaign", "leader", "observe", "connect",
+    "Listing", "lease", "campaign", "leader", "observe", "connect", "Session", "SessionLease",
+    "SessionCandidate", "LeaseFailed", "session",
 ]
 
 #: Where the server is, unless told: ``LEASEHOLD_SERVER`` (as the CLI reads it) or the default.
@@ -1039,6 +1055,737 @@ def campaign(election: str, value: bytes, *, server: str = DEFAULT_SERVER, ttl: 
             yield candidate
         finally:
             candidate.resign()
+
+
+# Sessions: many leases on one Session stream (proto/leasehold/v1/session.proto).
+#
+# `_SessionCore` is what a session knows and decides, whichever concurrency model reads its
+# stream (threads here, asyncio in `aio`): its leases by id, the validity of each, what to send
+# on a new stream after a break, and what every answer of the server's means. It never blocks;
+# the model supplies the clock, events, queues, the timer and the waiting (`_now`, `_new_event`,
+# `_new_queue`, `_notify`, `_schedule`, `_abort`), and holds its lock (threads) around every call.
+
+_WAITING, _HELD, _OVER = "waiting", "held", "over"
+_CLOSE = session_pb2.SessionRequest(close=session_pb2.SessionClose())
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class LeaseFailed(grpc.RpcError):
+    """A lease on a session could not be had, with the status a Lease stream would have ended
+    with (``failed`` on the session: INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND,
+    RESOURCE_EXHAUSTED, UNAVAILABLE...). It answers ``code()``, ``details()`` and
+    ``trailing_metadata()`` as a failed call does, so it is read as one (ABORTED, a refusal, is
+    raised as ``NotAcquired`` instead, with its details)."""
+
+    def __init__(self, code: int, message: str, status: bytes = b""):
+        super().__init__(message)
+        self._code = _STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
+        self._message = message
+        self._status = status
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._message
+
+    def trailing_metadata(self) -> Tuple[Tuple[str, bytes], ...]:
+        """The status details as a call's trailer carries them (``grpc-status-details-bin``)."""
+        return (("grpc-status-details-bin", self._status),) if self._status else ()
+
+    def __str__(self) -> str:
+        return f"{self._code.name}: {self._message}"
+
+
+def _failure(failed: session_pb2.SessionFailed) -> Exception:
+    """What to raise for a lease answered ``failed``: NotAcquired for a refusal (with its
+    details, read as a stream's status is), else a LeaseFailed."""
+    error = LeaseFailed(failed.code, failed.message, failed.status)
+    return _refusal(error) or error
+
+
+class _Member:
+    """One lease of a session (a lock or a campaign), as its session tracks it. Every field is
+    the session's to change (under its lock, for threads)."""
+
+    #: "lock" or "election", for messages.
+    _what = "lock"
+
+    def __init__(self, session: "_SessionCore", member_id: int, name: str,
+                 request: session_pb2.SessionRequest):
+        self.id = member_id
+        self.name = name
+        self.token = ""
+        self.fencing_token = 0
+        #: When the validity last confirmed for this lease runs out (the session's clock).
+        self.valid_until = 0.0
+        #: How many times it was taken back on a new stream after its session's stream broke.
+        self.resumes = 0
+        self.lost_reason: Optional[str] = None
+        self._session = session
+        self._request = request  # as sent first; a campaign's value is the last proclaimed
+        self._lost_event = session._new_event()
+        self._state = _WAITING
+        self._failure: Optional[Exception] = None  # why it was never held
+        self._resuming = False  # held, re-sent with its token on a new stream, not answered yet
+        self._releasing = False
+        self._was_held = False
+
+    def _resume_request(self) -> session_pb2.SessionRequest:
+        request = session_pb2.SessionRequest()
+        request.CopyFrom(self._request)
+        getattr(request, request.WhichOneof("action")).resume_token = self.token
+        return request
+
+    def _held(self) -> None:
+        """Called when it is first held."""
+
+    def _resumed(self) -> None:
+        """Called when a new stream took it back."""
+
+    def _not_had(self, reason: str) -> Exception:
+        return NotAcquired(f"lock {self.name!r}: {reason}")
+
+    def _late(self) -> str:
+        return _LATE_ACQUIRED
+
+
+class _CandidateMember(_Member):
+    """A campaign on a session: what its proclaims have published."""
+
+    _what = "election"
+
+    def __init__(self, session: "_SessionCore", member_id: int, name: str,
+                 request: session_pb2.SessionRequest):
+        super().__init__(session, member_id, name, request)
+        self.term: Optional[int] = None
+        self._sent = 0  # proclaims asked for
+        self._published = 0  # the last of them confirmed
+        self._in_flight: Deque[int] = deque()  # proclaims sent on this stream, unanswered
+        self._resent = 0  # the proclaim a resume's campaign carries
+
+    def _held(self) -> None:
+        self.term = self.fencing_token
+
+    def _resumed(self) -> None:
+        self._published = max(self._published, self._resent)
+        if self._sent > self._resent:  # proclaimed while the resume was on its way
+            self._session._proclaim(self)
+
+    def _not_had(self, reason: str) -> Exception:
+        return RuntimeError(f"election {self.name!r}: {reason}")
+
+    def _late(self) -> str:
+        return _LATE_ELECTED
+
+
+class _SessionCore:
+    """A session's state and rules; see the comment above."""
+
+    lost: Any
+    lost_reason: Optional[str]
+    resumes: int
+
+    # The concurrency model's part.
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    def _new_event(self) -> Any:
+        raise NotImplementedError
+
+    def _new_queue(self) -> Any:
+        raise NotImplementedError
+
+    def _notify(self) -> None:
+        """Wakes whoever waits for a change."""
+        raise NotImplementedError
+
+    def _schedule(self, when: Optional[float]) -> None:
+        """Calls ``_tick`` at ``when`` (the model's clock), instead of any earlier schedule."""
+        raise NotImplementedError
+
+    def _abort(self) -> None:
+        """Stops the stream (or the attempt to open one) in flight: the session is over."""
+        raise NotImplementedError
+
+    def _setup(self, ttl: float, resume_grace: float, holder: str, auto_resume: bool) -> None:
+        open_ = session_pb2.SessionOpen(ttl_ms=_millis(ttl), resume_grace_ms=_millis(resume_grace),
+                                        holder=holder)
+        self._open_request = session_pb2.SessionRequest(open=open_)
+        self._grace = resume_grace
+        self._auto_resume = auto_resume and open_.resume_grace_ms > 0
+        self._members: Dict[int, _Member] = {}
+        self._next_id = 0
+        self._outbox: Any = None  # the live stream's requests; None between streams
+        self._call: Any = None
+        self._opened = 0.0  # when the live stream was opened: what valid_to_ms counts from
+        self._heard = False  # the live stream said something
+        self._established = False  # some stream said something: a break is worth resuming
+        self._over = False
+        self._error: Optional[grpc.RpcError] = None
+        self._closing = False
+        self._close_sent = False
+        self._resuming = False  # from a break until the new stream says something
+        self._resume_until = 0.0
+        self._last_error = ""
+        self._delay = _FIRST_PAUSE
+        self._armed_at: Optional[float] = None  # when the timer is set for
+        self.resumes = 0
+        self.lost = self._new_event()
+        self.lost_reason = None
+
+    # Requests.
+    def _send(self, request: session_pb2.SessionRequest) -> None:
+        if self._outbox is not None:  # else the next stream sends what is still needed
+            self._outbox.put_nowait(request)
+
+    def _open_stream(self) -> Any:
+        """The requests of a new stream: `open`, then every lease again (a held one with its
+        token, a waiting one afresh)."""
+        outbox = self._new_queue()
+        outbox.put_nowait(self._open_request)
+        for member in sorted(self._members.values(), key=lambda m: m.id):
+            if member._state == _HELD:
+                member._resuming = True
+                if isinstance(member, _CandidateMember):
+                    member._resent = member._sent
+                    member._in_flight.clear()
+                outbox.put_nowait(member._resume_request())
+            elif member._releasing:  # gave up waiting between streams
+                self._finish(member, False)
+            else:
+                outbox.put_nowait(member._request)
+        self._outbox = outbox
+        self._opened = self._now()
+        self._heard = False
+        self._close_sent = False
+        self._close_if_due()
+        return outbox
+
+    def _close_if_due(self) -> None:
+        """Sends `close` once asked, when no lease is being resumed (closing a stream with a
+        resume in flight could leave that lease in Redis for its grace)."""
+        if (self._closing and not self._close_sent and self._outbox is not None
+                and not any(member._resuming for member in self._members.values())):
+            self._close_sent = True
+            self._outbox.put_nowait(_CLOSE)
+            self._outbox.put_nowait(None)  # half-close
+            self._outbox = None
+
+    def _usable(self) -> None:
+        if self._over:
+            if self._error is not None:
+                raise self._error
+            raise RuntimeError(f"session over: {self.lost_reason or 'closed'}")
+        if self._closing:
+            raise RuntimeError("session closed")
+
+    def _add(self, member: _Member) -> None:
+        self._usable()
+        self._members[member.id] = member
+        self._send(member._request)
+
+    def _take_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _acquire_request(self, name: str, wait: float, holder: str, fair: bool, limit: int,
+                         shared: bool) -> Tuple[int, session_pb2.SessionRequest]:
+        member_id = self._take_id()
+        mode = lock_pb2.LEASE_MODE_SHARED if shared else lock_pb2.LEASE_MODE_EXCLUSIVE
+        return member_id, session_pb2.SessionRequest(acquire=session_pb2.SessionAcquire(
+            id=member_id, name=name, wait_ms=_millis(wait), holder=holder, fair=fair,
+            limit=limit, mode=mode))
+
+    def _campaign_request(self, election: str,
+                          value: bytes) -> Tuple[int, session_pb2.SessionRequest]:
+        member_id = self._take_id()
+        return member_id, session_pb2.SessionRequest(campaign=session_pb2.SessionCampaign(
+            id=member_id, election=election, value=value))
+
+    def _let_go(self, member: _Member) -> None:
+        """Asks for one lease to be released (or its wait given up)."""
+        if member._state == _OVER or member._releasing:
+            return
+        member._releasing = True
+        if not member._resuming:  # else once its resume is answered
+            self._send(_release(member.id))
+
+    def _proclaim(self, member: _CandidateMember) -> None:
+        if member._resuming or self._outbox is None:
+            return  # the resume carries the last value, or its answer sends it
+        member._in_flight.append(member._sent)
+        self._send(session_pb2.SessionRequest(proclaim=session_pb2.SessionProclaim(
+            id=member.id, value=member._request.campaign.value)))
+
+    def _begin_close(self) -> None:
+        if not self._over:
+            self._closing = True
+            self._close_if_due()
+
+    # Endings.
+    def _finish(self, member: _Member, was_held: bool) -> None:
+        """A lease let go at our request (or by the session's close)."""
+        if member._state == _OVER:
+            return
+        if member._state == _WAITING:
+            member._failure = member._not_had("released while waiting")
+        member._state = _OVER
+        member._was_held = was_held
+        self._members.pop(member.id, None)
+
+    def _drop(self, member: _Member, reason: str, error: Optional[Exception] = None, *,
+              tell: bool = True) -> None:
+        """A lease that is no longer ours: lost if it was held, failed if not. ``tell``: the
+        server may still hold it (we gave up on it), so it is released there too."""
+        if member._state == _OVER:
+            return
+        was = member._state
+        member._state = _OVER
+        self._members.pop(member.id, None)
+        if was == _WAITING:
+            member._failure = error or member._not_had(reason)
+        elif not member._releasing:
+            member.lost_reason = reason
+            member._lost_event.set()
+            _log.info("%s %r lost: %s", member._what, member.name, reason)
+        if tell:
+            self._send(_release(member.id))
+
+    def _end(self, reason: str, *, closed: bool = False, error: Optional[grpc.RpcError] = None,
+             abort: bool = False) -> None:
+        """The session is over: closed at our request, or lost (every lease with it)."""
+        if self._over:
+            return
+        self._over, self._error = True, error
+        outbox, self._outbox = self._outbox, None
+        for member in tuple(self._members.values()):
+            if closed:
+                self._finish(member, member._state == _HELD)
+            else:
+                self._drop(member, reason, error)
+        if outbox is not None:
+            outbox.put_nowait(None)
+        if not closed and not self._closing:
+            self.lost_reason = reason
+            self.lost.set()
+            _log.info("session lost: %s", reason)
+        self._armed_at = None
+        self._schedule(None)
+        if abort:
+            self._abort()
+        self._notify()
+
+    # The clock.
+    def _rearm(self) -> None:
+        deadlines = [member.valid_until for member in self._members.values()
+                     if member._state == _HELD]
+        if self._resuming:
+            deadlines.append(self._resume_until)
+        when = min(deadlines) if deadlines else None
+        if when != self._armed_at:  # most answers change nothing: no new timer for them
+            self._armed_at = when
+            self._schedule(when)
+
+    def _tick(self) -> None:
+        """The timer: leases past their validity are lost, by this process's clock."""
+        self._armed_at = None  # fired
+        if self._over:
+            return
+        now = self._now()
+        for member in tuple(self._members.values()):
+            if member._state == _HELD and member.valid_until <= now:
+                self._drop(member, _too_late("lease", self._last_error) if member._resuming
+                           else _SILENT)
+        if self._resuming and now >= self._resume_until:
+            self._end(_too_late("session", self._last_error), abort=True)
+            return
+        self._rearm()
+        self._close_if_due()
+        self._notify()
+
+    # The server's answers.
+    def _hear(self, event: session_pb2.SessionResponse) -> bool:
+        """Applies one answer; True once the stream has said its last word (closed, lost)."""
+        received = self._now()
+        if not self._heard:
+            self._heard = self._established = True
+            if self._resuming:
+                self._resuming = False
+                self.resumes += 1
+                _log.info("session resumed")
+        kind = event.WhichOneof("event")
+        member = self._members.get(getattr(event, kind).id) if kind in (
+            "acquired", "proclaimed", "released", "lease_lost", "failed") else None
+        if kind == "kept_alive":
+            valid_until = _vouched_until(self._opened, received, event.kept_alive)
+            for held in self._members.values():
+                if held._state == _HELD and not held._resuming:
+                    held.valid_until = valid_until
+        elif kind == "acquired":
+            self._acquired(member, event.acquired, received)
+        elif kind == "proclaimed":
+            if isinstance(member, _CandidateMember) and member._in_flight:
+                member._published = max(member._published, member._in_flight.popleft())
+        elif kind == "released":
+            if member is not None:
+                self._finish(member, event.released.was_held)
+        elif kind == "lease_lost":
+            if member is not None:
+                self._drop(member, event.lease_lost.reason, tell=False)
+        elif kind == "failed":
+            if member is not None:
+                self._failed(member, event.failed)
+        elif kind == "closed":
+            self._end("closed", closed=True)
+            return True
+        elif kind == "lost":
+            self._end(event.lost.reason)
+            return True
+        self._rearm()
+        self._close_if_due()
+        self._notify()
+        return False
+
+    def _acquired(self, member: Optional[_Member], answer: session_pb2.SessionAcquired,
+                  received: float) -> None:
+        valid_until = _vouched_until(self._opened, received, answer)
+        if member is None:  # let go meanwhile (lost by our clock, say): let it go there too
+            self._send(_release(answer.id))
+            return
+        if member._state == _WAITING:
+            if valid_until <= received:
+                # Held up on its way: it may be someone else's by now. Not a lease.
+                self._drop(member, member._late())
+                return
+            member.token, member.fencing_token = answer.token, answer.fencing_token
+            member._state = _HELD
+            member.valid_until = valid_until
+            member._held()
+        elif member._resuming:
+            mismatch = None
+            if answer.token != member.token or answer.fencing_token != member.fencing_token:
+                mismatch = (f"resumed with fencing token {answer.fencing_token} instead of "
+                            f"{member.fencing_token}")
+            elif valid_until <= received:
+                mismatch = f"could not resume: {member._late()}"
+            if mismatch is not None:
+                self._drop(member, mismatch)
+                return
+            member._resuming = False
+            member.resumes += 1
+            member.valid_until = valid_until
+            member._resumed()
+            _log.info("%s %r resumed on the session (fencing token %d)", member._what,
+                      member.name, member.fencing_token)
+        if member._releasing:  # let go while it was on its way
+            self._send(_release(member.id))
+
+    def _failed(self, member: _Member, failed: session_pb2.SessionFailed) -> None:
+        error = _failure(failed)
+        if member._state == _WAITING:
+            self._drop(member, failed.message, error, tell=False)
+        elif member._releasing:
+            self._finish(member, False)
+        else:
+            code = _STATUS_CODES.get(failed.code, grpc.StatusCode.UNKNOWN).name
+            prefix = "could not resume: " if member._resuming else ""
+            self._drop(member, f"{prefix}{code} {failed.message}", tell=False)
+
+    # Breaks.
+    def _broke(self, error: Union[grpc.RpcError, str]) -> Optional[float]:
+        """Decides what a broken stream means: None when the session is over, else how long to
+        pause before the next stream."""
+        outbox, self._outbox, self._call = self._outbox, None, None
+        if outbox is not None:
+            outbox.put_nowait(None)
+        if self._over:
+            return None
+        if not self._auto_resume or not self._established or not _resumable(error):
+            if isinstance(error, grpc.RpcError):
+                self._end(f"session stream failed: {_describe(error)}", error=error)
+            else:
+                self._end(error)
+            return None
+        now = self._now()
+        pause = 0.0
+        if self._heard or not self._resuming:  # a stream that worked: a break of its own
+            held = [m.valid_until for m in self._members.values() if m._state == _HELD]
+            self._resume_until = max([now + self._grace, *held])
+            self._delay = _FIRST_PAUSE
+        else:  # the last attempt got nowhere
+            pause = _pause(self._delay, self._resume_until, now)
+            self._delay = min(self._delay * 2, _LAST_PAUSE)
+        self._resuming = True
+        self._last_error = _describe(error)
+        for member in self._members.values():
+            if member._state == _HELD:
+                member._resuming = True
+        _log.info("session stream broke (%s); resuming it", self._last_error)
+        self._rearm()
+        return pause
+
+    def _reopen(self, open_call: Callable[[Any], Any]) -> Any:
+        """Opens the next stream after a break (``open_call`` makes the call from its requests),
+        or returns None when the session is over."""
+        if self._over:
+            return None
+        if self._now() >= self._resume_until:
+            self._end(_too_late("session", self._last_error))
+            return None
+        outbox = self._open_stream()
+        try:
+            self._call = open_call(outbox)
+        except (ValueError, grpc.RpcError) as error:  # the channel was closed
+            self._end(f"could not resume: {error}")
+            return None
+        return self._call
+
+
+def _release(member_id: int) -> session_pb2.SessionRequest:
+    return session_pb2.SessionRequest(release=session_pb2.SessionRelease(id=member_id))
+
+
+class SessionLease(_Member):
+    """A lock held on a session. Use ``session.lock(...)`` or ``session.acquire(...)``.
+
+    ``fencing_token`` and ``token`` as for a ``Lease``; ``lost`` (a ``threading.Event``) and
+    ``lost_reason`` say whether and why this lease alone was lost; ``resumes`` counts the times
+    it was taken back on a new stream; ``valid_until`` is when the validity last confirmed for
+    it runs out (``time.monotonic()``).
+    """
+
+    _session: "Session"
+
+    @property
+    def lost(self) -> threading.Event:
+        return self._lost_event
+
+    def release(self, timeout: float = 10.0) -> bool:
+        """Releases the lock (the session goes on); returns True if it was still held."""
+        changed = self._session._changed
+        with changed:
+            self._session._let_go(self)
+            changed.wait_for(lambda: self._state == _OVER, timeout)
+            return self._was_held and not self._lost_event.is_set()
+
+
+class SessionCandidate(_CandidateMember):
+    """A campaign on a session. Use ``session.campaign(...)``.
+
+    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
+    """
+
+    _session: "Session"
+
+    def elected(self) -> int:
+        """Waits in line until this candidate leads; returns its term."""
+        changed = self._session._changed
+        with changed:
+            changed.wait_for(lambda: self._state != _WAITING)
+            if self._failure is not None:
+                raise self._failure
+            return self.fencing_token
+
+    def proclaim(self, value: bytes) -> None:
+        """Publishes a new value while leading."""
+        changed = self._session._changed
+        with changed:
+            if self._state != _HELD:
+                raise RuntimeError(f"election {self.name!r}: not leading"
+                                   + (f" ({self.lost_reason})" if self.lost_reason else ""))
+            self._request.campaign.value = value
+            self._sent += 1
+            sent = self._sent
+            self._session._proclaim(self)
+            changed.wait_for(lambda: self._published >= sent or self._state == _OVER)
+            if self._published < sent:
+                raise RuntimeError(f"leadership lost: {self.lost_reason}")
+
+    def lost(self) -> str:
+        """Waits until the leadership (or the candidacy) is over; returns why it was lost ("" if
+        it was resigned)."""
+        changed = self._session._changed
+        with changed:
+            changed.wait_for(lambda: self._state == _OVER)
+            return self.lost_reason or ""
+
+    def resign(self, timeout: float = 10.0) -> bool:
+        """Steps down (or leaves the line); True if this candidate was leading."""
+        changed = self._session._changed
+        with changed:
+            self._session._let_go(self)
+            changed.wait_for(lambda: self._state == _OVER, timeout)
+            return self._was_held and not self._lost_event.is_set()
+
+
+class Session(_SessionCore):
+    """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
+
+    ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
+    was lost (every lease on it with it); ``resumes`` counts the times its stream was opened
+    again on a server after a break.
+    """
+
+    def __init__(self, stub: session_pb2_grpc.SessionServiceStub, ttl: float, *,
+                 resume_grace: float, holder: str = "", auto_resume: bool = True):
+        self._stub = stub
+        # Guards the session and its leases, shared by the watcher thread, the timer and callers.
+        self._changed = threading.Condition(threading.RLock())
+        self._wake = threading.Event()  # cuts a pause between attempts to resume short
+        self._timer: Optional[threading.Timer] = None
+        self._generation = 0
+        self._setup(ttl, resume_grace, holder, auto_resume)
+        with self._changed:
+            outbox = self._open_stream()
+            self._call = stub.Session(iter(outbox.get, None))
+        self._watcher = threading.Thread(target=self._watch, args=(self._call,), daemon=True)
+        self._watcher.start()
+
+    def _now(self) -> float:
+        return time.monotonic()
+
+    def _new_event(self) -> threading.Event:
+        return threading.Event()
+
+    def _new_queue(self) -> queue.Queue:
+        return queue.Queue()
+
+    def _notify(self) -> None:
+        self._changed.notify_all()
+
+    def _schedule(self, when: Optional[float]) -> None:
+        self._generation += 1
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._on_timer,
+                                          args=(self._generation,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self, generation: int) -> None:
+        with self._changed:
+            if generation == self._generation:  # else re-armed meanwhile
+                self._tick()
+
+    def _abort(self) -> None:
+        self._wake.set()
+        if self._call is not None:
+            self._call.cancel()
+
+    def _watch(self, call: Any) -> None:
+        try:
+            while call is not None:
+                error = self._follow(call)
+                call = None if error is None else self._after_break(error)
+        except Exception as error:  # a bug of ours must not leave leases believed held
+            _log.exception("session: watcher failed")
+            with self._changed:
+                self._end(f"client error: {error!r}")
+        finally:
+            with self._changed:
+                self._end("the session stream ended")
+
+    def _follow(self, call: Any) -> Optional[Union[grpc.RpcError, str]]:
+        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        try:
+            for event in call:
+                with self._changed:
+                    if self._hear(event):
+                        return None
+            return "the server ended the session stream"
+        except grpc.RpcError as error:
+            return error
+
+    def _after_break(self, error: Union[grpc.RpcError, str]) -> Any:
+        with self._changed:
+            pause = self._broke(error)
+        if pause is None:
+            return None
+        if pause:
+            self._wake.wait(pause)
+            self._wake.clear()
+        with self._changed:
+            return self._reopen(lambda outbox: self._stub.Session(iter(outbox.get, None),
+                                                                  wait_for_ready=True))
+
+    def acquire(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
+                limit: int = 1, shared: bool = False) -> SessionLease:
+        """Takes lock ``name`` on the session and returns it held, until ``release()`` or the
+        session's end. The options are those of ``lease()`` (``holder``: the session's if
+        empty); NotAcquired if it stays taken, the failed call's error for other refusals."""
+        with self._changed:
+            member_id, request = self._acquire_request(name, wait, holder, fair, limit, shared)
+            held = SessionLease(self, member_id, name, request)
+            self._add(held)
+            self._changed.wait_for(lambda: held._state != _WAITING)
+            if held._failure is not None:
+                raise held._failure
+            return held
+
+    @contextmanager
+    def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
+             limit: int = 1, shared: bool = False) -> Iterator[SessionLease]:
+        """Holds lock ``name`` on the session for the ``with`` block (see ``acquire``)."""
+        held = self.acquire(name, wait=wait, holder=holder, fair=fair, limit=limit,
+                            shared=shared)
+        try:
+            yield held
+        finally:
+            held.release()
+
+    @contextmanager
+    def campaign(self, election: str, value: bytes) -> Iterator[SessionCandidate]:
+        """Runs for leader of ``election`` on the session for the ``with`` block (in line as
+        long as the session lives); call ``elected()`` to wait. Leaving the block steps down."""
+        with self._changed:
+            member_id, request = self._campaign_request(election, value)
+            candidate = SessionCandidate(self, member_id, election, request)
+            self._add(candidate)
+        try:
+            yield candidate
+        finally:
+            candidate.resign()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Releases every lease on the session and ends it."""
+        with self._changed:
+            self._begin_close()
+            self._wake.set()
+            if not self._changed.wait_for(lambda: self._over, timeout):
+                self._end("closing timed out", closed=True, abort=True)
+        self._watcher.join(timeout)
+
+
+@contextmanager
+def session(*, server: str = DEFAULT_SERVER, ttl: float = 30.0, holder: str = "",
+            auto_resume: bool = True, resume_grace: Optional[float] = None,
+            channel: Optional[grpc.Channel] = None) -> Iterator[Session]:
+    """A session for the ``with`` block: many locks and campaigns on one stream, renewed and
+    confirmed together. Leaving the block releases every lease on it.
+
+        with session(ttl=10, holder="worker-7") as s:
+            with s.lock("shard-1") as one, s.lock("shard-2") as two:
+                ...
+
+    ``ttl``: every lease's TTL in Redis. ``holder``: the holder of every lock that names none.
+    ``auto_resume`` (the default): when the stream breaks, the session is opened again on any
+    server and every held lease taken back (same token, same fencing token) before its validity
+    runs out; a lease that cannot be is lost alone. ``resume_grace``: how long the server keeps
+    the leases after a break (at most ``ttl``); default ``ttl`` with ``auto_resume``, else 0.
+    Each lease's ``lost`` is set when it alone is lost (its key deleted or taken), when the
+    session is, or when the validity last confirmed runs out by this process's clock.
+    """
+    with _channel(server, channel) as chan:
+        opened = Session(session_pb2_grpc.SessionServiceStub(chan), ttl, holder=holder,
+                         auto_resume=auto_resume,
+                         resume_grace=_grace(ttl, resume_grace, auto_resume))
+        try:
+            yield opened
+        finally:
+            opened.close()
 
 
 def _leader(has_leader: bool, term: int, value: bytes) -> Optional[Leader]:

@@ -3,10 +3,11 @@
 import asyncio
 import subprocess
 
+import grpc
 import pytest
 
 from conftest import lock_token
-from leasehold_client import Leader, NotAcquired, aio
+from leasehold_client import LeaseFailed, Leader, NotAcquired, aio
 
 
 def redis_cli(port, *args):
@@ -157,3 +158,82 @@ def test_async_leader_keeps_its_term_across_a_restart_of_its_server(cluster):
         assert await aio.leader("vote", server=cluster[2].address) is None
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_async_session_holds_locks_and_a_leadership(server, redis_port):
+    async def scenario():
+        async with aio.session(server=server, ttl=2, holder="py-session") as session:
+            async with session.lock("a") as a, session.lock("b", holder="b-holder") as b:
+                assert a.fencing_token > 0 and b.fencing_token > 0
+                assert lock_token(redis_port, "leasehold:{a}:lock") == a.token
+                assert lock_token(redis_port, "leasehold:{b}:lock") == b.token
+                # Refused on another session: the failed answer's status details, typed.
+                async with aio.session(server=server, ttl=2) as other:
+                    with pytest.raises(NotAcquired) as taken:
+                        await other.acquire("a")
+                    assert taken.value.reason == "LOCK_HELD"
+                    assert taken.value.holder == "py-session"
+                    assert 0 < taken.value.retry_after <= 2
+                    with pytest.raises(LeaseFailed) as bad:
+                        await other.acquire("")
+                    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    assert "lock name is empty" in bad.value.details()
+                    # The session goes on after a refusal: a waiter gets "a" once it is let go.
+                    waiter = asyncio.create_task(other.acquire("a", wait=10))
+                    while redis_cli(redis_port, "ZCARD", "leasehold:{a}:line") != "1":
+                        await asyncio.sleep(0.005)  # a bounded poll (the scenario's timeout)
+                    assert await a.release()
+                    second = await waiter
+                    assert second.fencing_token > a.fencing_token
+                    assert lock_token(redis_port, "leasehold:{a}:lock") == second.token
+                # The other session's close freed it; this one's lease on b never noticed.
+                assert redis_cli(redis_port, "EXISTS", "leasehold:{a}:lock") == "0"
+                redis_cli(redis_port, "DEL", "leasehold:{b}:lock")
+                await asyncio.wait_for(b.lost.wait(), 5)
+                assert "deleted or taken" in b.lost_reason
+                async with session.campaign("vote", b"x") as leader_handle:
+                    term = await leader_handle.elected()
+                    assert await aio.leader("vote", server=server) == Leader(term, b"x")
+                    await leader_handle.proclaim(b"y")
+                    assert await aio.leader("vote", server=server) == Leader(term, b"y")
+                    assert await leader_handle.resign()
+                assert await aio.leader("vote", server=server) is None
+                assert not session.lost.is_set()
+        assert redis_cli(redis_port, "EXISTS", "leasehold:{a}:lock") == "0"
+        assert session.lost_reason is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_async_session_survives_rolling_restart(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+
+    async def scenario():
+        async with aio.session(server=everyone, ttl=2) as session:
+            held = await session.acquire("job")
+            async with session.campaign("vote", b"a") as candidate:
+                term = await candidate.elected()
+                for server in cluster:
+                    # SIGTERM: the server hands the session over (UNAVAILABLE) and exits.
+                    await asyncio.to_thread(server.stop)
+                    await asyncio.to_thread(server.start)
+                    while held.resumes < 1 and not held.lost.is_set():  # bounded: the timeout
+                        await asyncio.sleep(0.01)
+                    assert not held.lost.is_set(), held.lost_reason
+                    assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
+                    for other in cluster:
+                        with pytest.raises(NotAcquired):
+                            async with aio.lease("job", server=other.address,
+                                                 auto_resume=False):
+                                pass
+                assert session.resumes >= 1 and candidate.resumes >= 1
+                assert candidate.term == term
+                await candidate.proclaim(b"a2")
+                assert await aio.leader("vote", server=cluster[1].address) == Leader(term, b"a2")
+                with pytest.raises(asyncio.TimeoutError):  # longer than its TTL: still renewed
+                    await asyncio.wait_for(held.lost.wait(), 2.5)
+                assert lock_token(redis_port, "leasehold:{job}:lock") == held.token
+        assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
+        assert await aio.leader("vote", server=cluster[2].address) is None
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -6,13 +6,14 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import ExitStack
 
 import grpc
 import pytest
 
 import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
-from leasehold_client import Leader, NotAcquired, campaign, lease, leader
+from leasehold_client import Leader, NotAcquired, campaign, lease, leader, session
 
 from conftest import lock_token, wait_until
 
@@ -229,3 +230,112 @@ def test_conformance_lists_held_locks(server):
         assert job[0].holder == "holder-a"
         assert job[0].fencing_token == held.fencing_token
     assert "job" not in [lock.name for lock in leasehold_client.list(server=server).locks]
+
+
+def lock_key(name):
+    return f"leasehold:{{{name}}}:lock"
+
+
+def permit_fence(port, name, token):
+    """The fencing token a semaphore's permit records for ``token`` (None if it holds none)."""
+    fence = redis_cli(port, "HGET", f"{lock_key(name)}:permits", f"f:{token}")
+    return int(fence) if fence else None
+
+
+def refused(name, address, **options):
+    """Another client's wait-0 acquire of ``name`` through ``address`` is refused."""
+    with pytest.raises(NotAcquired):
+        with lease(name, server=address, auto_resume=False, **options):
+            pass
+
+
+def test_conformance_session_holds_many(server, redis_port):
+    with session(server=server, ttl=5) as held:
+        # acquire(): held until released by hand or the session ends.
+        a, b = held.acquire("a"), held.acquire("b")
+        permit = held.acquire("pool", limit=2)
+        assert lock_token(redis_port, lock_key("a")) == a.token
+        assert lock_token(redis_port, lock_key("b")) == b.token
+        assert permit_fence(redis_port, "pool", permit.token) == permit.fencing_token
+        assert len({a.token, b.token, permit.token}) == 3
+        refused("a", server)
+        refused("b", server)
+        assert a.release()  # frees "a" alone
+        assert redis_cli(redis_port, "EXISTS", lock_key("a")) == "0"
+        with lease("a", server=server) as next_holder:
+            assert next_holder.fencing_token > a.fencing_token
+        assert lock_token(redis_port, lock_key("b")) == b.token
+        assert permit_fence(redis_port, "pool", permit.token) == permit.fencing_token
+        refused("b", server)
+        assert not b.lost.is_set() and not permit.lost.is_set()
+    # Leaving the block closed the session, which freed the rest.
+    for key in (lock_key("a"), lock_key("b"), lock_key("pool"), f"{lock_key('pool')}:permits"):
+        assert redis_cli(redis_port, "EXISTS", key) == "0", key
+    assert not b.lost.is_set() and not permit.lost.is_set()
+
+
+def test_conformance_session_lease_lost_alone(server, redis_port):
+    with session(server=server, ttl=0.6) as held:
+        with held.lock("a") as a, held.lock("b") as b:
+            redis_cli(redis_port, "DEL", lock_key("a"))
+            assert a.lost.wait(10), "a's lost was never set"
+            assert "deleted or taken" in a.lost_reason, a.lost_reason
+            # The server confirms the session again (a kept_alive moves b's validity on).
+            confirmed = b.valid_until
+            wait_until(lambda: b.valid_until > confirmed or b.lost.is_set(),
+                       "the session confirmed again")
+            assert not b.lost.is_set(), b.lost_reason
+            assert lock_token(redis_port, lock_key("b")) == b.token
+            assert not a.release()  # already lost
+            assert not b.lost.wait(1.0), b.lost_reason  # longer than the TTL: still renewed
+            assert lock_token(redis_port, lock_key("b")) == b.token
+            assert not held.lost.is_set()
+    assert redis_cli(redis_port, "EXISTS", lock_key("b")) == "0"
+
+
+def test_conformance_session_campaign(server, redis_port):
+    with session(server=server, ttl=2) as first, first.campaign("vote", b"a") as a:
+        term_a = a.elected()
+        assert term_a > 0 and a.term == term_a
+        a.proclaim(b"a2")
+        assert leader("vote", server=server) == Leader(term_a, b"a2")
+        with session(server=server, ttl=2) as second, second.campaign("vote", b"b") as b:
+            wait_for_line(redis_port, "leasehold:election:{vote}:line", 1)
+            assert b.term is None
+            first.close()  # the first session's end lets its leadership go
+            term_b = b.elected()
+            assert term_b > term_a
+            assert leader("vote", server=server) == Leader(term_b, b"b")
+            assert a.lost() == ""  # let go by the close, not lost
+        assert leader("vote", server=server) is None
+
+
+def test_conformance_session_survives_server_crash(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    with session(server=everyone, ttl=2) as held:
+        with held.lock("a") as a, held.lock("b") as b:
+            fencing_tokens = (a.fencing_token, b.fencing_token)
+            cluster[0].kill()  # its server (pick_first): no goodbye, the connection just drops
+            wait_until(lambda: (a.resumes >= 1 and b.resumes >= 1) or a.lost.is_set()
+                       or b.lost.is_set(), "both leases resumed")
+
+            def still_held():
+                for lock, name, fencing_token in ((a, "a", fencing_tokens[0]),
+                                                  (b, "b", fencing_tokens[1])):
+                    assert not lock.lost.is_set(), lock.lost_reason
+                    assert lock.fencing_token == fencing_token
+                    assert lock_token(redis_port, lock_key(name)) == lock.token
+                    for server in cluster[1:]:
+                        assert fencing_token_of(server.address, name) == fencing_token
+                        refused(name, server.address)
+
+            still_held()
+            assert held.resumes >= 1 and not held.lost.is_set()
+            assert not a.lost.wait(2.5), a.lost_reason  # longer than the TTL: still renewed
+            still_held()
+            with held.lock("c") as c:  # the resumed session takes new locks
+                assert lock_token(redis_port, lock_key("c")) == c.token
+                assert c.fencing_token > 0
+            assert redis_cli(redis_port, "EXISTS", lock_key("c")) == "0"
+    for name in ("a", "b"):
+        assert redis_cli(redis_port, "EXISTS", lock_key(name)) == "0"
