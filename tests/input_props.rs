@@ -56,7 +56,7 @@ proptest! {
             return Ok(());
         };
         let (ka, kb) = (lock_keys("leasehold:", a.as_str()), lock_keys("leasehold:", b.as_str()));
-        for key in [&ka.lock, &ka.line, &ka.deadlines, &ka.holders, &ka.permits, &ka.fence] {
+        for key in [ka.lock().to_owned(), ka.line(), ka.deadlines(), ka.holders(), ka.permits(), ka.fence()] {
             prop_assert!(key.starts_with("leasehold:"), "{} is outside the prefix", key);
             prop_assert_eq!(key.matches('{').count(), 1);
             prop_assert_eq!(key.matches('}').count(), 1);
@@ -65,11 +65,11 @@ proptest! {
         // All keys of one lock share one hash tag, and the fencing counter its hash slot, so
         // one script can touch them all on a cluster.
         let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_owned();
-        prop_assert_eq!(tag(&ka.lock), tag(&ka.line));
-        prop_assert_eq!(tag(&ka.lock), tag(&ka.permits));
+        prop_assert_eq!(tag(ka.lock()), tag(&ka.line()));
+        prop_assert_eq!(tag(ka.lock()), tag(&ka.permits()));
         let slot = |k: &str| fred::util::redis_keyslot(k.as_bytes());
-        prop_assert_eq!(slot(&ka.lock), slot(&ka.fence));
-        prop_assert!(ka.lock.starts_with("leasehold:{"), "{}", ka.lock);
-        prop_assert_eq!(a == b, ka.lock == kb.lock);
+        prop_assert_eq!(slot(ka.lock()), slot(&ka.fence()));
+        prop_assert!(ka.lock().starts_with("leasehold:{"), "{}", ka.lock());
+        prop_assert_eq!(a == b, ka.lock() == kb.lock());
     }
 }

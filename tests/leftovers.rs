@@ -205,7 +205,7 @@ async fn tokens_keep_growing_when_the_redis_clock_is_behind_the_counter() {
         .expect("clock")
         .as_micros() as u64;
     let ahead = now_us + 1_000_000_000_000;
-    let counter = lock_keys("leasehold:", "ledger").fence;
+    let counter = lock_keys("leasehold:", "ledger").fence();
     let _: () = direct
         .set(&counter, ahead, None, None, false)
         .await
@@ -225,7 +225,7 @@ async fn tokens_keep_growing_when_the_redis_clock_is_behind_the_counter() {
     // Every name of that slot shares the counter.
     let other = (0..)
         .map(|i| format!("other-{i}"))
-        .find(|name| lock_keys("leasehold:", name).fence == counter)
+        .find(|name| lock_keys("leasehold:", name).fence() == counter)
         .expect("a name in the same slot");
     let lease = client
         .lease(other)

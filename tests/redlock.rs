@@ -312,7 +312,7 @@ async fn fencing_tokens_stay_monotonic_when_primaries_come_back_empty() {
         let direct = primary.client().await;
         let _: () = direct
             .set(
-                lock_keys("leasehold:", "ledger").fence,
+                lock_keys("leasehold:", "ledger").fence(),
                 ahead,
                 None,
                 None,

@@ -915,12 +915,12 @@ async fn snapshot(direct: &Client, keys: &LockKeys) -> Snapshot {
             vec![
                 SNAPSHOT,
                 "6",
-                &keys.lock,
-                &keys.holders,
-                &keys.permits,
-                &keys.line,
-                &keys.deadlines,
-                &keys.fence,
+                keys.lock(),
+                &keys.holders(),
+                &keys.permits(),
+                &keys.line(),
+                &keys.deadlines(),
+                &keys.fence(),
             ],
         )
         .await
@@ -1060,7 +1060,7 @@ impl Context {
             )
             .await;
         let outcome = outcome.map_err(|error| format!("acquire failed: {error}"))?;
-        let slot = fred::util::redis_keyslot(keys.lock.as_bytes());
+        let slot = fred::util::redis_keyslot(keys.lock().as_bytes());
         let mut slots = self.slot_fences.borrow_mut();
         let slot_fence = slots.entry(slot).or_default();
         let seen = model.acquire(attempt, &outcome, window, slot_fence)?;
@@ -1190,13 +1190,13 @@ impl Context {
                 model.lapsed.insert(client);
                 self.note("expire: one holder");
                 match hold.form {
-                    Form::Lock => command(&self.direct, &["DEL", &keys[name].lock]).await,
+                    Form::Lock => command(&self.direct, &["DEL", keys[name].lock()]).await,
                     Form::Permit => {
                         model.unpruned.insert(client);
                         let token = tokens[client].secret();
                         command(
                             &self.direct,
-                            &["ZADD", &keys[name].holders, "XX", "1", token],
+                            &["ZADD", &keys[name].holders(), "XX", "1", token],
                         )
                         .await;
                     }
@@ -1223,7 +1223,7 @@ impl Context {
             }
             Op::ExpireName { name } => {
                 let k = &keys[name];
-                command(&self.direct, &["DEL", &k.lock, &k.holders, &k.permits]).await;
+                command(&self.direct, &["DEL", k.lock(), &k.holders(), &k.permits()]).await;
                 let model = &mut models[name];
                 model.lapsed.extend(model.holds.keys());
                 model.holds.clear();
@@ -1309,7 +1309,7 @@ impl Context {
                 let waiter = &alive[pick % alive.len()];
                 command(
                     &self.direct,
-                    &["ZADD", &keys[name].deadlines, "XX", "1", waiter],
+                    &["ZADD", &keys[name].deadlines(), "XX", "1", waiter],
                 )
                 .await;
                 model.deadlines.insert(waiter.clone(), false);

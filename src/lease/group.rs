@@ -180,7 +180,10 @@ mod tests {
         group.join(1, lease(|| Ok(true)), now);
         group.join(2, lease(|| Err(Error::invalid("no answer"))), now);
         assert!(group.clone().renew(TTL).await.is_err());
-        assert!(lost.try_recv().is_err(), "nobody is lost for want of an answer");
+        assert!(
+            lost.try_recv().is_err(),
+            "nobody is lost for want of an answer"
+        );
         // The group vouches for its earliest member: 2 was not renewed.
         assert_eq!(group.valid_for(now), Some(Duration::ZERO));
     }

@@ -120,7 +120,7 @@ impl WaitRoom {
         let wakes = answer.await.map_err(|_| Error::ShuttingDown)??;
         Ok(WaitTicket {
             commands: self.commands.clone(),
-            channel: keys.channel.clone(),
+            channel: keys.channel(),
             waiter_id: waiter_id.to_owned(),
             wakes,
             _place: place,
@@ -205,7 +205,7 @@ impl Listener for WaitRoomTask {
                 fair,
                 reply,
             } => {
-                let channel = keys.channel.clone();
+                let channel = keys.channel();
                 let new_lock = || LockWaiters {
                     keys,
                     members: HashMap::new(),

@@ -98,11 +98,10 @@ impl Elections {
     pub fn keys(&self, name: &str) -> ElectionKeys {
         let base = key_base(&self.0.space, name);
         let state = format!("{base}:state");
+        let mut lease = lock_keys_at(&self.0.prefix, &base);
+        lease.kept_with = Some(state.clone());
         ElectionKeys {
-            lease: LockKeys {
-                kept_with: Some(state.clone()),
-                ..lock_keys_at(&self.0.prefix, &base)
-            },
+            lease,
             state,
             events: format!("{base}:events"),
         }
@@ -124,7 +123,7 @@ impl Elections {
             .eval(
                 &self.0.announce,
                 "announce leader",
-                vec![keys.lease.lock.clone(), keys.state.clone()],
+                vec![keys.lease.lock().to_owned(), keys.state.clone()],
                 vec![
                     Value::from(token.secret()),
                     Value::from(term.to_string()),
@@ -149,7 +148,7 @@ impl Elections {
             .eval(
                 &self.0.retire_stale,
                 CONTEXT,
-                vec![keys.lease.lock.clone(), keys.state.clone()],
+                vec![keys.lease.lock().to_owned(), keys.state.clone()],
                 vec![Value::from(keys.events.as_str())],
             )
             .await?;

@@ -24,28 +24,65 @@ const KEPT_IN_KEYS: &AsciiSet = &NON_ALPHANUMERIC
 /// key.
 #[derive(Clone, Debug)]
 pub struct LockKeys {
-    /// String `<token>:<fencing token>:<attachment>:<holder>`; its TTL is the lease's. The token
-    /// comes first, so "does it still hold our token" is a prefix test; the holder comes last,
-    /// so it may contain anything.
-    pub lock: String,
-    /// The fencing counter of this name's hash slot (see [`fence_key`]): never expires, and only
-    /// grows.
-    pub fence: String,
-    /// Fair waiters in arrival order (sorted set: waiter id -> arrival time in microseconds).
-    pub line: String,
-    /// Every waiter (fair or not), with when it leaves unless its server vouches for it again
-    /// (sorted set, ms). Its existence is what tells a release that someone may be waiting.
-    pub deadlines: String,
-    /// Holders of a semaphore's permits or a shared lock (sorted set: token -> expiry, ms).
-    pub holders: String,
-    /// Each permit's holder, fencing token and attachments, and the name's kind (hash).
-    pub permits: String,
-    /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
-    pub channel: String,
+    /// The lock's key: string `<token>:<fencing token>:<attachment>:<holder>`; its TTL is the
+    /// lease's. The token comes first, so "does it still hold our token" is a prefix test; the
+    /// holder comes last, so it may contain anything. Every other key is derived from it when a
+    /// command needs it: a held lease keeps one string, not eight (each lease of a session or a
+    /// stream holds its keys for its whole life, and commands take keys by value anyway).
+    lock: Box<str>,
+    /// Where the key prefix ends in `lock` (the fencing counter lives under the prefix).
+    prefix_len: usize,
     /// A key renewed with the lease to outlive it by two TTLs: an election's state. `None` for
     /// a lock.
     pub kept_with: Option<String>,
 }
+
+impl LockKeys {
+    /// The lock's key.
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// `<prefix>[<space>]{<encoded name>}`: what every key of the name but the counter starts
+    /// with.
+    fn base(&self) -> &str {
+        self.lock.strip_suffix(LOCK_SUFFIX).unwrap_or(&self.lock)
+    }
+
+    /// The fencing counter of this name's hash slot (see [`fence_key`]): never expires, and only
+    /// grows.
+    pub fn fence(&self) -> String {
+        fence_key(&self.lock[..self.prefix_len], &self.lock)
+    }
+
+    /// Fair waiters in arrival order (sorted set: waiter id -> arrival time in microseconds).
+    pub fn line(&self) -> String {
+        [self.base(), ":line"].concat()
+    }
+
+    /// Every waiter (fair or not), with when it leaves unless its server vouches for it again
+    /// (sorted set, ms). Its existence is what tells a release that someone may be waiting.
+    pub fn deadlines(&self) -> String {
+        [self.base(), ":deadlines"].concat()
+    }
+
+    /// Holders of a semaphore's permits or a shared lock (sorted set: token -> expiry, ms).
+    pub fn holders(&self) -> String {
+        [self.lock(), HOLDERS_SUFFIX].concat()
+    }
+
+    /// Each permit's holder, fencing token and attachments, and the name's kind (hash).
+    pub fn permits(&self) -> String {
+        [self.lock(), PERMITS_SUFFIX].concat()
+    }
+
+    /// Sharded pub/sub channel announcing that the lock may be free (same slot as the keys).
+    pub fn channel(&self) -> String {
+        [self.base(), ":wake"].concat()
+    }
+}
+
+const LOCK_SUFFIX: &str = ":lock";
 
 /// A name's permits live beside its `lock` key: `<lock>:holders` and `<lock>:permits` (the
 /// batched renewal script finds them from the lock's key alone).
@@ -74,16 +111,9 @@ pub fn key_base(prefix: &str, name: &str) -> String {
 /// names a lock: joined, not `format!`ted (the formatting machinery was 3 % of a unary
 /// `Acquire`'s CPU).
 pub fn lock_keys_at(prefix: &str, base: &str) -> LockKeys {
-    let lock = [base, ":lock"].concat();
-    let [holders, permits] = permit_keys(&lock);
     LockKeys {
-        fence: fence_key(prefix, &lock),
-        lock,
-        holders,
-        permits,
-        line: [base, ":line"].concat(),
-        deadlines: [base, ":deadlines"].concat(),
-        channel: [base, ":wake"].concat(),
+        lock: [base, LOCK_SUFFIX].concat().into_boxed_str(),
+        prefix_len: prefix.len(),
         kept_with: None,
     }
 }
@@ -183,8 +213,8 @@ mod tests {
     #[test]
     fn lock_names_are_read_back_from_their_keys() {
         for name in ["a}b", "{x}", "a:b", "*", "a%7Db", "é", "a b", "plain"] {
-            let key = lock_keys("p*[x]:", name).lock;
-            assert_eq!(lock_name("p*[x]:", &key).as_deref(), Some(name));
+            let keys = lock_keys("p*[x]:", name);
+            assert_eq!(lock_name("p*[x]:", keys.lock()).as_deref(), Some(name));
         }
         assert_eq!(lock_name("p:", "p:{a}:owner"), None);
         assert_eq!(lock_name("p:", "p:{a}:lock:holders").as_deref(), Some("a"));
@@ -198,9 +228,9 @@ mod tests {
         let slot = |key: &str| fred::util::redis_keyslot(key.as_bytes());
         for name in ["a", "job-17", "é", "{x}", "a:b"] {
             let keys = lock_keys("p:", name);
-            assert_eq!(slot(&keys.fence), slot(&keys.lock), "{name}");
-            assert!(keys.fence.starts_with("p:fence:{"), "{}", keys.fence);
-            assert_eq!(lock_name("p:", &keys.fence), None);
+            assert_eq!(slot(&keys.fence()), slot(keys.lock()), "{name}");
+            assert!(keys.fence().starts_with("p:fence:{"), "{}", keys.fence());
+            assert_eq!(lock_name("p:", &keys.fence()), None);
         }
         // One tag per slot, each found, each distinct.
         let tags = slot_tags();

@@ -85,7 +85,7 @@ impl Locks {
             .gather(
                 |node, _| {
                     renewals[node].extend(
-                        &keys.lock,
+                        keys.lock(),
                         keys.kept_with.as_deref(),
                         token.secret(),
                         ttl,
@@ -118,15 +118,15 @@ impl Locks {
                     &self.0.scripts.release,
                     "release",
                     vec![
-                        keys.lock.clone(),
-                        keys.line.clone(),
-                        keys.deadlines.clone(),
-                        keys.holders.clone(),
-                        keys.permits.clone(),
+                        keys.lock().to_owned(),
+                        keys.line(),
+                        keys.deadlines(),
+                        keys.holders(),
+                        keys.permits(),
                     ],
                     vec![
                         Value::from(token.secret()),
-                        Value::from(keys.channel.as_str()),
+                        Value::from(keys.channel().as_str()),
                     ],
                 )
             })
@@ -141,12 +141,12 @@ impl Locks {
                 &self.0.scripts.leave,
                 "leave",
                 vec![
-                    keys.lock.clone(),
-                    keys.line.clone(),
-                    keys.deadlines.clone(),
-                    keys.holders.clone(),
+                    keys.lock().to_owned(),
+                    keys.line(),
+                    keys.deadlines(),
+                    keys.holders(),
                 ],
-                vec![Value::from(waiter_id), Value::from(keys.channel.as_str())],
+                vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
             )
         })
         .await?;
@@ -162,7 +162,7 @@ impl Locks {
         waiter_ttl: Duration,
     ) -> Result<()> {
         let mut args = vec![
-            Value::from(keys.channel.as_str()),
+            Value::from(keys.channel().as_str()),
             Value::from(millis(waiter_ttl)),
         ];
         args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
@@ -171,10 +171,10 @@ impl Locks {
                 &self.0.scripts.refresh,
                 "refresh line",
                 vec![
-                    keys.lock.clone(),
-                    keys.line.clone(),
-                    keys.deadlines.clone(),
-                    keys.holders.clone(),
+                    keys.lock().to_owned(),
+                    keys.line(),
+                    keys.deadlines(),
+                    keys.holders(),
                 ],
                 args.clone(),
             )
@@ -290,11 +290,7 @@ impl Locks {
 
 /// The keys of the scripts that see a lease wherever it lives: the lock, or a permit.
 fn permit_script_keys(keys: &LockKeys) -> Vec<String> {
-    vec![
-        keys.lock.clone(),
-        keys.holders.clone(),
-        keys.permits.clone(),
-    ]
+    vec![keys.lock().to_owned(), keys.holders(), keys.permits()]
 }
 
 pub(super) fn millis(duration: Duration) -> i64 {
