@@ -902,8 +902,8 @@ type SessionAcquired struct {
 	// As in Acquired.valid_for_ms, for this lease alone. Later `kept_alive`
 	// messages vouch for it with the rest of the session.
 	ValidForMs uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
-	// As in Acquired.valid_to_ms, counted from the moment the server received
-	// the session's `open`.
+	// As in Acquired.valid_to_ms, counted from the moment the session's call
+	// reached the server (a client counts from before it started the call).
 	ValidToMs     uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -984,8 +984,8 @@ type SessionKeptAlive struct {
 	// this message. A client that hears nothing more within this time must
 	// assume all of them lost.
 	ValidForMs uint32 `protobuf:"varint,2,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
-	// When that vouching ends, in milliseconds after the server received the
-	// session's `open` (as in Acquired.valid_to_ms).
+	// When that vouching ends, in milliseconds after the session's call reached
+	// the server (as in SessionAcquired.valid_to_ms).
 	ValidToMs     uint64 `protobuf:"varint,3,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -73,11 +73,19 @@ type SessionServiceClient interface {
 	// RESOURCE_EXHAUSTED past a lease limit, UNAVAILABLE when Redis could not
 	// be reached): the session and its other leases go on.
 	//
+	// A `release` for an id that names no lease (it was lost or failed while
+	// the request was on its way) is answered `released` with was_held false; a
+	// `proclaim` for one, `failed` with FAILED_PRECONDITION.
+	//
 	// Errors end the stream with a status:
 	//   - INVALID_ARGUMENT: a bad `open`, a message before `open`, a second
-	//     `open`, an id already in use, or an id that names no lease. Ending the
-	//     stream releases every lease on it.
-	//   - RESOURCE_EXHAUSTED: the connection's or the server's lease limit.
+	//     `open`, an id already in use, or a `proclaim` value over its limit.
+	//     Ending the stream releases every lease on it (or, with a grace, keeps
+	//     them for it, as a broken stream does).
+	//   - FAILED_PRECONDITION: `proclaim` for a campaign not elected yet, or for
+	//     a lock (as on a Campaign stream).
+	//   - RESOURCE_EXHAUSTED: opening the session would pass the connection's or
+	//     the server's lease limit (a lease past them is answered `failed`).
 	//   - UNAVAILABLE: the server is shutting down. A session with a resume grace
 	//     is kept in Redis for its grace (the message says so); resume it on
 	//     another server. One without a grace hears `lost` instead.
@@ -126,11 +134,19 @@ type SessionServiceServer interface {
 	// RESOURCE_EXHAUSTED past a lease limit, UNAVAILABLE when Redis could not
 	// be reached): the session and its other leases go on.
 	//
+	// A `release` for an id that names no lease (it was lost or failed while
+	// the request was on its way) is answered `released` with was_held false; a
+	// `proclaim` for one, `failed` with FAILED_PRECONDITION.
+	//
 	// Errors end the stream with a status:
 	//   - INVALID_ARGUMENT: a bad `open`, a message before `open`, a second
-	//     `open`, an id already in use, or an id that names no lease. Ending the
-	//     stream releases every lease on it.
-	//   - RESOURCE_EXHAUSTED: the connection's or the server's lease limit.
+	//     `open`, an id already in use, or a `proclaim` value over its limit.
+	//     Ending the stream releases every lease on it (or, with a grace, keeps
+	//     them for it, as a broken stream does).
+	//   - FAILED_PRECONDITION: `proclaim` for a campaign not elected yet, or for
+	//     a lock (as on a Campaign stream).
+	//   - RESOURCE_EXHAUSTED: opening the session would pass the connection's or
+	//     the server's lease limit (a lease past them is answered `failed`).
 	//   - UNAVAILABLE: the server is shutting down. A session with a resume grace
 	//     is kept in Redis for its grace (the message says so); resume it on
 	//     another server. One without a grace hears `lost` instead.
