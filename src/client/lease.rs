@@ -313,6 +313,20 @@ pub(super) enum LeaseState {
     Released { was_held: bool },
 }
 
+/// Waits for `state` to say the lease is lost, and says why; also when its watcher stopped
+/// without a verdict (nothing vouches for the lease any more).
+pub(super) async fn lost_reason(state: &watch::Receiver<LeaseState>) -> String {
+    let mut state = state.clone();
+    let reason = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
+        Ok(lost) => match &*lost {
+            LeaseState::Lost(reason) => Some(reason.clone()),
+            _ => None,
+        },
+        Err(_) => None,
+    };
+    reason.unwrap_or_else(|| "lease watcher stopped".into())
+}
+
 /// How a lease resumes on its own: the request that takes it back, and what it must be.
 struct Resumes {
     client: Client,
@@ -589,16 +603,7 @@ impl LeaseGuard {
     /// and could not be resumed (or auto-resume is off), or the last confirmed validity ran out
     /// by this process's clock.
     pub async fn lost(&self) -> String {
-        let mut state = self.state.clone();
-        let reason = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
-            Ok(lost) => match &*lost {
-                LeaseState::Lost(reason) => Some(reason.clone()),
-                _ => None,
-            },
-            Err(_) => None,
-        };
-        // No verdict and no watcher: nothing vouches for the lock any more.
-        reason.unwrap_or_else(|| "lease watcher stopped".into())
+        lost_reason(&self.state).await
     }
 
     /// Every time the lease's stream broke and the guard resumed it (on this or another

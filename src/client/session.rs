@@ -30,7 +30,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 
-use super::lease::{LeaseState, resumable, vouched_until};
+use super::lease::{LeaseState, lost_reason, resumable, vouched_until};
 use super::{Client, ClientError, moves_on};
 use crate::pb::session_request::Action;
 use crate::pb::session_response::Event;
@@ -320,14 +320,7 @@ impl SessionLease {
     /// or the whole session), the session could not be resumed in time, or the validity last
     /// confirmed ran out by this process's clock.
     pub async fn lost(&self) -> String {
-        let mut state = self.state.clone();
-        match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
-            Ok(lost) => match &*lost {
-                LeaseState::Lost(reason) => reason.clone(),
-                _ => "lease ended".into(),
-            },
-            Err(_) => "session task stopped".into(),
-        }
+        lost_reason(&self.state).await
     }
 
     /// Whether the lease is known to be lost already.
@@ -884,14 +877,7 @@ impl Task {
 
     /// The earliest instant a held lease stops being vouched for.
     fn earliest_validity(&self) -> Option<Instant> {
-        lock(&self.shared)
-            .leases
-            .values()
-            .filter_map(|entry| match &entry.phase {
-                Phase::Held(held) => Some(held.valid_until),
-                Phase::Pending(_) => None,
-            })
-            .min()
+        held_validities(&self.shared).into_iter().min()
     }
 
     /// Leases whose validity ran out unconfirmed are lost by this process's clock (and let go,
@@ -964,15 +950,20 @@ impl Task {
     }
 
     fn latest_validity(&self) -> Option<Instant> {
-        lock(&self.shared)
-            .leases
-            .values()
-            .filter_map(|entry| match &entry.phase {
-                Phase::Held(held) => Some(held.valid_until),
-                Phase::Pending(_) => None,
-            })
-            .max()
+        held_validities(&self.shared).into_iter().max()
     }
+}
+
+/// Until when each held lease is vouched for.
+fn held_validities(shared: &Shared) -> Vec<Instant> {
+    lock(shared)
+        .leases
+        .values()
+        .filter_map(|entry| match &entry.phase {
+            Phase::Held(held) => Some(held.valid_until),
+            Phase::Pending(_) => None,
+        })
+        .collect()
 }
 
 fn far_future() -> Instant {
