@@ -70,30 +70,17 @@ func TestConformance_wait_then_handoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *Lease, 1)
-	failed := make(chan error, 1)
-	go func() {
-		lease, err := Acquire(context.Background(), conn, "job", Options{Wait: 10 * time.Second})
-		if err != nil {
-			failed <- err
-			return
-		}
-		got <- lease
-	}()
+	got, failed := inBackground(func() (*Lease, error) {
+		return Acquire(context.Background(), conn, "job", Options{Wait: 10 * time.Second})
+	})
 	waitForLine(t, port, "leasehold:{job}:line", "1")
 	if held, err := first.Release(); err != nil || !held {
 		t.Fatalf("release: %v %v", held, err)
 	}
-	select {
-	case second := <-got:
-		defer second.Release()
-		if second.FencingToken <= first.FencingToken {
-			t.Fatalf("tokens %d then %d", first.FencingToken, second.FencingToken)
-		}
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no hand-off")
+	second := awaitHeld(t, got, failed, 10*time.Second, "no hand-off")
+	defer second.Release()
+	if second.FencingToken <= first.FencingToken {
+		t.Fatalf("tokens %d then %d", first.FencingToken, second.FencingToken)
 	}
 }
 
@@ -230,16 +217,9 @@ func TestConformance_shared_readers(t *testing.T) {
 		t.Fatal(err)
 	}
 	readers := max(first.FencingToken, second.FencingToken)
-	writer := make(chan *Lease, 1)
-	failed := make(chan error, 1)
-	go func() {
-		lease, err := Acquire(ctx, conn, "catalog", Options{Wait: 10 * time.Second})
-		if err != nil {
-			failed <- err
-			return
-		}
-		writer <- lease
-	}()
+	writer, failed := inBackground(func() (*Lease, error) {
+		return Acquire(ctx, conn, "catalog", Options{Wait: 10 * time.Second})
+	})
 	waitForLine(t, port, "leasehold:{catalog}:line", "1")
 	select {
 	case <-writer:
@@ -248,16 +228,10 @@ func TestConformance_shared_readers(t *testing.T) {
 	}
 	first.Release()
 	second.Release()
-	select {
-	case lease := <-writer:
-		defer lease.Release()
-		if lease.FencingToken <= readers {
-			t.Fatalf("writer token %d not above the readers' %d", lease.FencingToken, readers)
-		}
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the writer never got in")
+	lease := awaitHeld(t, writer, failed, 10*time.Second, "the writer never got in")
+	defer lease.Release()
+	if lease.FencingToken <= readers {
+		t.Fatalf("writer token %d not above the readers' %d", lease.FencingToken, readers)
 	}
 }
 
@@ -451,6 +425,79 @@ func notLost(t *testing.T, h vouched) {
 	}
 }
 
+// lostAtOnce waits (10 s at most) for h to be lost before its validity ends, for a reason that
+// contains `reason`.
+func lostAtOnce(t *testing.T, h vouched, reason string) {
+	t.Helper()
+	select {
+	case <-h.Lost():
+		if now := time.Now(); !now.Before(h.ValidUntil()) {
+			t.Fatalf("lost %v after its validity ended", now.Sub(h.ValidUntil()))
+		}
+		if got := h.LostReason(); !strings.Contains(got, reason) {
+			t.Fatalf("reason: %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost() never closed")
+	}
+}
+
+// lostAlone waits (`within` at most) for `lost` to be lost, for a reason that contains
+// `reason`, failing if `kept` is lost first.
+func lostAlone(t *testing.T, lost, kept vouched, reason string, within time.Duration) {
+	t.Helper()
+	select {
+	case <-lost.Lost():
+		if !strings.Contains(lost.LostReason(), reason) {
+			t.Fatalf("reason: %s", lost.LostReason())
+		}
+	case <-kept.Lost():
+		t.Fatalf("the other lost: %s", kept.LostReason())
+	case <-time.After(within):
+		t.Fatal("Lost() never closed")
+	}
+}
+
+// inBackground runs acquire on a goroutine of its own: what it acquires arrives on the first
+// channel, its error on the second.
+func inBackground[T any](acquire func() (T, error)) (chan T, chan error) {
+	got, failed := make(chan T, 1), make(chan error, 1)
+	go func() {
+		held, err := acquire()
+		if err != nil {
+			failed <- err
+			return
+		}
+		got <- held
+	}()
+	return got, failed
+}
+
+// awaitHeld waits (`within` at most) for what inBackground acquires, failing the test with its
+// error, or with `never` if it does not come.
+func awaitHeld[T any](t *testing.T, got <-chan T, failed <-chan error, within time.Duration, never string) T {
+	t.Helper()
+	select {
+	case held := <-got:
+		return held
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(within):
+		t.Fatal(never)
+	}
+	panic("unreachable")
+}
+
+// holdLock takes the lock `name` on the session, failing the test if it cannot.
+func holdLock(t *testing.T, session *Session, name string) *SessionLease {
+	t.Helper()
+	lease, err := session.Acquire(context.Background(), name, LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
 // newSession is NewSession, closed at cleanup.
 func newSession(t *testing.T, conn *grpc.ClientConn, opts SessionOptions) *Session {
 	t.Helper()
@@ -466,14 +513,8 @@ func TestConformance_session_holds_many(t *testing.T) {
 	conn, port := start(t)
 	ctx := context.Background()
 	session := newSession(t, conn, SessionOptions{TTL: 5 * time.Second, Holder: "session-a"})
-	a, err := session.Acquire(ctx, "a", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := session.Acquire(ctx, "b", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := holdLock(t, session, "a")
+	b := holdLock(t, session, "b")
 	permit, err := session.Acquire(ctx, "pool", LockOptions{Limit: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -531,27 +572,11 @@ func TestConformance_session_holds_many(t *testing.T) {
 
 func TestConformance_session_lease_lost_alone(t *testing.T) {
 	conn, port := start(t)
-	ctx := context.Background()
 	session := newSession(t, conn, SessionOptions{TTL: 600 * time.Millisecond})
-	a, err := session.Acquire(ctx, "a", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := session.Acquire(ctx, "b", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := holdLock(t, session, "a")
+	b := holdLock(t, session, "b")
 	redisCli(port, "DEL", "leasehold:{a}:lock")
-	select {
-	case <-a.Lost():
-		if !strings.Contains(a.LostReason(), "deleted or taken") {
-			t.Fatalf("reason: %s", a.LostReason())
-		}
-	case <-b.Lost():
-		t.Fatalf("b lost: %s", b.LostReason())
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's Lost() never closed")
-	}
+	lostAlone(t, a, b, "deleted or taken", 10*time.Second)
 	vouchedAfter(t, b, b.ValidUntil())
 	if got := lockToken(port, "leasehold:{b}:lock"); got != b.Token {
 		t.Fatalf("b's key holds %q after the session was confirmed again", got)
@@ -583,16 +608,9 @@ func TestConformance_session_campaign(t *testing.T) {
 	if leaderA.Term == 0 {
 		t.Fatal("a leader with term 0")
 	}
-	elected := make(chan *SessionLeader, 1)
-	failed := make(chan error, 1)
-	go func() {
-		leader, err := second.Campaign(ctx, "vote", []byte("b"))
-		if err != nil {
-			failed <- err
-			return
-		}
-		elected <- leader
-	}()
+	elected, failed := inBackground(func() (*SessionLeader, error) {
+		return second.Campaign(ctx, "vote", []byte("b"))
+	})
 	waitForLine(t, port, "leasehold:election:{vote}:line", "1")
 	select {
 	case <-elected:
@@ -624,14 +642,8 @@ func TestConformance_session_survives_server_crash(t *testing.T) {
 	r := startReplicas(t, 3)
 	ctx := context.Background()
 	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 2 * time.Second})
-	a, err := session.Acquire(ctx, "a", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := session.Acquire(ctx, "b", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := holdLock(t, session, "a")
+	b := holdLock(t, session, "b")
 	validA, validB := a.ValidUntil(), b.ValidUntil()
 	r.stop(0, syscall.SIGKILL) // the one the session is on: the first address
 	vouchedAfter(t, a, validA)

@@ -90,14 +90,13 @@ type Lease struct {
 	graceMs uint32
 	resume  bool
 
-	lost         chan struct{}
+	belief // Lost, LostReason, ValidUntil
+
 	done         chan struct{} // the lease's goroutine ended: released, or lost and let go
 	releaseAsked chan struct{}
 	releaseOnce  sync.Once
 
-	mu         sync.Mutex
-	lostReason string
-	validUntil time.Time
+	mu         sync.Mutex // guards how the release went
 	wasHeld    bool
 	releaseErr error
 }
@@ -126,7 +125,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	l := &Lease{
 		conn: conn, ctx: ctx, stop: stop, name: name,
 		ttlMs: millis(opts.TTL), graceMs: millis(grace), resume: !opts.NoResume,
-		lost: make(chan struct{}), done: make(chan struct{}), releaseAsked: make(chan struct{}),
+		belief: newBelief(), done: make(chan struct{}), releaseAsked: make(chan struct{}),
 	}
 	streamCtx, cancel := context.WithCancel(ctx)
 	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseAcquire{
@@ -149,52 +148,6 @@ func mode(shared bool) pb.LeaseMode {
 		return pb.LeaseMode_LEASE_MODE_SHARED
 	}
 	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
-}
-
-// Lost is closed once the lock can no longer be trusted.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
-
-// LostReason says why Lost was closed.
-func (l *Lease) LostReason() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostReason
-}
-
-// ValidUntil is how long the server last vouched for the lease (on this process's monotonic
-// clock): the moment it last confirmed the lease plus the validity it gave. Lost is closed by
-// then unless a later confirmation moves it.
-func (l *Lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-// vouched records until when the server now vouches for the lease (see vouchedUntil).
-func (l *Lease) vouched(until time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.validUntil = until
-}
-
-func (l *Lease) lose(reason string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	select {
-	case <-l.lost:
-	default:
-		l.lostReason = reason
-		close(l.lost)
-	}
-}
-
-func (l *Lease) isLost() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
 }
 
 func (l *Lease) released(wasHeld bool, err error) {

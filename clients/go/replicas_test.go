@@ -161,17 +161,7 @@ func TestAResumeRefusedIsLostAtOnce(t *testing.T) {
 	}
 	redisCli(r.redisPort, "DEL", lockKey)
 	r.stop(0, syscall.SIGKILL)
-	select {
-	case <-lease.Lost():
-		if now := time.Now(); !now.Before(lease.ValidUntil()) {
-			t.Fatalf("lost %v after the validity ended", now.Sub(lease.ValidUntil()))
-		}
-		if reason := lease.LostReason(); !strings.Contains(reason, "could not resume the lease: NotFound") {
-			t.Fatalf("reason: %s", reason)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lost() never closed")
-	}
+	lostAtOnce(t, lease, "could not resume the lease: NotFound")
 	if held, err := lease.Release(); held || err != nil {
 		t.Fatalf("release of a lost lease: %v %v", held, err)
 	}

@@ -151,50 +151,10 @@ type sessionAttempt struct {
 type sessionHold struct {
 	session *Session
 	id      uint64
-	lost    chan struct{}
-
-	mu         sync.Mutex
-	reason     string
-	validUntil time.Time
+	belief  // Lost, LostReason, ValidUntil
 
 	releaseOnce sync.Once
 	released    releaseResult
-}
-
-// Lost is closed once the lease can no longer be trusted.
-func (h *sessionHold) Lost() <-chan struct{} { return h.lost }
-
-// LostReason says why Lost was closed.
-func (h *sessionHold) LostReason() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.reason
-}
-
-// ValidUntil is how long the server last vouched for the lease (on this process's monotonic
-// clock): from its acquisition, then from every renewal of the session confirmed after it. Lost
-// is closed by then unless a later confirmation moves it.
-func (h *sessionHold) ValidUntil() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.validUntil
-}
-
-func (h *sessionHold) vouched(until time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.validUntil = until
-}
-
-func (h *sessionHold) lose(reason string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.lost:
-	default:
-		h.reason = reason
-		close(h.lost)
-	}
 }
 
 // release lets the lease go and waits for the server's answer (once; later calls give the same
@@ -342,7 +302,7 @@ func (s *Session) Campaign(ctx context.Context, election string, value []byte) (
 func (s *Session) take(ctx context.Context, e *sessionEntry) (*sessionHold, error) {
 	result := make(chan error, 1)
 	e.result = result
-	e.hold = &sessionHold{session: s, lost: make(chan struct{})}
+	e.hold = &sessionHold{session: s, belief: newBelief()}
 	if !s.do(func() { s.add(e) }) {
 		return nil, s.ended()
 	}

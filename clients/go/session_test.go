@@ -85,10 +85,7 @@ func TestSessionCancelledWaitLeavesTheLine(t *testing.T) {
 		t.Fatal("the lock was taken after its waiter gave up")
 	}
 	// The session goes on.
-	lease, err := session.Acquire(context.Background(), "job", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holdLock(t, session, "job")
 	lease.Release()
 }
 
@@ -96,14 +93,8 @@ func TestSessionCancelledWaitLeavesTheLine(t *testing.T) {
 func TestSessionLeasesLostByClientClock(t *testing.T) {
 	conn, _, server := startServer(t)
 	session := newSession(t, conn, SessionOptions{TTL: 500 * time.Millisecond})
-	a, err := session.Acquire(context.Background(), "a", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := session.Acquire(context.Background(), "b", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := holdLock(t, session, "a")
+	b := holdLock(t, session, "b")
 	if err := server.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -222,10 +213,7 @@ func TestSessionSurvivesRollingRestart(t *testing.T) {
 func TestSessionWithoutResumeIsLostWhenItsServerStops(t *testing.T) {
 	r := startReplicas(t, 2)
 	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 5 * time.Second, NoResume: true})
-	lease, err := session.Acquire(context.Background(), "job", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holdLock(t, session, "job")
 	r.stop(0, syscall.SIGTERM)
 	for _, lost := range []<-chan struct{}{session.Lost(), lease.Lost()} {
 		select {
@@ -250,14 +238,8 @@ func TestSessionWithoutResumeIsLostWhenItsServerStops(t *testing.T) {
 func TestSessionResumeRefusedLosesThatLeaseAlone(t *testing.T) {
 	r := startReplicas(t, 2)
 	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 5 * time.Second})
-	a, err := session.Acquire(context.Background(), "a", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := session.Acquire(context.Background(), "b", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := holdLock(t, session, "a")
+	b := holdLock(t, session, "b")
 	// Frozen first, so that no renewal finds the key gone before the crash.
 	if err := r.servers[0].Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -265,17 +247,7 @@ func TestSessionResumeRefusedLosesThatLeaseAlone(t *testing.T) {
 	redisCli(r.redisPort, "DEL", "leasehold:{a}:lock")
 	validB := b.ValidUntil()
 	r.stop(0, syscall.SIGKILL)
-	select {
-	case <-a.Lost():
-		if now := time.Now(); !now.Before(a.ValidUntil()) {
-			t.Fatalf("lost %v after its validity ended", now.Sub(a.ValidUntil()))
-		}
-		if reason := a.LostReason(); !strings.Contains(reason, "could not resume the lease: NotFound") {
-			t.Fatalf("reason: %s", reason)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's Lost() never closed")
-	}
+	lostAtOnce(t, a, "could not resume the lease: NotFound")
 	vouchedAfter(t, b, validB)
 	if got := lockToken(r.redisPort, "leasehold:{b}:lock"); got != b.Token {
 		t.Fatalf("b's key holds %q", got)
@@ -344,15 +316,9 @@ func openFake(t *testing.T) (*Session, pb.SessionService_SessionServer, time.Tim
 // outcome arrives.
 func acquireOnFake(t *testing.T, session *Session, stream pb.SessionService_SessionServer, name string) (uint64, chan *SessionLease, chan error) {
 	t.Helper()
-	leases, failed := make(chan *SessionLease, 1), make(chan error, 1)
-	go func() {
-		lease, err := session.Acquire(context.Background(), name, LockOptions{})
-		if err != nil {
-			failed <- err
-			return
-		}
-		leases <- lease
-	}()
+	leases, failed := inBackground(func() (*SessionLease, error) {
+		return session.Acquire(context.Background(), name, LockOptions{})
+	})
 	acquire := recv(t, stream).GetAcquire()
 	if acquire == nil || acquire.Name != name {
 		t.Fatalf("expected an acquire of %s, got %v", name, acquire)
@@ -402,16 +368,7 @@ func TestSessionKeptAliveVouchesForEarlierLeasesOnly(t *testing.T) {
 	idB, leases, _ := acquireOnFake(t, session, stream, "b")
 	sendEvent(t, stream, acquiredEvent(idB, 2, 300, 0))
 	b := <-leases
-	select {
-	case <-b.Lost():
-		if !strings.Contains(b.LostReason(), "server silent") {
-			t.Fatalf("reason: %s", b.LostReason())
-		}
-	case <-a.Lost():
-		t.Fatalf("a lost: %s", a.LostReason())
-	case <-time.After(5 * time.Second):
-		t.Fatal("b was never lost")
-	}
+	lostAlone(t, b, a, "server silent", 5*time.Second)
 	if until := a.ValidUntil(); time.Until(until) < 3*time.Second {
 		t.Fatalf("a is vouched for only until %v from now", time.Until(until))
 	}
@@ -429,29 +386,17 @@ func TestSessionWaitOutlivesItsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 2 * time.Second})
-	leases, failed := make(chan *SessionLease, 1), make(chan error, 1)
-	go func() {
-		lease, err := session.Acquire(context.Background(), "job", LockOptions{Wait: 30 * time.Second})
-		if err != nil {
-			failed <- err
-			return
-		}
-		leases <- lease
-	}()
+	leases, failed := inBackground(func() (*SessionLease, error) {
+		return session.Acquire(context.Background(), "job", LockOptions{Wait: 30 * time.Second})
+	})
 	waitForLine(t, r.redisPort, "leasehold:{job}:line", "1")
 	r.stop(0, syscall.SIGKILL) // the session's server, with its wait
 	if held, err := holder.Release(); !held || err != nil {
 		t.Fatalf("release: %v %v", held, err)
 	}
-	select {
-	case lease := <-leases:
-		if lease.FencingToken <= holder.FencingToken || lockToken(r.redisPort, lockKey) != lease.Token {
-			t.Fatalf("got fencing token %d after %d", lease.FencingToken, holder.FencingToken)
-		}
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the wait never ended")
+	lease := awaitHeld(t, leases, failed, 30*time.Second, "the wait never ended")
+	if lease.FencingToken <= holder.FencingToken || lockToken(r.redisPort, lockKey) != lease.Token {
+		t.Fatalf("got fencing token %d after %d", lease.FencingToken, holder.FencingToken)
 	}
 }
 
@@ -460,10 +405,7 @@ func TestSessionWaitOutlivesItsServer(t *testing.T) {
 func TestSessionReleaseBetweenServers(t *testing.T) {
 	r := startReplicas(t, 2)
 	session := newSession(t, dial(t, r.list()), SessionOptions{TTL: 3 * time.Second})
-	lease, err := session.Acquire(context.Background(), "job", LockOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holdLock(t, session, "job")
 	r.stop(0, syscall.SIGKILL)
 	if held, err := lease.Release(); !held || err != nil {
 		t.Fatalf("release: %v %v", held, err)

@@ -3,6 +3,7 @@ package leasehold
 import (
 	"errors"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -40,4 +41,68 @@ func vouchedUntil(opened, received time.Time, validForMs uint32, validToMs uint6
 		return end
 	}
 	return until
+}
+
+// belief is what this process believes of a lease (or a leadership) it holds: until when the
+// server last vouched for it, and whether, and why, it can no longer be trusted. A Lease, a
+// SessionLease and a SessionLeader each embed one, which gives them Lost, LostReason and
+// ValidUntil.
+type belief struct {
+	lost chan struct{} // closed once, by lose
+
+	mu         sync.Mutex // guards reason and validUntil
+	reason     string
+	validUntil time.Time
+}
+
+// newBelief is a belief not yet lost, vouched for until nothing.
+func newBelief() belief { return belief{lost: make(chan struct{})} }
+
+// Lost is closed once the lease can no longer be trusted.
+func (b *belief) Lost() <-chan struct{} { return b.lost }
+
+// LostReason says why Lost was closed.
+func (b *belief) LostReason() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reason
+}
+
+// ValidUntil is how long the server last vouched for the lease (on this process's monotonic
+// clock): the moment it last confirmed the lease (its acquisition, then every renewal confirmed
+// after it; on a session, a renewal of the session) plus the validity it gave. Lost is closed by
+// then unless a later confirmation moves it.
+func (b *belief) ValidUntil() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.validUntil
+}
+
+// vouched records until when the server now vouches for the lease (see vouchedUntil).
+func (b *belief) vouched(until time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.validUntil = until
+}
+
+// lose closes Lost, saying why (the first reason given stays).
+func (b *belief) lose(reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.lost:
+	default:
+		b.reason = reason
+		close(b.lost)
+	}
+}
+
+// isLost: Lost is closed.
+func (b *belief) isLost() bool {
+	select {
+	case <-b.lost:
+		return true
+	default:
+		return false
+	}
 }

@@ -4,8 +4,6 @@ import com.google.protobuf.ByteString;
 import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
-import io.grpc.stub.ClientCallStreamObserver;
-import io.grpc.stub.ClientResponseObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
@@ -443,39 +441,14 @@ public final class Candidate implements AutoCloseable {
   }
 
   /** One {@code Campaign} stream. */
-  private final class Stream implements ClientResponseObserver<CampaignRequest, CampaignResponse> {
-    /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */
-    final long openedNanos;
-    private ClientCallStreamObserver<CampaignRequest> requests;
-
+  private final class Stream extends StreamBase<CampaignRequest, CampaignResponse> {
     Stream(long openedNanos) {
-      this.openedNanos = openedNanos;
-    }
-
-    @Override
-    public void beforeStart(ClientCallStreamObserver<CampaignRequest> requests) {
-      this.requests = requests;
-    }
-
-    void send(CampaignRequest request) {
-      try {
-        requests.onNext(request);
-      } catch (RuntimeException e) {
-        // The call is over already; its end reports what happened.
-      }
+      super(openedNanos);
     }
 
     void resign() {
       send(CampaignRequest.newBuilder().setResign(Resign.getDefaultInstance()).build());
-      try {
-        requests.onCompleted();
-      } catch (RuntimeException e) {
-        // Over already.
-      }
-    }
-
-    void cancel(String why) {
-      requests.cancel(why, null);
+      halfClose();
     }
 
     @Override
@@ -484,13 +457,8 @@ public final class Candidate implements AutoCloseable {
     }
 
     @Override
-    public void onError(Throwable error) {
-      onEnd(this, Status.fromThrowable(error), error);
-    }
-
-    @Override
-    public void onCompleted() {
-      onEnd(this, null, null);
+    void ended(Status status, Throwable error) {
+      onEnd(this, status, error);
     }
   }
 }

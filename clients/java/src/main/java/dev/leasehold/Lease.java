@@ -3,8 +3,6 @@ package dev.leasehold;
 import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
-import io.grpc.stub.ClientCallStreamObserver;
-import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
@@ -523,40 +521,15 @@ public final class Lease implements AutoCloseable {
   }
 
   /** One {@code Lease} stream. */
-  private final class Stream implements ClientResponseObserver<LeaseRequest, LeaseResponse> {
-    /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */
-    final long openedNanos;
-    private ClientCallStreamObserver<LeaseRequest> requests;
-
+  private final class Stream extends StreamBase<LeaseRequest, LeaseResponse> {
     Stream(long openedNanos) {
-      this.openedNanos = openedNanos;
-    }
-
-    @Override
-    public void beforeStart(ClientCallStreamObserver<LeaseRequest> requests) {
-      this.requests = requests;
+      super(openedNanos);
     }
 
     void release() {
-      try {
-        requests.onNext(LeaseRequest.newBuilder()
-            .setRelease(LeaseRelease.getDefaultInstance()).build());
-        requests.onCompleted();
-      } catch (RuntimeException e) {
-        // The call is over already; its end reports what happened.
-      }
-    }
-
-    void halfClose() {
-      try {
-        requests.onCompleted();
-      } catch (RuntimeException e) {
-        // Over already.
-      }
-    }
-
-    void cancel(String why) {
-      requests.cancel(why, null);
+      // A send that fails (the call is over) leaves a half-close that fails alike.
+      send(LeaseRequest.newBuilder().setRelease(LeaseRelease.getDefaultInstance()).build());
+      halfClose();
     }
 
     @Override
@@ -565,13 +538,8 @@ public final class Lease implements AutoCloseable {
     }
 
     @Override
-    public void onError(Throwable error) {
-      onEnd(this, Status.fromThrowable(error), error);
-    }
-
-    @Override
-    public void onCompleted() {
-      onEnd(this, null, null);
+    void ended(Status status, Throwable error) {
+      onEnd(this, status, error);
     }
   }
 

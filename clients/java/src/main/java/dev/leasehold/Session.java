@@ -7,8 +7,6 @@ import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
-import io.grpc.stub.ClientCallStreamObserver;
-import io.grpc.stub.ClientResponseObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -1005,39 +1003,15 @@ public final class Session implements AutoCloseable {
   }
 
   /** One {@code Session} stream. */
-  final class Stream implements ClientResponseObserver<SessionRequest, SessionResponse> {
-    /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */
-    final long openedNanos;
-    private ClientCallStreamObserver<SessionRequest> requests;
-
+  final class Stream extends StreamBase<SessionRequest, SessionResponse> {
     Stream(long openedNanos) {
-      this.openedNanos = openedNanos;
+      super(openedNanos);
     }
 
     @Override
-    public void beforeStart(ClientCallStreamObserver<SessionRequest> requests) {
-      this.requests = requests;
-    }
-
-    void send(SessionRequest request) {
-      try {
-        requests.onNext(request);
-      } catch (RuntimeException e) {
-        // The call is over already; its end reports what happened.
-      }
-    }
-
-    void halfClose() {
-      try {
-        requests.onCompleted();
-      } catch (RuntimeException e) {
-        // Over already.
-      }
-    }
-
     void cancel(String why) {
       try {
-        requests.cancel(why, null);
+        super.cancel(why);
       } catch (RuntimeException e) {
         // Over already.
       }
@@ -1049,13 +1023,8 @@ public final class Session implements AutoCloseable {
     }
 
     @Override
-    public void onError(Throwable error) {
-      onEnd(this, Status.fromThrowable(error), error);
-    }
-
-    @Override
-    public void onCompleted() {
-      onEnd(this, null, null);
+    void ended(Status status, Throwable error) {
+      onEnd(this, status, error);
     }
   }
 }
