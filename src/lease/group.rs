@@ -20,9 +20,11 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::held::Lock;
 use super::renewal::drift;
 use super::scheduler::Renewable;
 use crate::error::Result;
+use crate::store::{LockKeys, Token};
 
 /// A group's member, by the key the session gave it.
 struct Member {
@@ -87,7 +89,7 @@ impl Renewable for RenewalGroup {
                 .iter()
                 .map(|(&key, member)| (key, member.lease.clone()))
                 .collect();
-            let answers = join_all(round.iter().map(|(_, lease)| lease.clone().renew(ttl))).await;
+            let answers = renew_all(&round, ttl).await;
             let mut unknown = None;
             let mut members = self.members();
             for ((key, lease), answer) in round.into_iter().zip(answers) {
@@ -115,6 +117,24 @@ impl Renewable for RenewalGroup {
 
     /// Never: members are lost one by one, inside the round.
     fn not_held(&self) {}
+}
+
+/// Renews every lease of a round: leases of one store in one request to its batches (no
+/// future, reply channel or queue message of their own), anything else each on its own.
+async fn renew_all(round: &[(u64, Arc<dyn Renewable>)], ttl: Duration) -> Vec<Result<bool>> {
+    let claims: Option<Vec<(&Lock, &Token)>> =
+        round.iter().map(|(_, lease)| lease.claim()).collect();
+    match claims {
+        Some(claims) if !claims.is_empty() => {
+            let locks = &claims[0].0.locks;
+            let leases: Vec<(&LockKeys, &Token)> = claims
+                .iter()
+                .map(|(lock, token)| (&lock.keys, *token))
+                .collect();
+            locks.extend_all(&leases, ttl).await
+        }
+        _ => join_all(round.iter().map(|(_, lease)| lease.clone().renew(ttl))).await,
+    }
 }
 
 impl std::fmt::Debug for RenewalGroup {

@@ -128,6 +128,10 @@ impl<H: Holding> Renewable for Claim<H> {
         let Lock { locks, keys } = self.holding.lock();
         locks.leave_in_background(keys.clone(), String::new());
     }
+
+    fn claim(&self) -> Option<(&Lock, &Token)> {
+        Some((self.holding.lock(), &self.token))
+    }
 }
 
 impl<H: Holding> HeldLease<H> {

@@ -35,6 +35,11 @@ pub trait Renewable: Send + Sync + 'static {
     /// A renewal found it no longer ours: an expiry this server saw, so wake the line if the lock
     /// is free.
     fn not_held(&self);
+    /// One lease's lock and token, so a group can renew its members in one request (`None`: a
+    /// group, or anything else renewed on its own).
+    fn claim(&self) -> Option<(&super::held::Lock, &crate::store::Token)> {
+        None
+    }
 }
 
 /// Why a lease whose renewal answered `0` is lost.

@@ -109,6 +109,30 @@ impl Locks {
         }
     }
 
+    /// Extends a group of leases at once (a session's round), one answer each, in order: on
+    /// one node (or a cluster) as one request to its batches; with Redlock each lease still
+    /// needs its own majority.
+    pub async fn extend_all(
+        &self,
+        leases: &[(&LockKeys, &Token)],
+        ttl: Duration,
+    ) -> Vec<Result<bool>> {
+        if let [renewals] = self.0.renewals.as_slice() {
+            let leases = leases
+                .iter()
+                .map(|(keys, token)| {
+                    let kept_with = keys.kept_with.clone().unwrap_or_default();
+                    (keys.lock().to_owned(), kept_with, token.secret().to_owned())
+                })
+                .collect();
+            return renewals.extend_all(leases, ttl).await;
+        }
+        let each = leases
+            .iter()
+            .map(|(keys, token)| self.extend(keys, token, ttl));
+        futures_util::future::join_all(each).await
+    }
+
     /// Deletes the lock if `token` still holds it, and wakes the waiters. `false` means it was
     /// already gone or not ours. Redlock: on every primary, waiting for all their answers.
     pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {

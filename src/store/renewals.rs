@@ -13,6 +13,7 @@
 //! wait by its own validity.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -39,8 +40,74 @@ pub struct Extend {
     pub kept_with: String,
     pub token: String,
     pub ttl_ms: i64,
-    /// `true`: extended; `false`: not ours.
-    pub reply: oneshot::Sender<Result<bool>>,
+    /// Where its answer goes.
+    pub reply: Reply,
+}
+
+/// Where an extend's answer goes: `true`, extended; `false`, not ours.
+pub enum Reply {
+    /// To the one lease that asked.
+    One(oneshot::Sender<Result<bool>>),
+    /// Into its place among a group's answers ([`RenewalBatches::extend_all`]).
+    Among(Among),
+}
+
+/// One place among a group's answers: answered as shutting down if dropped unanswered (a batch
+/// never sent), so the group's round always completes.
+pub struct Among {
+    gathered: Arc<Gathered>,
+    index: usize,
+    answered: bool,
+}
+
+impl Drop for Among {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.gathered.answer(self.index, Err(Error::ShuttingDown));
+        }
+    }
+}
+
+impl Reply {
+    fn send(self, answer: Result<bool>) {
+        match self {
+            Reply::One(reply) => {
+                let _ = reply.send(answer);
+            }
+            Reply::Among(mut among) => {
+                among.answered = true;
+                among.gathered.answer(among.index, answer);
+            }
+        }
+    }
+}
+
+/// A group's answers, gathered in order; sent on when the last arrives.
+pub struct Gathered {
+    answers: Mutex<(Vec<Option<Result<bool>>>, usize)>,
+    done: Mutex<Option<oneshot::Sender<Vec<Result<bool>>>>>,
+}
+
+impl Gathered {
+    fn answer(&self, index: usize, answer: Result<bool>) {
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let (slots, left) = &mut *answers;
+        if let Some(slot) = slots.get_mut(index)
+            && slot.is_none()
+        {
+            *slot = Some(answer);
+            *left -= 1;
+        }
+        if *left == 0 {
+            let all = slots
+                .drain(..)
+                .map(|slot| slot.unwrap_or(Err(Error::ShuttingDown)))
+                .collect();
+            if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = done.send(all);
+            }
+        }
+    }
 }
 
 /// The batching queue of one node. Cheap to clone.
@@ -82,10 +149,46 @@ impl RenewalBatches {
                 kept_with: kept_with.unwrap_or_default().to_owned(),
                 token: token.to_owned(),
                 ttl_ms: millis(ttl),
-                reply,
+                reply: Reply::One(reply),
             })
             .map_err(|_| Error::ShuttingDown)?;
         answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Extends a group of leases (a session's round) in the next batch, with one answer for
+    /// the lot rather than one per lease: `(lock, kept_with, token)` each, answered in order.
+    pub async fn extend_all(
+        &self,
+        leases: Vec<(String, String, String)>,
+        ttl: Duration,
+    ) -> Vec<Result<bool>> {
+        let count = leases.len();
+        if count == 0 {
+            return Vec::new();
+        }
+        let (done, all) = oneshot::channel();
+        let gathered = Arc::new(Gathered {
+            answers: Mutex::new(((0..count).map(|_| None).collect(), count)),
+            done: Mutex::new(Some(done)),
+        });
+        let ttl_ms = millis(ttl);
+        for (index, (lock, kept_with, token)) in leases.into_iter().enumerate() {
+            let extend = Extend {
+                lock,
+                kept_with,
+                token,
+                ttl_ms,
+                reply: Reply::Among(Among {
+                    gathered: gathered.clone(),
+                    index,
+                    answered: false,
+                }),
+            };
+            // Not sent: dropped, its place is answered as shutting down.
+            let _ = self.queue.send(extend);
+        }
+        all.await
+            .unwrap_or_else(|_| (0..count).map(|_| Err(Error::ShuttingDown)).collect())
     }
 }
 
@@ -160,7 +263,7 @@ impl Batcher {
         match replies {
             Ok(replies) if replies.len() == chunk.len() => {
                 for (extend, reply) in chunk.into_iter().zip(replies) {
-                    let _ = extend.reply.send(Ok(reply == 1));
+                    extend.reply.send(Ok(reply == 1));
                 }
             }
             // A moved slot, a timeout, an odd reply: each lease on its own, at once.
@@ -192,7 +295,7 @@ impl Batcher {
                     vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
                 )
                 .await;
-            let _ = extend.reply.send(reply.map(|reply| reply == 1));
+            extend.reply.send(reply.map(|reply| reply == 1));
         });
         futures_util::future::join_all(singles).await;
     }
