@@ -211,36 +211,39 @@ impl Batcher {
                 () = tasks.stopping() => return,
             };
             tokio::time::sleep(LINGER).await;
-            let mut batch = vec![first];
-            while let Ok(next) = inbox.try_recv() {
-                batch.push(next);
-            }
-            for group in self.by_node(batch) {
-                for chunk in chunks(group, MAX_PER_SCRIPT) {
-                    tasks.spawn(self.clone().send(chunk));
+            // Chunks fill as the queue drains, one per node, each sent once full: no vector of
+            // the whole batch (thousands of extends at once, grown by copying).
+            let slots = self.slots();
+            let mut open: HashMap<Option<String>, Vec<Extend>> = HashMap::new();
+            let mut next = Some(first);
+            while let Some(extend) = next.take().or_else(|| inbox.try_recv().ok()) {
+                let node = slots.as_ref().and_then(|slots| {
+                    let slot = fred::util::redis_keyslot(extend.lock.as_bytes());
+                    slots.get_server(slot).map(|server| server.to_string())
+                });
+                let chunk = open
+                    .entry(node)
+                    .or_insert_with(|| Vec::with_capacity(MAX_PER_SCRIPT));
+                chunk.push(extend);
+                if chunk.len() == MAX_PER_SCRIPT {
+                    let full = std::mem::replace(chunk, Vec::with_capacity(MAX_PER_SCRIPT));
+                    tasks.spawn(self.clone().send(full));
                 }
+            }
+            for chunk in open.into_values().filter(|chunk| !chunk.is_empty()) {
+                tasks.spawn(self.clone().send(chunk));
             }
         }
     }
 
-    /// Groups extends by the node that serves their keys: on a cluster by the slot map (keys
-    /// of one lease share a slot), elsewhere all together.
-    fn by_node(&self, batch: Vec<Extend>) -> Vec<Vec<Extend>> {
+    /// On a cluster, the slot map: extends go to the node that serves their keys (keys of one
+    /// lease share a slot); elsewhere `None`, all together.
+    fn slots(&self) -> Option<fred::types::cluster::ClusterRouting> {
         let client = self.connection.client();
-        let Some(slots) = client
+        client
             .is_clustered()
             .then(|| client.cached_cluster_state())
             .flatten()
-        else {
-            return vec![batch];
-        };
-        let mut groups: HashMap<Option<String>, Vec<Extend>> = HashMap::new();
-        for extend in batch {
-            let slot = fred::util::redis_keyslot(extend.lock.as_bytes());
-            let node = slots.get_server(slot).map(|server| server.to_string());
-            groups.entry(node).or_default().push(extend);
-        }
-        groups.into_values().collect()
     }
 
     /// Sends one chunk as one script (a single extend as the plain script).
@@ -301,12 +304,3 @@ impl Batcher {
     }
 }
 
-fn chunks(mut group: Vec<Extend>, size: usize) -> Vec<Vec<Extend>> {
-    let mut chunks = Vec::with_capacity(group.len().div_ceil(size));
-    while group.len() > size {
-        let rest = group.split_off(size);
-        chunks.push(std::mem::replace(&mut group, rest));
-    }
-    chunks.push(group);
-    chunks
-}
