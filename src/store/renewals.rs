@@ -303,4 +303,3 @@ impl Batcher {
         futures_util::future::join_all(singles).await;
     }
 }
-
