@@ -16,14 +16,30 @@ use tokio::time::{Instant, sleep};
 const WORKERS: usize = 4;
 
 async fn start() -> Chaos {
-    let chaos = Chaos::start(Cluster::start(2).await, WORKERS).await;
+    warm(Chaos::start(Cluster::start(2).await, WORKERS).await).await
+}
+
+/// The same workers, each holding its turns on a session.
+async fn start_on_sessions() -> Chaos {
+    warm(Chaos::start_on_sessions(Cluster::start(2).await, WORKERS).await).await
+}
+
+async fn warm(chaos: Chaos) -> Chaos {
     chaos.progress(10).await; // Warm: everyone connected, the lock changing hands.
     chaos
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_and_restarted_empty() {
-    let mut chaos = start().await;
+    restarted_empty(start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sessions_redis_killed_and_restarted_empty() {
+    restarted_empty(start_on_sessions().await).await;
+}
+
+async fn restarted_empty(mut chaos: Chaos) {
     chaos.may_lose_data();
     let holder = chaos.fresh_holder().await;
     chaos.cluster.lock_redis.restart_empty();
@@ -65,7 +81,15 @@ async fn redis_paused_longer_than_the_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_server_paused_longer_than_the_ttl() {
-    let chaos = start().await;
+    server_paused(start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sessions_holder_server_paused_longer_than_the_ttl() {
+    server_paused(start_on_sessions().await).await;
+}
+
+async fn server_paused(chaos: Chaos) {
     let holder = chaos.fresh_holder().await;
     let paused = chaos.cluster.servers[holder.server].pid();
     signal(paused, "STOP");
@@ -88,7 +112,15 @@ async fn holder_server_paused_longer_than_the_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_server_killed() {
-    let mut chaos = start().await;
+    server_killed(start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sessions_holder_server_killed() {
+    server_killed(start_on_sessions().await).await;
+}
+
+async fn server_killed(mut chaos: Chaos) {
     let holder = chaos.fresh_holder().await;
     chaos.cluster.servers[holder.server].kill();
     let fault_at = Instant::now();
@@ -158,6 +190,15 @@ async fn network_between_servers_and_redis_cut_then_restored() {
 async fn lock_key_expires_early_under_the_holder() {
     // Its server's next renewal finds the key gone or another's: told within a TTL.
     Chaos::start(Cluster::start(2).await, WORKERS)
+        .await
+        .run_key_expired_early(TTL)
+        .await;
+}
+
+/// The same on sessions: the holder's lease alone is told lost, within a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sessions_lock_key_expires_early_under_the_holder() {
+    Chaos::start_on_sessions(Cluster::start(2).await, WORKERS)
         .await
         .run_key_expired_early(TTL)
         .await;

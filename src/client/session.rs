@@ -212,6 +212,11 @@ impl Session {
         Ok(SessionLeader { lease })
     }
 
+    /// Whether the whole session ended (lost, or closed): a new one must be opened for more.
+    pub fn is_ended(&self) -> bool {
+        self.ended.borrow().is_some()
+    }
+
     /// Completes with the reason once the whole session ended (lost, or closed).
     pub async fn ended(&self) -> String {
         let mut ended = self.ended.clone();
@@ -267,8 +272,8 @@ impl Session {
             fencing_token: taken.fencing_token,
             token: taken.token,
             state: taken.state,
+            valid: taken.valid,
             commands: self.commands.clone(),
-            shared: self.shared.clone(),
             released: false,
         })
     }
@@ -300,8 +305,9 @@ pub struct SessionLease {
     fencing_token: u64,
     token: String,
     state: watch::Receiver<LeaseState>,
+    /// `valid_until`, as the session's task last set it.
+    valid: watch::Receiver<Instant>,
     commands: mpsc::UnboundedSender<Command>,
-    shared: Arc<Shared>,
     released: bool,
 }
 
@@ -329,12 +335,10 @@ impl SessionLease {
     }
 
     /// Until when the server last vouched for the lease (by its `acquired`, or the session's
-    /// latest confirmation since), by this process's clock; `None` once it ended.
-    pub fn valid_until(&self) -> Option<Instant> {
-        match &lock(&self.shared).leases.get(&self.id)?.phase {
-            Phase::Held(held) => Some(held.valid_until),
-            Phase::Pending(_) => None,
-        }
+    /// latest confirmation since), by this process's clock: the lease is believed no longer than
+    /// this without another confirmation. Still the last such instant once the lease ended.
+    pub fn valid_until(&self) -> Instant {
+        *self.valid.borrow()
     }
 
     /// Releases the lease and waits for the server to confirm. `Ok(false)`: it was already lost.
@@ -430,6 +434,7 @@ struct Taken {
     fencing_token: u64,
     token: String,
     state: watch::Receiver<LeaseState>,
+    valid: watch::Receiver<Instant>,
 }
 
 enum Phase {
@@ -442,6 +447,8 @@ struct Held {
     token: String,
     fencing_token: u64,
     valid_until: Instant,
+    /// `valid_until`, as the lease's holder reads it (also after the lease ended).
+    valid: watch::Sender<Instant>,
     state: watch::Sender<LeaseState>,
     /// Asked for again by its token on the current stream, not yet confirmed there.
     resuming: bool,
@@ -471,6 +478,14 @@ struct Stream {
     /// When `open` was sent: what `valid_to_ms` counts from.
     opened: Instant,
     replica: super::replicas::Replica,
+}
+
+impl Held {
+    /// The server now vouches for the lease until `valid_until`.
+    fn vouch(&mut self, valid_until: Instant) {
+        self.valid_until = valid_until;
+        self.valid.send_replace(valid_until);
+    }
 }
 
 impl Stream {
@@ -728,7 +743,7 @@ impl Task {
                             state.leases.remove(&id);
                             stream.send(Action::Release(pb::SessionRelease { id }));
                         } else {
-                            held.valid_until = valid_until;
+                            held.vouch(valid_until);
                         }
                     }
                     Phase::Pending(_) if stale => {
@@ -747,10 +762,12 @@ impl Task {
                     }
                     phase @ Phase::Pending(_) => {
                         let (tell, watch) = watch::channel(LeaseState::Held);
+                        let (valid, valid_watch) = watch::channel(valid_until);
                         let held = Phase::Held(Held {
                             token: acquired.token.clone(),
                             fencing_token: acquired.fencing_token,
                             valid_until,
+                            valid,
                             state: tell,
                             resuming: false,
                             releasing: None,
@@ -761,6 +778,7 @@ impl Task {
                                 fencing_token: acquired.fencing_token,
                                 token: acquired.token,
                                 state: watch,
+                                valid: valid_watch,
                             };
                             if reply.send(Ok(taken)).is_err() {
                                 // Its caller went away: let it go.
@@ -777,7 +795,7 @@ impl Task {
                     if let Phase::Held(held) = &mut entry.phase
                         && !held.resuming
                     {
-                        held.valid_until = valid_until;
+                        held.vouch(valid_until);
                     }
                 }
             }

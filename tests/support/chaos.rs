@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::client::fence::{Fenced, FencedKey};
-use leasehold::client::{Client, LeaseGuard};
+use leasehold::client::{Client, LeaseGuard, Session, SessionLease};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -340,20 +340,26 @@ pub struct Chaos {
 
 impl Chaos {
     pub async fn start(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false, CANDIDATES).await
+        Chaos::start_with(cluster, workers, false, CANDIDATES, false).await
     }
 
     /// As [`Chaos::start`] with no election beside the lock. (With candidates, killing the
     /// servers' pub/sub connections left the lock unused for 2.5 s: fred failed to resubscribe,
     /// "wrong number of arguments for 'subscribe'"; a known issue, not yet fixed.)
     pub async fn start_lock_only(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false, 0).await
+        Chaos::start_with(cluster, workers, false, 0, false).await
     }
 
     /// As [`Chaos::start`], each worker's client given every server (through its own proxies,
     /// its own first), so a lease resumes on another server when its server stops or dies.
     pub async fn start_resuming(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, true, CANDIDATES).await
+        Chaos::start_with(cluster, workers, true, CANDIDATES, false).await
+    }
+
+    /// As [`Chaos::start`], each worker holding its turns on a session (one per server it
+    /// uses, opened again once it ends) rather than a Lease stream of its own.
+    pub async fn start_on_sessions(cluster: Cluster, workers: usize) -> Self {
+        Chaos::start_with(cluster, workers, false, CANDIDATES, true).await
     }
 
     async fn start_with(
@@ -361,6 +367,7 @@ impl Chaos {
         workers: usize,
         every_server: bool,
         candidates: usize,
+        on_sessions: bool,
     ) -> Self {
         let (current, _) = watch::channel(None);
         let (writes, _) = watch::channel(0);
@@ -399,6 +406,7 @@ impl Chaos {
             let worker = Worker {
                 id,
                 server: id % routes.len(),
+                sessions: on_sessions.then(|| routes.iter().map(|_| None).collect()),
                 routes,
                 counter,
                 shared: shared.clone(),
@@ -640,6 +648,8 @@ impl Chaos {
 struct Worker {
     id: usize,
     server: usize,
+    /// With sessions: the session open through each route, if any.
+    sessions: Option<Vec<Option<Session>>>,
     routes: Vec<(Proxy, Client)>,
     counter: FencedKey,
     shared: Arc<Shared>,
@@ -649,22 +659,16 @@ struct Worker {
 impl Worker {
     async fn run(mut self) {
         while !self.stop.is_cancelled() {
-            let acquire = self.routes[self.server]
-                .1
-                .lease(LOCK)
-                .ttl(TTL)
-                .wait(WAIT)
-                .holder(format!("worker-{}", self.id))
-                .acquire();
             let called = Instant::now();
+            let stop = self.stop.clone();
             let guard = tokio::select! {
-                guard = acquire => guard,
-                () = self.stop.cancelled() => {
+                guard = self.acquire() => guard,
+                () = stop.cancelled() => {
                     self.history().record(self.id, Kind::Acquire, called, None, Outcome::Unknown, 0, 0);
                     return;
                 }
             };
-            let answer = guard.as_ref().map(LeaseGuard::fencing_token);
+            let answer = guard.as_ref().map(Guard::fencing_token);
             let start = self.history().record_acquire(self.id, called, answer);
             let Ok(guard) = guard else {
                 // Server down or unreachable, or the wait ran out: try the next server.
@@ -708,14 +712,26 @@ impl Worker {
         &self.shared.history
     }
 
+    /// Takes the lock through the server in use: on a Lease stream of its own, or on that
+    /// server's session (opened again once it ended).
+    async fn acquire(&mut self) -> Result<Guard, leasehold::client::ClientError> {
+        let client = &self.routes[self.server].1;
+        let holder = format!("worker-{}", self.id);
+        let Some(sessions) = &mut self.sessions else {
+            let lease = client.lease(LOCK).ttl(TTL).wait(WAIT).holder(holder);
+            return lease.acquire().await.map(Guard::Stream);
+        };
+        let session = match &mut sessions[self.server] {
+            Some(session) if !session.is_ended() => session,
+            slot => slot.insert(client.session().ttl(TTL).holder(holder).open().await?),
+        };
+        let lease = session.lock(LOCK).wait(WAIT).acquire().await;
+        lease.map(Guard::Session)
+    }
+
     /// Increments until the turn is over; returns when and why the lease was lost, if it was.
     /// Never abandons an access midway, so the journal matches what the resource saw.
-    async fn turn(
-        &self,
-        guard: &leasehold::client::LeaseGuard,
-        token: u64,
-        start: Instant,
-    ) -> Option<(Instant, String)> {
+    async fn turn(&self, guard: &Guard, token: u64, start: Instant) -> Option<(Instant, String)> {
         loop {
             let turn = if *lock(&self.shared.hold_until_lost) == Some(self.id) {
                 MAX_TURN
@@ -824,6 +840,49 @@ impl Worker {
             Instant::now(),
             "the resource refused a stale fencing token".into(),
         ))
+    }
+}
+
+/// A worker's hold on the lock: on a Lease stream, or on a session.
+enum Guard {
+    Stream(LeaseGuard),
+    Session(SessionLease),
+}
+
+impl Guard {
+    fn fencing_token(&self) -> u64 {
+        match self {
+            Guard::Stream(guard) => guard.fencing_token(),
+            Guard::Session(lease) => lease.fencing_token(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Guard::Stream(guard) => guard.is_lost(),
+            Guard::Session(lease) => lease.is_lost(),
+        }
+    }
+
+    async fn lost(&self) -> String {
+        match self {
+            Guard::Stream(guard) => guard.lost().await,
+            Guard::Session(lease) => lease.lost().await,
+        }
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self {
+            Guard::Stream(guard) => guard.valid_until(),
+            Guard::Session(lease) => lease.valid_until(),
+        }
+    }
+
+    async fn release(self) -> Result<bool, leasehold::client::ClientError> {
+        match self {
+            Guard::Stream(guard) => guard.release().await,
+            Guard::Session(lease) => lease.release().await,
+        }
     }
 }
 
