@@ -193,16 +193,26 @@ async fn metrics_move_as_leases_come_and_go() {
     let observer = client.observe("vote").await.unwrap();
     until_metric(&addr, r#"leasehold_open_streams{kind="observe"}"#, 1.0).await;
     drop(observer);
+    // A session is one stream; each of its leases is held, and counted, on its own.
+    let session = client.session().open().await.unwrap();
+    let _a = session.lock("billing/s1").acquire().await.unwrap();
+    let _b = session.lock("billing/s2").acquire().await.unwrap();
+    until_metric(&addr, r#"leasehold_open_streams{kind="session"}"#, 1.0).await;
+    until_metric(&addr, held, 2.0).await;
+    session.close().await.unwrap();
+    until_metric(&addr, held, 0.0).await;
+    until_metric(&addr, r#"leasehold_open_streams{kind="session"}"#, 0.0).await;
     // Unary calls count too.
     let once = client
         .acquire_once("billing/once", Duration::from_secs(5))
         .await
         .unwrap();
     assert!(once.acquired);
+    // The first lease, the session's two, and this one.
     until_metric(
         &addr,
         r#"leasehold_acquisitions_total{outcome="acquired",prefix="billing/"}"#,
-        2.0,
+        4.0,
     )
     .await;
     // No lock name is ever a label.
@@ -479,6 +489,49 @@ async fn tokens_are_held_to_their_role_and_prefixes_and_refusals_touch_nothing()
     assert!(!held.is_lost());
     assert_eq!(get(&direct, &lock_key("billing/nightly")).await, token);
     assert!(held.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_leases_are_held_to_the_callers_grant_one_by_one() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let dir = TempDir::new("auth");
+    let policy = AuthPolicy::load(&grants(&dir)).unwrap();
+    let server = server_with(&redis, None, Some(policy)).await;
+
+    let billing = Client::connect_with(as_token(&server, "billing-secret"))
+        .await
+        .unwrap();
+    let session = billing.session().open().await.unwrap();
+    let held = session.lock("billing/a").acquire().await.unwrap();
+    // Outside its prefixes: that lease refused, Redis never hears of the name, the rest goes on.
+    let outside = session.lock("reports/a").acquire().await.unwrap_err();
+    assert_eq!(code(outside), Code::PermissionDenied);
+    let campaign = session.campaign("reports/leader", b"a".to_vec()).await;
+    assert_eq!(code(campaign.unwrap_err()), Code::PermissionDenied);
+    let keys = keys_matching(&direct, "*reports*").await;
+    assert!(keys.is_empty(), "{keys:?}");
+    let leader = session
+        .campaign("billing/leader", b"a".to_vec())
+        .await
+        .unwrap();
+    assert!(leader.term() > 0 && !held.is_lost());
+    assert_eq!(
+        get(&direct, &lock_key("billing/a")).await.as_deref(),
+        Some(held.token())
+    );
+
+    // Observers hold nothing on a session either; unknown callers open none.
+    let dashboard = Client::connect_with(as_token(&server, "dashboard-secret"))
+        .await
+        .unwrap();
+    let watching = dashboard.session().open().await.unwrap();
+    let take = watching.lock("billing/b").acquire().await.unwrap_err();
+    assert_eq!(code(take), Code::PermissionDenied);
+    let anonymous = Client::connect(server.url()).await.unwrap();
+    let refused = anonymous.session().open().await.err().expect("refused");
+    assert_eq!(code(refused), Code::Unauthenticated);
+    assert_eq!(session.close().await.unwrap(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

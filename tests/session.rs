@@ -349,3 +349,29 @@ async fn a_leader_on_a_session_proclaims_and_its_loss_ends_it_alone() {
         Some(lock.token())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_renewals_cannot_be_confirmed_is_lost_whole() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let mut session = Raw::open(&server.url(), 300, 0).await;
+    session.acquire(1, "a", 0);
+    session.acquire(2, "b", 0);
+    session.acquired(1).await;
+    session.acquired(2).await;
+    // Redis frozen past the session's validity: no round can be confirmed.
+    redis.pause();
+    let paused_at = Instant::now();
+    let end = session.next_about().await;
+    let after = paused_at.elapsed();
+    redis.resume();
+    match end {
+        Ok(Some(Event::Lost(lost))) => {
+            assert!(lost.reason.contains("before the lease ran out"), "{lost:?}")
+        }
+        other => panic!("expected the session lost, got {other:?}"),
+    }
+    assert!(after <= Duration::from_millis(400), "told {after:?} after");
+    // Nothing follows the session's loss: the stream ends.
+    assert!(matches!(session.next().await, Ok(None)));
+}
