@@ -8,16 +8,19 @@ declare -A sources=(
   [go]=clients/go/conformance_test.go
   [python]=clients/python/tests/test_conformance.py
   [java]=clients/java/src/test/java/dev/leasehold/ConformanceTest.java
+  [node]=clients/node/test/conformance.test.ts
 )
 declare -A patterns=(
   [rust]='fn conformance_%s('
   [go]='func TestConformance_%s('
   [python]='def test_conformance_%s('
   [java]='void conformance_%s('
+  [node]='test("conformance_%s"'
 )
 missing=0
 scenarios=$(grep -v '^#' clients/conformance/scenarios.txt | awk 'NF { print $1 }')
-for client in rust go python java; do
+clients=(rust go python java node)
+for client in "${clients[@]}"; do
   for scenario in $scenarios; do
     # shellcheck disable=SC2059
     name=$(printf "${patterns[$client]}" "$scenario")
@@ -32,4 +35,4 @@ if [ "$missing" -gt 0 ]; then
   echo "conformance: $missing scenario tests missing" >&2
   exit 1
 fi
-echo "conformance: all 4 clients have all $count scenarios"
+echo "conformance: all ${#clients[@]} clients have all $count scenarios"

@@ -70,8 +70,12 @@ suite go clients/go/test.sh "$binary" &
 go_suite=$!
 suite java sh -c "cd clients/java && LEASEHOLD_BIN='$binary' mvn -B -ntp -Dstyle.color=never test" &
 java_suite=$!
+# Node client: npm ci (package-lock.json), stubs generated from proto/ at build time (buf +
+# protoc-gen-es), tsc --noEmit, node --test against the binary.
+suite node clients/node/test.sh "$binary" &
+node_suite=$!
 failed=0
-for pid in "$python_suite" "$go_suite" "$java_suite"; do
+for pid in "$python_suite" "$go_suite" "$java_suite" "$node_suite"; do
   wait "$pid" || failed=1
 done
 exit "$failed"

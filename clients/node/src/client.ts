@@ -1,0 +1,142 @@
+// The entry point: connect(...) and what a client does.
+import { create } from "@bufbuild/protobuf";
+import { LockService, LeaseMode } from "./gen/leasehold/v1/lock_pb.js";
+import { Candidate, leader, observe, type CampaignOptions, type Leader } from "./election.js";
+import { Lease, type LeaseOptions } from "./lease.js";
+import { Session, type SessionOptions } from "./session.js";
+import { Replicas, type ConnectOptions } from "./transport.js";
+import { tokenNumber } from "./validity.js";
+
+/** One holder of a lock, as Describe and List report it. */
+export interface HolderInfo {
+  holder: string;
+  ttlRemainingMs: number;
+  fencingToken: number;
+}
+
+/** The state of a lock (Describe). */
+export interface LockState {
+  held: boolean;
+  holder: string;
+  ttlRemainingMs: number;
+  fencingToken: number;
+  holders: HolderInfo[];
+  limit: number;
+  shared: boolean;
+}
+
+/** A held lock, as List reports it. */
+export interface HeldLock extends LockState {
+  name: string;
+}
+
+/** The locks held now (List): a bounded look for people and tools, not a snapshot. */
+export interface Listing {
+  locks: HeldLock[];
+  /** More locks are held than were returned. */
+  truncated: boolean;
+}
+
+type Described = {
+  holder: string;
+  ttlRemainingMs: number;
+  fencingToken: bigint;
+  holders: { holder: string; ttlRemainingMs: number; fencingToken: bigint }[];
+  limit: number;
+  mode: LeaseMode;
+};
+
+function state(held: boolean, d: Described): LockState {
+  return {
+    held,
+    holder: d.holder,
+    ttlRemainingMs: d.ttlRemainingMs,
+    fencingToken: tokenNumber(d.fencingToken),
+    holders: d.holders.map((h) => ({ holder: h.holder, ttlRemainingMs: h.ttlRemainingMs, fencingToken: tokenNumber(h.fencingToken) })),
+    limit: d.limit,
+    shared: d.mode === LeaseMode.SHARED,
+  };
+}
+
+/**
+ * A client of Leasehold servers: one address (`"10.0.0.1:50051"`) or a comma-separated list of
+ * replicas (`"10.0.0.1:50051,10.0.0.2:50051"`). Calls go to one replica at a time, in the order
+ * given, and move to the next when it cannot be reached; held leases, leaderships and sessions
+ * resume there on their own when their stream breaks.
+ */
+export class Client implements Disposable {
+  /** @internal */
+  readonly replicas: Replicas;
+
+  constructor(target: string, options: ConnectOptions = {}) {
+    this.replicas = new Replicas(target, options);
+  }
+
+  /** Takes lock `name` (waiting up to `wait` ms) and resolves once it is held. Rejects with a
+   * NotAcquiredError (reason, holder, retryAfter) when it stays taken, a LeaseholdError for any
+   * other refusal, a StaleError for an `acquired` that arrived after its validity ran out. */
+  lease(name: string, options: LeaseOptions = {}): Promise<Lease> {
+    return new Lease(this.replicas, name, options).acquire();
+  }
+
+  /**
+   * Holds lock `name` while `work` runs, and releases it afterwards (also when `work` throws).
+   * `work` gets an AbortSignal that aborts when the lease is lost: stop the work then.
+   */
+  async using<T>(name: string, options: LeaseOptions, work: (signal: AbortSignal, lease: Lease) => Promise<T> | T): Promise<T> {
+    const lease = await this.lease(name, options);
+    try {
+      return await work(lease.signal, lease);
+    } finally {
+      await lease.release();
+    }
+  }
+
+  /** Runs for leader of `election`, publishing `value`; `await candidate.elected()` waits in
+   * line. */
+  campaign(election: string, value: Uint8Array | string, options: CampaignOptions = {}): Candidate {
+    return new Candidate(this.replicas, election, value, options).start();
+  }
+
+  /** The leader of `election` now, or null. */
+  leader(election: string): Promise<Leader | null> {
+    return leader(this.replicas, election);
+  }
+
+  /** The leader of `election` now (null: none), then every change: `for await (const l of
+   * client.observe("x"))`. */
+  observe(election: string, signal?: AbortSignal): AsyncGenerator<Leader | null, void, undefined> {
+    return observe(this.replicas, election, signal);
+  }
+
+  /** A session: many locks and campaigns on one stream (`session.lock`, `session.campaign`). */
+  async session(options: SessionOptions = {}): Promise<Session> {
+    return new Session(this.replicas, options).open();
+  }
+
+  /** Who holds lock `name` now. */
+  async describe(name: string): Promise<LockState> {
+    const answer = await this.replicas.unary(LockService.method.describe, create(LockService.method.describe.input, { name }));
+    return state(answer.held, answer);
+  }
+
+  /** The locks held now, at most `limit` (0: the server's maximum, 1,000). */
+  async list(limit = 0): Promise<Listing> {
+    const answer = await this.replicas.unary(LockService.method.list, create(LockService.method.list.input, { limit }));
+    return { locks: answer.locks.map((l) => ({ name: l.name, ...state(true, l) })), truncated: answer.truncated };
+  }
+
+  /** Closes the channels. */
+  close(): void {
+    this.replicas.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+/** A client of the Leasehold servers at `target` (one address, or a comma-separated list). */
+export function connect(target: string = process.env["LEASEHOLD_SERVER"] ?? "127.0.0.1:50051", options: ConnectOptions = {}): Client {
+  return new Client(target, options);
+}

@@ -1,0 +1,229 @@
+// The client beyond the conformance list: validity arithmetic, error details, using(), elections
+// (observe, resumption), sessions' refusals, a bearer token and TLS, against the real binary.
+import { create } from "@bufbuild/protobuf";
+import { anyPack, DurationSchema } from "@bufbuild/protobuf/wkt";
+import { toBinary } from "@bufbuild/protobuf";
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
+import { failedError } from "../src/errors.js";
+import { vouchedUntil } from "../src/validity.js";
+import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
+import { Server, abortsWithin, lockKey, redisCli, startCluster, startRedis, startServer, waitUntil, within } from "./support.js";
+
+describe("validity", () => {
+  test("valid_for from receipt, capped by valid_to from the stream's opening", () => {
+    assert.equal(vouchedUntil(1000, 1010, 500, 0n), 1510); // an old server: receipt alone
+    assert.equal(vouchedUntil(1000, 1010, 500, 600n), 1510);
+    // Held up on its way: valid_to from the opening ends it sooner.
+    assert.equal(vouchedUntil(1000, 1400, 500, 600n), 1600);
+    assert.ok(vouchedUntil(1000, 2000, 500, 600n) <= 2000); // stale: ends before receipt
+  });
+});
+
+describe("errors", () => {
+  test("a session's failed status is read from its serialized google.rpc.Status", () => {
+    const status = create(StatusSchema, {
+      code: Code.ABORTED,
+      message: "lock x is held by h",
+      details: [
+        anyPack(ErrorInfoSchema, create(ErrorInfoSchema, { domain: "leasehold", reason: "LOCK_HELD", metadata: { lock: "x", holder: "h" } })),
+        anyPack(RetryInfoSchema, create(RetryInfoSchema, { retryDelay: create(DurationSchema, { seconds: 1n, nanos: 500_000_000 }) })),
+      ],
+    });
+    const error = failedError(Code.ABORTED, "lock x is held by h", toBinary(StatusSchema, status));
+    assert.ok(error instanceof NotAcquiredError);
+    assert.equal(error.reason, "LOCK_HELD");
+    assert.equal(error.holder, "h");
+    assert.equal(error.retryAfter, 1500);
+    const plain = failedError(Code.NOT_FOUND, "gone", new Uint8Array());
+    assert.ok(!(plain instanceof NotAcquiredError));
+    assert.equal(plain.reason, "");
+    assert.equal(plain.retryAfter, undefined);
+  });
+});
+
+describe("client", { concurrency: 4 }, () => {
+  test("using() aborts its signal when the lease is lost, and releases after", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    const reason = await c.using("job", { ttl: 300 }, async (signal) => {
+      assert.equal(await redisCli(redisPort, "EXISTS", lockKey("job")), "1");
+      await redisCli(redisPort, "DEL", lockKey("job"));
+      assert.ok(await abortsWithin(signal, 10_000));
+      return (signal.reason as LeaseLostError).reason;
+    });
+    assert.match(reason, /deleted or taken/);
+    const value = await c.using("job", {}, () => 42);
+    assert.equal(value, 42);
+    assert.equal(await redisCli(redisPort, "EXISTS", lockKey("job")), "0");
+  });
+
+  test("a waiter hears who holds the lock, and an abort stops its wait", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using _held = await c.lease("job", { holder: "holder-a" });
+    const stop = new AbortController();
+    const waited = c.lease("job", {
+      wait: 60_000,
+      signal: stop.signal,
+      onWaiting: (w) => {
+        assert.equal(w.holder, "holder-a");
+        stop.abort(new Error("enough"));
+      },
+    });
+    await assert.rejects(within(waited, 10_000, "the wait never stopped"), /enough/);
+  });
+
+  test("wait expired: WAIT_EXPIRED with the holder", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using _held = await c.lease("job", { holder: "holder-a" });
+    const error = await c.lease("job", { wait: 200 }).then(
+      () => assert.fail("acquired"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof NotAcquiredError);
+    assert.equal(error.reason, "WAIT_EXPIRED");
+    assert.equal(error.holder, "holder-a");
+  });
+
+  test("observe follows the leader; proclaim publishes", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    const stop = new AbortController();
+    const seen: (Leader | null)[] = [];
+    const watching = (async () => {
+      for await (const leader of c.observe("vote", stop.signal)) {
+        seen.push(leader);
+        if (seen.length === 4) stop.abort();
+      }
+    })();
+    await waitUntil(() => seen.length === 1, "the first state");
+    assert.equal(seen[0], null);
+    const a = c.campaign("vote", "a", { ttl: 2000 });
+    const term = await a.elected();
+    await waitUntil(() => seen.length === 2, "the leader");
+    await a.proclaim("a2");
+    await waitUntil(() => seen.length === 3, "the new value");
+    assert.equal(await a.resign(), true);
+    await within(watching, 10_000, "observe never ended");
+    assert.deepEqual(
+      seen.map((l) => l && [l.term, Buffer.from(l.value).toString()]),
+      [null, [term, "a"], [term, "a2"], null],
+    );
+  });
+
+  test("a leader resumes on another replica when its server crashes, with its term", async (t) => {
+    const { servers, list } = await startCluster(t, 2);
+    const c = connect(list);
+    t.after(() => c.close());
+    await using leader = c.campaign("vote", "a", { ttl: 2000 });
+    const term = await leader.elected();
+    const before = leader.validUntil;
+    await servers[0]!.kill();
+    await waitUntil(() => {
+      assert.equal(leader.lost, false, leader.lostReason);
+      return leader.validUntil > before && leader.resumes >= 1;
+    }, "resumed");
+    assert.equal(leader.term, term);
+    const other = connect(servers[1]!.address);
+    t.after(() => other.close());
+    assert.equal((await other.leader("vote"))?.term, term);
+    assert.equal(await leader.resign(), true);
+    assert.equal(await other.leader("vote"), null);
+  });
+
+  test("a session's refused lock is a NotAcquiredError with details; the session goes on", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using held = await c.lease("x", { holder: "holder-a" });
+    await using session = await c.session({ ttl: 2000 });
+    const error = await session.lock("x").then(
+      () => assert.fail("acquired"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof NotAcquiredError);
+    assert.equal(error.reason, "LOCK_HELD");
+    assert.equal(error.holder, "holder-a");
+    assert.ok(error.retryAfter! > 0);
+    await using y = await session.lock("y");
+    assert.ok(y.fencingToken > 0);
+    assert.equal(await held.release(), true);
+    await using x = await session.lock("x", { wait: 5000 });
+    assert.ok(x.fencingToken > held.fencingToken);
+  });
+
+  test("a bearer token opens its prefixes; no token is UNAUTHENTICATED", async (t) => {
+    const redisPort = await startRedis(t);
+    const dir = mkdtempSync(join(tmpdir(), "leasehold-auth-"));
+    const grants = join(dir, "auth.toml");
+    const digest = createHash("sha256").update("node-secret").digest("hex");
+    writeFileSync(grants, `[[grant]]\nname = "node"\ntoken_sha256 = "${digest}"\nrole = "hold"\nlocks = ["node/"]\n`);
+    const server = new Server("127.0.0.1:0", redisPort, ["--auth-file", grants]);
+    const address = await server.start();
+    t.after(() => server.close());
+    const c = connect(address, { token: "node-secret" });
+    const anonymous = connect(address);
+    t.after(() => {
+      c.close();
+      anonymous.close();
+    });
+    const lease = await c.lease("node/job", { ttl: 5000 });
+    const outside = await c.lease("other/job").then(() => assert.fail("acquired"), (e: unknown) => e);
+    assert.ok(outside instanceof LeaseholdError);
+    assert.equal(outside.code, Code.PERMISSION_DENIED);
+    const nobody = await anonymous.lease("node/job").then(() => assert.fail("acquired"), (e: unknown) => e);
+    assert.ok(nobody instanceof LeaseholdError);
+    assert.equal(nobody.code, Code.UNAUTHENTICATED);
+    assert.equal(await lease.release(), true);
+  });
+
+  test("TLS with the server's certificate as the root", async (t) => {
+    const redisPort = await startRedis(t);
+    const dir = mkdtempSync(join(tmpdir(), "leasehold-tls-"));
+    const [cert, key] = [join(dir, "server.pem"), join(dir, "server.key")];
+    await promisify(execFile)("openssl", [
+      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+      "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+      "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+    ]);
+    const server = new Server("127.0.0.1:0", redisPort, ["--tls-cert", cert, "--tls-key", key]);
+    const address = await server.start();
+    t.after(() => server.close());
+    const c = connect(address, { tls: { ca: readFileSync(cert) } });
+    const plain = connect(address);
+    t.after(() => {
+      c.close();
+      plain.close();
+    });
+    const lease = await c.lease("tls/job", { ttl: 5000 });
+    assert.equal(await lease.release(), true);
+    const error = await plain.lease("tls/job").then(() => assert.fail("acquired over plaintext"), (e: unknown) => e);
+    assert.ok(error instanceof LeaseholdError);
+    assert.equal(error.code, Code.UNAVAILABLE);
+  });
+});
+
+test("a session the server refuses rejects its calls with the server's status", async (t) => {
+  const { address } = await startServer(t);
+  const c = connect(address);
+  t.after(() => c.close());
+  const session = await c.session({ ttl: 10 }); // below the 100 ms minimum
+  const error = await session.lock("x").then(() => assert.fail("acquired"), (e: unknown) => e);
+  assert.ok(error instanceof LeaseholdError, String(error));
+  assert.equal(error.code, Code.INVALID_ARGUMENT);
+  assert.ok(session.lost);
+});
