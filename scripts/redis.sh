@@ -73,3 +73,18 @@ ensure_java_maven_installed() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless maven >/dev/null
   fi
 }
+
+# Node.js and npm for the Node client's suite (Node 20 or newer: async disposal).
+ensure_node_installed() {
+  if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    echo "Node.js or npm is missing: installing them with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  if [ "$major" -lt 20 ]; then
+    echo "Node.js $major is too old for the Node client (20 or newer: async disposal)" >&2
+    return 1
+  fi
+}

@@ -1,18 +1,19 @@
 //! The README's example programs, one per language, are complete programs that a new user can
 //! copy: the README quotes each file verbatim, and each language's suite runs its own against a
-//! real server (the Rust one here; Go, Python and Java in their clients' tests).
+//! real server (the Rust one here; Go, Python, Java and Node in their clients' tests).
 
 use crate::support;
 
 use support::*;
 
 /// Every example program the README quotes.
-const QUOTED: [&str; 5] = [
+const QUOTED: [&str; 6] = [
     "examples/hold_lock.rs",
     "clients/go/examples/hold/main.go",
     "clients/python/examples/hold_lock.py",
     "clients/python/examples/hold_lock_async.py",
     "clients/java/src/test/java/dev/leasehold/examples/HoldLock.java",
+    "clients/node/examples/hold.ts",
 ];
 
 #[test]

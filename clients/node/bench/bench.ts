@@ -1,4 +1,4 @@
-// Side-by-side figures for BENCHMARKS-node.md: acquire+release from Node through Leasehold vs
+// Side-by-side figures for BENCHMARKS.md ("From Node"): acquire+release from Node through Leasehold vs
 // node-redlock on the same Redis, and hand-off latency (a waiter's wait after the holder lets
 // go): Leasehold's pushed wake-up vs node-redlock's retry loop (retryDelay 200 ms, its default).
 // Usage: npm run build && node dist/bench/bench.js [rounds]   (LEASEHOLD_BIN as for the tests)
