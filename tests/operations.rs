@@ -388,6 +388,13 @@ fn grants(dir: &TempDir) -> std::path::PathBuf {
     dir.write("auth.toml", &text)
 }
 
+/// A server in this process holding its callers to [`grants`] (the folder holds the file).
+async fn granting(redis: &RedisServer) -> (TestServer, TempDir) {
+    let dir = TempDir::new("auth");
+    let policy = AuthPolicy::load(&grants(&dir)).unwrap();
+    (server_with(redis, None, Some(policy)).await, dir)
+}
+
 fn as_token(server: &TestServer, token: &str) -> ConnectOptions {
     ConnectOptions::new(server.url()).token(Some(token.to_owned()))
 }
@@ -403,9 +410,7 @@ fn code(error: leasehold::client::ClientError) -> Code {
 async fn tokens_are_held_to_their_role_and_prefixes_and_refusals_touch_nothing() {
     let redis = RedisServer::start();
     let direct = redis.client().await;
-    let dir = TempDir::new("auth");
-    let policy = AuthPolicy::load(&grants(&dir)).unwrap();
-    let server = server_with(&redis, None, Some(policy)).await;
+    let (server, _grants) = granting(&redis).await;
 
     let billing = Client::connect_with(as_token(&server, "billing-secret"))
         .await
@@ -495,9 +500,7 @@ async fn tokens_are_held_to_their_role_and_prefixes_and_refusals_touch_nothing()
 async fn a_sessions_leases_are_held_to_the_callers_grant_one_by_one() {
     let redis = RedisServer::start();
     let direct = redis.client().await;
-    let dir = TempDir::new("auth");
-    let policy = AuthPolicy::load(&grants(&dir)).unwrap();
-    let server = server_with(&redis, None, Some(policy)).await;
+    let (server, _grants) = granting(&redis).await;
 
     let billing = Client::connect_with(as_token(&server, "billing-secret"))
         .await
