@@ -91,7 +91,6 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
   private backoff = FIRST_BACKOFF_MS;
   private lastError: Error | null = null;
   private tried = 0;
-  private heardOnStream = false;
 
   constructor(
     protected readonly replicas: Replicas,
@@ -137,7 +136,6 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
   }
 
   private open(resumeToken: string | undefined): void {
-    this.heardOnStream = false;
     const stream: Stream<I, O> = new Stream(
       this.replicas,
       this.method,
@@ -150,7 +148,6 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
 
   private message(stream: Stream<I, O>, message: MessageShape<O>): void {
     if (stream !== this.stream || this.state === "over") return;
-    this.heardOnStream = true;
     const heard = this.hear(message);
     const received = now();
     switch (heard.kind) {
@@ -215,9 +212,11 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
     if (this.state === "over") return;
     switch (this.state) {
       case "starting": {
-        // A replica that cannot be reached: the next one, once each.
-        const unreachable = error instanceof LeaseholdError && error.code === Code.UNAVAILABLE && !this.heardOnStream;
-        if (unreachable && ++this.tried < this.replicas.addresses.length) {
+        // A replica that cannot be reached, or that goes away while this waits (a server
+        // draining): the next one, once each; a waiter joins the line there anew (as the other
+        // clients do), within what is left of its wait.
+        const moved = error instanceof LeaseholdError && error.code === Code.UNAVAILABLE;
+        if (moved && ++this.tried < this.replicas.addresses.length) {
           this.replicas.failover(stream.index);
           this.open(undefined);
           return;

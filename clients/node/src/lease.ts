@@ -10,6 +10,7 @@ import {
   type LeaseResponseSchema as Res,
 } from "./gen/leasehold/v1/lock_pb.js";
 import { StreamHold, type Heard } from "./held.js";
+import { now } from "./validity.js";
 import type { Replicas } from "./transport.js";
 
 /** Who holds a lock the caller waits for, as the server reports it while waiting. */
@@ -58,6 +59,8 @@ export const DEFAULT_TTL_MS = 30_000;
  */
 export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDisposable {
   private readonly request: LeaseRequest;
+  /** When the wait ends (set when the first attempt is sent), on `performance.now()`'s clock. */
+  private deadline: number | undefined;
 
   /** @internal Use `client.lease(...)`. */
   constructor(
@@ -94,7 +97,13 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
   }
 
   protected startRequest(resumeToken: string | undefined): LeaseRequest {
-    if (resumeToken === undefined) return this.request;
+    if (resumeToken === undefined) {
+      // Asked again on another replica: only what is left of the wait.
+      const acquire = this.request.action.value as Extract<LeaseRequest["action"], { case: "acquire" }>["value"];
+      this.deadline ??= now() + acquire.waitMs;
+      const waitMs = Math.max(0, Math.round(this.deadline - now()));
+      return create(LeaseRequestSchema, { action: { case: "acquire", value: { ...acquire, waitMs } } });
+    }
     const acquire = this.request.action.value as Extract<LeaseRequest["action"], { case: "acquire" }>["value"];
     return create(LeaseRequestSchema, {
       action: {

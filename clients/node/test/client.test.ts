@@ -227,3 +227,26 @@ test("a session the server refuses rejects its calls with the server's status", 
   assert.equal(error.code, Code.INVALID_ARGUMENT);
   assert.ok(session.lost);
 });
+
+describe("waiting across replicas", () => {
+  test("a waiter whose server drains joins the line on the next replica and gets the lock there", async (t) => {
+    const { servers, redisPort } = await startCluster(t, 2);
+    const [first, second] = servers as [Server, Server];
+    const holder = connect(second.address);
+    t.after(() => holder.close());
+    const held = await holder.lease("job", { ttl: 5_000 });
+    // The waiter's client tries the first server first.
+    const waiter = connect(`${first.address},${second.address}`);
+    t.after(() => waiter.close());
+    let waited = 0;
+    const waiting = waiter.lease("job", { ttl: 5_000, wait: 20_000, onWaiting: () => waited++ });
+    await waitUntil(() => waited > 0, "the waiter in line on the first server");
+    await first.stop(); // a deploy: its waiters hear UNAVAILABLE
+    // In line again, now on the second server.
+    await waitUntil(async () => (await redisCli(redisPort, "ZCARD", "leasehold:{job}:line")) === "1", "the waiter in line again");
+    assert.equal(await held.release(), true);
+    const lease = await within(waiting, 10_000, "the lock after the hand-off");
+    assert.ok(lease.fencingToken > held.fencingToken);
+    assert.equal(await lease.release(), true);
+  });
+});
