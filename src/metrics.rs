@@ -57,6 +57,12 @@ impl Outcome {
 #[derive(Clone, Default)]
 pub struct Metrics(Option<Arc<Registered>>);
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Metrics").field(&self.is_enabled()).finish()
+    }
+}
+
 struct Registered {
     registry: Registry,
     prefixes: Vec<String>,
@@ -72,6 +78,13 @@ struct Registered {
     redis_seconds: Histogram,
     open_streams: IntGaugeVec,
     elections_led: IntGauge,
+    admitted: IntGauge,
+    limits: IntGaugeVec,
+    redis_in_flight: IntGauge,
+    redis_reachable: IntGauge,
+    redis_nodes: IntGauge,
+    redis_nodes_reachable: IntGauge,
+    info: IntGaugeVec,
 }
 
 impl Metrics {
@@ -143,10 +156,44 @@ impl Metrics {
                 "leasehold_elections_led",
                 "Elections whose leader holds its stream on this server.",
             )?,
+            admitted: IntGauge::new(
+                "leasehold_leases_admitted",
+                "Leases open now against --max-leases: held or waiting, on their own streams or on sessions (each session's stream counts one too).",
+            )?,
+            limits: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_limit",
+                    "The server's configured limits: leases, leases_per_connection, waiters, waiters_per_lock, redis_in_flight.",
+                ),
+                &["limit"],
+            )?,
+            redis_in_flight: IntGauge::new(
+                "leasehold_redis_in_flight",
+                "Redis commands in flight now, against --redis-max-in-flight (per Redis node).",
+            )?,
+            redis_reachable: IntGauge::new(
+                "leasehold_redis_reachable",
+                "1 while Redis answers (the one Redis, or a majority of Redlock's primaries): gRPC health SERVING; 0 while it does not (NOT_SERVING).",
+            )?,
+            redis_nodes: IntGauge::new(
+                "leasehold_redis_nodes",
+                "Redis nodes the server writes locks to: 1, or Redlock's primaries.",
+            )?,
+            redis_nodes_reachable: IntGauge::new(
+                "leasehold_redis_nodes_reachable",
+                "Of those, how many answered the last health check (Redlock needs a majority).",
+            )?,
+            info: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_info",
+                    "Always 1: the server's version and Redis mode (single, sentinel, cluster, redlock).",
+                ),
+                &["version", "redis_mode"],
+            )?,
             registry,
         };
         let r = &registered;
-        let collectors: [Box<dyn prometheus::core::Collector>; 12] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 19] = [
             Box::new(r.leases_held.clone()),
             Box::new(r.waiters.clone()),
             Box::new(r.acquisitions.clone()),
@@ -159,6 +206,13 @@ impl Metrics {
             Box::new(r.redis_seconds.clone()),
             Box::new(r.open_streams.clone()),
             Box::new(r.elections_led.clone()),
+            Box::new(r.admitted.clone()),
+            Box::new(r.limits.clone()),
+            Box::new(r.redis_in_flight.clone()),
+            Box::new(r.redis_reachable.clone()),
+            Box::new(r.redis_nodes.clone()),
+            Box::new(r.redis_nodes_reachable.clone()),
+            Box::new(r.info.clone()),
         ];
         for collector in collectors {
             r.registry.register(collector)?;
@@ -234,6 +288,44 @@ impl Metrics {
         Counted::new(self.0.as_ref().map(|r| r.waiters.clone()))
     }
 
+    /// A lease admitted against the server's limits, counted until the guard drops.
+    pub fn admitted(&self) -> Counted {
+        Counted::new(self.0.as_ref().map(|r| r.admitted.clone()))
+    }
+
+    /// A Redis command in flight, counted until the guard drops.
+    pub fn redis_command(&self) -> Counted {
+        Counted::new(self.0.as_ref().map(|r| r.redis_in_flight.clone()))
+    }
+
+    /// A configured limit (`leases`, `waiters`, ...), for alerts on how near it is.
+    pub fn limit(&self, limit: &str, value: usize) {
+        if let Some(r) = &self.0 {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            r.limits.with_label_values(&[limit]).set(value);
+        }
+    }
+
+    /// The last health check: how many of the `nodes` Redis nodes answered, and whether that
+    /// is enough to serve.
+    pub fn redis_health(&self, reachable: bool, answered: usize, nodes: usize) {
+        if let Some(r) = &self.0 {
+            r.redis_reachable.set(i64::from(reachable));
+            r.redis_nodes.set(i64::try_from(nodes).unwrap_or(i64::MAX));
+            r.redis_nodes_reachable
+                .set(i64::try_from(answered).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// What the server is: its version and Redis mode.
+    pub fn info(&self, redis_mode: &str) {
+        if let Some(r) = &self.0 {
+            r.info
+                .with_label_values(&[env!("CARGO_PKG_VERSION"), redis_mode])
+                .set(1);
+        }
+    }
+
     /// A leader's stream, counted until the guard drops.
     pub fn leading(&self) -> Counted {
         Counted::new(self.0.as_ref().map(|r| r.elections_led.clone()))
@@ -262,6 +354,12 @@ impl Registered {
 
 /// One count in a gauge, given back on drop.
 pub struct Counted(Option<IntGauge>);
+
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Counted")
+    }
+}
 
 impl Counted {
     fn new(gauge: Option<IntGauge>) -> Self {

@@ -153,6 +153,20 @@ async fn metrics_move_as_leases_come_and_go() {
         1.0
     );
     assert!(metrics["leasehold_redis_round_trip_seconds_count"] >= 2.0);
+    // What an operator's alerts compare with: the limits, what is admitted against them, and
+    // whether Redis answers (the first health check runs within a second).
+    assert_eq!(metrics[r#"leasehold_limit{limit="leases"}"#], 100_000.0);
+    assert_eq!(metrics[r#"leasehold_limit{limit="waiters"}"#], 10_000.0);
+    assert_eq!(metrics["leasehold_leases_admitted"], 1.0);
+    assert!(metrics.contains_key("leasehold_redis_in_flight"));
+    let info = format!(
+        r#"leasehold_info{{redis_mode="single",version="{}"}}"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(metrics[&info], 1.0);
+    let metrics = until_metric(&addr, "leasehold_redis_reachable", 1.0).await;
+    assert_eq!(metrics["leasehold_redis_nodes"], 1.0);
+    assert_eq!(metrics["leasehold_redis_nodes_reachable"], 1.0);
     assert!(metrics["leasehold_acquire_wait_seconds_count"] >= 2.0);
     // A 300 ms lease renews every 100 ms.
     until_metric(&addr, "leasehold_renewals_total", 2.0).await;

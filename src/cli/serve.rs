@@ -18,6 +18,20 @@ use tracing::{info, warn};
 use super::ServeArgs;
 
 /// Runs the server until a shutdown signal.
+/// How the server reaches Redis, as `leasehold_info` labels it.
+fn redis_mode(args: &ServeArgs) -> &'static str {
+    let scheme = args.redis.split("://").next().unwrap_or_default();
+    if !args.redlock.is_empty() {
+        "redlock"
+    } else if scheme.contains("sentinel") {
+        "sentinel"
+    } else if scheme.contains("cluster") {
+        "cluster"
+    } else {
+        "single"
+    }
+}
+
 pub async fn serve(args: ServeArgs) -> ExitCode {
     let redis_shown = if args.redlock.is_empty() {
         redacted(&args.redis)
@@ -65,6 +79,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    store.connection().metrics().info(redis_mode(&args));
+    store
+        .connection()
+        .metrics()
+        .limit("redis_in_flight", args.redis_max_in_flight);
     let grpc = match TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(err) => {

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::metrics::{Counted, Metrics};
 
 /// Default for `--max-leases-per-connection`.
 pub const DEFAULT_MAX_LEASES_PER_CONNECTION: usize = 10_000;
@@ -24,6 +25,8 @@ pub struct ConnectionLimits {
     total: Arc<AtomicUsize>,
     max_leases: usize,
     max_on_server: usize,
+    /// Where the admitted leases are counted (`leasehold_leases_admitted`).
+    metrics: Metrics,
 }
 
 impl ConnectionLimits {
@@ -38,7 +41,16 @@ impl ConnectionLimits {
             total: Arc::default(),
             max_leases,
             max_on_server,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Counts admitted leases in `metrics`, beside the limits themselves.
+    pub fn counted_in(mut self, metrics: Metrics) -> Self {
+        metrics.limit("leases", self.max_on_server);
+        metrics.limit("leases_per_connection", self.max_leases);
+        self.metrics = metrics;
+        self
     }
 
     fn open(&self) -> MutexGuard<'_, HashMap<SocketAddr, usize>> {
@@ -59,6 +71,7 @@ impl ConnectionLimits {
         let mut slot = LeaseSlot {
             limits: self.clone(),
             peer: None,
+            _counted: self.metrics.admitted(),
         };
         if let Some(peer) = peer {
             let mut open = self.open();
@@ -80,6 +93,7 @@ impl ConnectionLimits {
 pub struct LeaseSlot {
     limits: ConnectionLimits,
     peer: Option<SocketAddr>,
+    _counted: Counted,
 }
 
 impl Drop for LeaseSlot {

@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use crate::pb::election_service_server::ElectionServiceServer;
 use crate::pb::lock_service_server::LockServiceServer;
+use crate::pb::session_service_server::SessionServiceServer;
 use crate::store::Store;
 
 /// How often Redis is asked. With the command timeout (2 s by default) a Redis that goes away
@@ -43,7 +44,10 @@ impl HealthMonitor {
             }
             let reachable = tokio::select! {
                 () = tasks.stopping() => break,
-                reachable = self.store.reachable() => reachable,
+                (reachable, answered, nodes) = self.store.health() => {
+                    self.store.connection().metrics().redis_health(reachable, answered, nodes);
+                    reachable
+                }
             };
             if serving != Some(reachable) {
                 match reachable {
@@ -65,6 +69,9 @@ impl HealthMonitor {
             .await;
         reporter
             .set_service_status(service_name::<ElectionServiceServer<()>>(), status)
+            .await;
+        reporter
+            .set_service_status(service_name::<SessionServiceServer<()>>(), status)
             .await;
     }
 }

@@ -141,6 +141,9 @@ pub async fn serve(
     // Unusable certificates refuse the start, before anything runs.
     let tls = config.tls.clone().map(ReloadableTls::load).transpose()?;
     let room = if config.wakeups {
+        let metrics = store.connection().metrics();
+        metrics.limit("waiters", config.wait.max_waiters);
+        metrics.limit("waiters_per_lock", config.wait.max_waiters_per_lock);
         Some(WaitRoom::start(&store.locks, config.wait.clone()).await?)
     } else {
         None
@@ -152,7 +155,8 @@ pub async fn serve(
         limits: ConnectionLimits::with_server_limit(
             config.max_leases_per_connection,
             config.max_leases,
-        ),
+        )
+        .counted_in(store.connection().metrics().clone()),
         max_message_bytes: config.max_message_bytes,
     });
     let elections = ElectionServer::start(streams.clone()).await?;

@@ -265,6 +265,7 @@ impl Connection {
             .acquire()
             .await
             .map_err(|_| Error::ShuttingDown)?;
+        let _in_flight = self.0.metrics.redis_command();
         let sent = Instant::now();
         let answer = bounded(self.0.command_timeout, context, call).await;
         self.0.metrics.redis_round_trip(sent.elapsed());

@@ -110,6 +110,12 @@ impl Store {
     /// Whether enough of Redis answers a PING to serve: the one Redis, or a majority of
     /// Redlock's primaries.
     pub async fn reachable(&self) -> bool {
+        self.health().await.0
+    }
+
+    /// As [`Store::reachable`], with how many nodes answered (at least: the check stops once a
+    /// majority did) and how many there are.
+    pub async fn health(&self) -> (bool, usize, usize) {
         let answers = self
             .nodes()
             .gather(
@@ -123,7 +129,12 @@ impl Store {
                 |answers| answers.is_majority(answers.ok.len()),
             )
             .await;
-        answers.is_majority(answers.ok.len())
+        let answered = answers.ok.len();
+        (
+            answers.is_majority(answered),
+            answered,
+            self.nodes().all().len(),
+        )
     }
 
     /// Closes every connection: for the end of `serve`, once every lease has let go.
