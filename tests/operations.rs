@@ -642,7 +642,7 @@ async fn a_config_file_is_honoured_and_flags_and_variables_override_it() {
     let config = dir.write(
         "leasehold.toml",
         &format!(
-            "redis = \"{}\"\nlisten = \"256.0.0.1:1\"\nkey-prefix = \"from-file:\"\nmax_leases_per_connection = 1\nmax-waiters = 7\n",
+            "redis = \"{}\"\nlisten = \"256.0.0.1:1\"\nkey-prefix = \"from-file:\"\nmax_leases_per_connection = 1\nmax-waiters = 7\necho = true\n",
             redis.url()
         ),
     );
@@ -661,6 +661,15 @@ async fn a_config_file_is_honoured_and_flags_and_variables_override_it() {
     let client = Client::connect(url).await.unwrap();
     let _held = client.lease("configured").acquire().await.unwrap();
     assert!(get(&direct, "from-file:{configured}:lock").await.is_some());
+    // An on/off switch from the file (`echo = true`): the echo service is served.
+    let echoed = client
+        .echo()
+        .echo(leasehold::pb::bench::EchoRequest {
+            payload: b"x".to_vec(),
+            redis: false,
+        })
+        .await;
+    assert!(echoed.is_ok(), "{echoed:?}");
     // max_leases_per_connection = 1 from the file: a second lease on this connection is refused.
     let second = client.lease("another").acquire().await.unwrap_err();
     assert_eq!(code(second), Code::ResourceExhausted);

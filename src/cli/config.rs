@@ -46,6 +46,15 @@ pub fn file_args(
             value => vec![value],
         };
         for value in values {
+            // An on/off switch (`echo = true`) takes no value: present or absent.
+            if let toml::Value::Boolean(on) = value
+                && !arg.get_action().takes_values()
+            {
+                if on {
+                    args.push(OsString::from(format!("--{name}")));
+                }
+                continue;
+            }
             let text = match value {
                 toml::Value::String(text) => text,
                 toml::Value::Integer(number) => number.to_string(),
