@@ -20,15 +20,28 @@ if [ ! -x target/go/bin/ghz ]; then
   GOBIN="$PWD/target/go/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0 >target/go/ghz-install.log 2>&1 &
   ghz_install=$!
 fi
+# helm, for the chart's test (deploy/helm/test.sh), likewise (about 2 minutes the first time).
+if [ ! -x target/go/bin/helm ]; then
+  GOBIN="$PWD/target/go/bin" go install helm.sh/helm/v4/cmd/helm@v4.3.2 >target/go/helm-install.log 2>&1 &
+  helm_install=$!
+fi
 cargo test --no-run "$@"
 if [ -n "${ghz_install:-}" ] && ! wait "$ghz_install"; then
   cat target/go/ghz-install.log >&2
+  exit 1
+fi
+if [ -n "${helm_install:-}" ] && ! wait "$helm_install"; then
+  cat target/go/helm-install.log >&2
   exit 1
 fi
 
 # The robustness checker (Go, Porcupine): its own tests of every model against hand-made legal
 # and illegal histories; tests/chaos.rs and tests/redlock.rs build it and check their histories.
 (cd tests/checker && go vet ./... && go test -count=1 ./...)
+
+# The Helm chart: helm lint/template for every Redis mode, TLS + auth, the ServiceMonitor; each
+# rendered Deployment's args and env run against real redis-servers (about 10 s).
+deploy/helm/test.sh target/debug/leasehold
 
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
