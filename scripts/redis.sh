@@ -88,3 +88,21 @@ ensure_node_installed() {
     return 1
   fi
 }
+
+# Prometheus and promtool (Debian's package) for deploy/prometheus/test.sh, which starts its own
+# Prometheus: the package's service is kept from starting (policy-rc.d) and disabled.
+ensure_prometheus_installed() {
+  if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "prometheus is missing: installing it with apt-get" >&2
+    local added=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+      as_root chmod +x /usr/sbin/policy-rc.d
+      added=1
+    fi
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    if [ -n "$added" ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
+    if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+  fi
+}

@@ -8,6 +8,7 @@ ensure_redis_server_installed
 ensure_python_venv
 ensure_openssl_installed
 ensure_faketime_installed
+ensure_prometheus_installed
 
 # Every client has a test for every conformance scenario (clients/conformance/scenarios.txt);
 # each client's suite below runs them.
@@ -42,6 +43,11 @@ fi
 # The Helm chart: helm lint/template for every Redis mode, TLS + auth, the ServiceMonitor; each
 # rendered Deployment's args and env run against real redis-servers (about 10 s).
 deploy/helm/test.sh target/debug/leasehold
+
+# The monitoring files: promtool check/test rules, then a real Prometheus scraping two replicas
+# under a small load: every Grafana panel's query returns data, and the Redis-unreachable alert
+# fires when Redis stops and resolves when it returns (about 60 s).
+deploy/prometheus/test.sh target/debug/leasehold
 
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"

@@ -29,6 +29,13 @@ impl HealthMonitor {
     pub async fn start(reporter: HealthReporter, store: Store) -> Self {
         let monitor = HealthMonitor { reporter, store };
         monitor.report(ServingStatus::Serving).await;
+        // The store just connected: Redis answered.
+        let nodes = monitor.store.nodes().all().len();
+        monitor
+            .store
+            .connection()
+            .metrics()
+            .redis_health(true, nodes, nodes);
         monitor
     }
 

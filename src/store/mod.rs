@@ -113,8 +113,7 @@ impl Store {
         self.health().await.0
     }
 
-    /// As [`Store::reachable`], with how many nodes answered (at least: the check stops once a
-    /// majority did) and how many there are.
+    /// As [`Store::reachable`], with how many nodes answered and how many there are.
     pub async fn health(&self) -> (bool, usize, usize) {
         let answers = self
             .nodes()
@@ -126,7 +125,9 @@ impl Store {
                         Err(Error::NotConnected { context: "ping" })
                     }
                 },
-                |answers| answers.is_majority(answers.ok.len()),
+                // Every node's answer, not just a majority: operators are told of one primary
+                // down before the quorum is short.
+                |_| false,
             )
             .await;
         let answered = answers.ok.len();
