@@ -103,6 +103,8 @@ ensure_prometheus_installed() {
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
     if [ -n "$added" ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
-    if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+    if [ -d /run/systemd/system ]; then
+      as_root systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+    fi
   fi
 }

@@ -18,23 +18,10 @@ start=$SECONDS
 say() { printf '[%3ds] %s\n' $((SECONDS - start)) "$*"; }
 fail() { say "FAILED: $*" >&2; exit 1; }
 
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-  say "prometheus is missing: installing Debian's package with apt-get (its service is not started)"
-  # The package would start its own Prometheus (and node exporter) on :9090/:9100: forbid that.
-  policy_added=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
-    as_root chmod +x /usr/sbin/policy-rc.d
-    policy_added=1
-  fi
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  [ -n "$policy_added" ] && as_root rm -f /usr/sbin/policy-rc.d
-  if [ -d /run/systemd/system ]; then
-    as_root systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
-  fi
-fi
+# Prometheus and promtool: Debian's package, its own service kept from starting.
+# shellcheck source=scripts/redis.sh
+source "$root/scripts/redis.sh"
+ensure_prometheus_installed
 command -v redis-server >/dev/null 2>&1 || fail "redis-server is missing"
 command -v go >/dev/null 2>&1 || fail "go is missing (for deploy/prometheus/load)"
 [ -x "$binary" ] || fail "no leasehold binary at $binary"
