@@ -107,13 +107,8 @@ impl Store {
         self.nodes().is_quorum()
     }
 
-    /// Whether enough of Redis answers a PING to serve: the one Redis, or a majority of
-    /// Redlock's primaries.
-    pub async fn reachable(&self) -> bool {
-        self.health().await.0
-    }
-
-    /// As [`Store::reachable`], with how many nodes answered and how many there are.
+    /// Whether enough of Redis answers a PING to serve (the one Redis, or a majority of
+    /// Redlock's primaries), with how many nodes answered and how many there are.
     pub async fn health(&self) -> (bool, usize, usize) {
         let answers = self
             .nodes()

@@ -83,29 +83,35 @@ impl Reply {
 }
 
 /// A group's answers, gathered in order; sent on when the last arrives.
-pub struct Gathered {
-    answers: Mutex<(Vec<Option<Result<bool>>>, usize)>,
-    done: Mutex<Option<oneshot::Sender<Vec<Result<bool>>>>>,
+pub struct Gathered(Mutex<Gathering>);
+
+struct Gathering {
+    /// Each lease's answer, once it came.
+    slots: Vec<Option<Result<bool>>>,
+    /// Answers still to come.
+    left: usize,
+    /// Where the lot goes once the last arrives.
+    done: Option<oneshot::Sender<Vec<Result<bool>>>>,
 }
 
 impl Gathered {
     fn answer(&self, index: usize, answer: Result<bool>) {
-        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-        let (slots, left) = &mut *answers;
+        let mut gathering = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Gathering { slots, left, done } = &mut *gathering;
         if let Some(slot) = slots.get_mut(index)
             && slot.is_none()
         {
             *slot = Some(answer);
             *left -= 1;
         }
-        if *left == 0 {
+        if *left == 0
+            && let Some(done) = done.take()
+        {
             let all = slots
                 .drain(..)
                 .map(|slot| slot.unwrap_or(Err(Error::ShuttingDown)))
                 .collect();
-            if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = done.send(all);
-            }
+            let _ = done.send(all);
         }
     }
 }
@@ -167,10 +173,11 @@ impl RenewalBatches {
             return Vec::new();
         }
         let (done, all) = oneshot::channel();
-        let gathered = Arc::new(Gathered {
-            answers: Mutex::new(((0..count).map(|_| None).collect(), count)),
-            done: Mutex::new(Some(done)),
-        });
+        let gathered = Arc::new(Gathered(Mutex::new(Gathering {
+            slots: (0..count).map(|_| None).collect(),
+            left: count,
+            done: Some(done),
+        })));
         let ttl_ms = millis(ttl);
         for (index, (lock, kept_with, token)) in leases.into_iter().enumerate() {
             let extend = Extend {
