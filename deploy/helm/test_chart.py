@@ -10,6 +10,7 @@ Usage: python3 test_chart.py HELM BINARY"""
 import hashlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -41,10 +42,27 @@ def check(condition, message):
         fail(message)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(highest=65535):
+    """A free loopback port, at most `highest` (a cluster node's bus listens 10,000 above it).
+
+    Taken below the kernel's ephemeral range: the chart is rendered with its ports before the
+    processes start, and a port the kernel hands out (as it does to every outgoing connection,
+    redis-cli's included) could be taken by the time they do."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        ephemeral = int(ports.read().split()[0])
+    top = min(highest, ephemeral - 1)
+    while True:
+        port = random.randint(max(1024, top - 20000), top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
+# Redis refuses a cluster node's port above this: its bus port would pass 65535.
+HIGHEST_CLUSTER_PORT = 55535
 
 
 def start(args, **kwargs):
@@ -65,9 +83,11 @@ def stop_all():
 
 def redis(port, *extra, directory=None):
     directory = directory or TMP
-    proc = start(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                  "--appendonly", "no", "--dir", directory, *extra],
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log_path = os.path.join(TMP, f"redis-{port}.log")
+    with open(log_path, "w") as log_file:
+        proc = start(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                      "--appendonly", "no", "--dir", directory, *extra],
+                     stdout=log_file, stderr=subprocess.STDOUT)
     password = extra[extra.index("--requirepass") + 1] if "--requirepass" in extra else None
     auth = ["-a", password, "--no-auth-warning"] if password else []
     for _ in range(200):
@@ -75,8 +95,13 @@ def redis(port, *extra, directory=None):
                               capture_output=True, text=True)
         if ping.stdout.strip() == "PONG":
             return proc
+        if proc.poll() is not None:
+            break
         time.sleep(0.05)
-    fail(f"redis-server on :{port} did not start")
+    with open(log_path) as log_file:
+        said = log_file.read()[-2000:]
+    fail(f"redis-server on :{port} did not start (exit {proc.poll()}; last ping: "
+         f"{ping.stdout.strip()!r} {ping.stderr.strip()!r}); it said:\n{said}")
 
 
 def sentinel(port, primary_port):
@@ -403,7 +428,7 @@ def main():
     cases.append(("sentinel", values, {}, []))
 
     # cluster: three primaries.
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port(HIGHEST_CLUSTER_PORT) for _ in range(3)]
     cluster(ports)
     values = base("cluster")
     values["redis"] = {"mode": "cluster",

@@ -46,11 +46,23 @@ keep_logs=1
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 
+# Free ports below the kernel's ephemeral range: they are chosen before the processes start (and
+# replica a restarts on its own), and one the kernel hands out to an outgoing connection
+# (redis-cli's, curl's) could be taken by then.
 read -r redis_port grpc_a metrics_a grpc_b metrics_b prom_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))')
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+ports = []
+while len(ports) < 6:
+    port = random.randint(max(1024, low - 20000), low - 1)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    if port not in ports:
+        ports.append(port)
+print(" ".join(map(str, ports)))')
 prom=http://127.0.0.1:$prom_port
 servers=http://127.0.0.1:$grpc_a,http://127.0.0.1:$grpc_b
 
