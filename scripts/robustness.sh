@@ -30,29 +30,49 @@ for round in $(seq 1 "$rounds"); do
 done
 echo "== $failed of $rounds rounds failed"
 
-# broken NAME FILE FROM TO CASE: HEAD with FROM replaced by TO (exactly once) in FILE; CASE must
-# fail on it, and fail in the checker.
+# broken NAME CASE WHERE FILE FROM TO [FILE FROM TO ...]: HEAD with each FROM replaced by its TO
+# (exactly once) in its FILE; the integration test CASE must fail on it within BROKEN_LIMIT
+# seconds (a hang is not a catch). WHERE is "checker" when the guarantee is about a history (the
+# failure must be the checker refusing it) or "test" when a test's own assertion is the catch.
+broken_limit=${BROKEN_LIMIT:-300}
 broken() {
-  local name=$1 file=$2 from=$3 to=$4 case=$5
+  local name=$1 case=$2 where=$3
+  shift 3
   local tree="$PWD/target/broken/$name" log="$PWD/target/broken/$name.log"
   mkdir -p target/broken
   git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
   git worktree prune
   git worktree add -q --detach "$tree" HEAD
-  python3 - "$tree/$file" "$from" "$to" <<'PY'
+  while [ "$#" -ge 3 ]; do
+    python3 - "$tree/$1" "$2" "$3" <<'PY'
 import sys
 path, old, new = sys.argv[1:]
 text = open(path).read()
 assert text.count(old) == 1, f"{path}: the mutation's text is not there exactly once"
 open(path, "w").write(text.replace(old, new))
 PY
-  echo "== broken build '$name': $file mutated; running $case"
+    echo "== broken build '$name': $1 mutated"
+    shift 3
+  done
+  echo "== broken build '$name': running $case"
   # A target directory of their own, shared by the broken builds: the main one's binaries
-  # would otherwise be overwritten by broken ones under the same names.
-  if (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/broken-target" \
-      cargo test --test integration -- "$case" --exact --nocapture) >"$log" 2>&1; then
+  # would otherwise be overwritten by broken ones under the same names. The build is not timed;
+  # the test is.
+  (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/broken-target" \
+      cargo test --test integration --no-run) >"$log" 2>&1 || true
+  local status=0
+  (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/broken-target" \
+      timeout "$broken_limit" cargo test --test integration -- "$case" --exact --nocapture) >>"$log" 2>&1 \
+      || status=$?
+  if [ "$status" -eq 0 ]; then
     echo "== broken build '$name': NOT caught ($case passed); see $log"
     failed=$((failed + 1))
+  elif [ "$status" -eq 124 ]; then
+    echo "== broken build '$name': NOT caught in time ($case still running after ${broken_limit}s); see $log"
+    failed=$((failed + 1))
+  elif [ "$where" = test ]; then
+    echo "== broken build '$name': caught by $case:"
+    grep -E "panicked at|FIGURE" "$log" -A2 | head -n 6 | sed "s/^/     /" || true
   elif grep -q "the checker refused the history" "$log"; then
     echo "== broken build '$name': caught by the checker:"
     grep -E "FIGURE|NOT linearizable|overlap" "$log" | awk '!seen[$0]++' | sed "s/^/     /" || true
@@ -64,23 +84,23 @@ PY
 }
 
 # A token issued without the counter: acquire.lua hands out the next fence but never stores it.
-broken token-without-counter src/store/locks/acquire.lua \
+broken token-without-counter chaos::holder_server_killed checker \
+  src/store/locks/acquire.lua \
   "  redis.call('SET', KEYS[2], fence)
   if kind" \
-  "  if kind" \
-  chaos::holder_server_killed
+  "  if kind"
 # A fenced resource that forgets to compare tokens (the client's helper, src/client/fenced.lua):
 # the frozen client's late write is accepted.
-broken fence-not-compared src/client/fenced.lua \
+broken fence-not-compared chaos::holder_client_frozen_then_writes_late checker \
+  src/client/fenced.lua \
   "if token < seen then" \
-  "if false then" \
-  chaos::holder_client_frozen_then_writes_late
+  "if false then"
 # A client that believes the server three times as long as it vouched for the lease: the
 # holder's server freezes, and the holder still believes when the next holder takes over.
-broken validity-overstated src/client/lease.rs \
+broken validity-overstated chaos::holder_server_paused_longer_than_the_ttl checker \
+  src/client/lease.rs \
   "    from_receipt.min(opened + Duration::from_millis(valid_to_ms))" \
-  "    opened + 3 * Duration::from_millis(valid_to_ms)" \
-  chaos::holder_server_paused_longer_than_the_ttl
+  "    opened + 3 * Duration::from_millis(valid_to_ms)"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its
