@@ -3,6 +3,7 @@
 //! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
 //! Every operation is also recorded ([`History`]) and the history checked by Porcupine's models.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,12 @@ pub const HOLD_FOR: Duration = Duration::from_millis(150);
 const MAX_TURN: Duration = Duration::from_secs(5);
 /// Pause between two increments.
 const OP_GAP: Duration = Duration::from_millis(10);
+/// How long the victim of a fault that may lose data thinks between a read and its write: four
+/// renewal periods (`history::renewal_period`). Its server hears of the loss at its next
+/// renewal, and the victim stops believing then; one that went on believing in a key it no
+/// longer has (its server renewing someone else's) shows an overlap of most of this, beyond
+/// what the checker permits, instead of being cut short by the fence at its next access.
+const THINK: Duration = Duration::from_millis(TTL.as_millis() as u64 * 4 / 3);
 /// How long a worker waits for the lock per try.
 const WAIT: Duration = Duration::from_secs(3);
 /// Longer than the TTL: what "paused" and "cut" mean in these tests.
@@ -316,6 +323,8 @@ struct Shared {
     pause: Mutex<Option<usize>>,
     /// A worker told to keep its turn until the lease is lost, so a fault's victim is known.
     hold_until_lost: Mutex<Option<usize>>,
+    /// The fault may lose data: its victim thinks (`THINK`) between each read and write.
+    losing_data: AtomicBool,
     history: Arc<History>,
 }
 
@@ -377,6 +386,7 @@ impl Chaos {
             writes,
             pause: Mutex::new(None),
             hold_until_lost: Mutex::new(None),
+            losing_data: AtomicBool::new(false),
             history: Arc::default(),
         });
         let stop = CancellationToken::new();
@@ -441,6 +451,7 @@ impl Chaos {
     /// checker permits (and reports) that, while fencing must still refuse the older.
     pub fn may_lose_data(&mut self) {
         self.data_loss = true;
+        self.shared.losing_data.store(true, Ordering::SeqCst);
     }
 
     /// Waits for a worker to take the lock afresh, and returns it. That worker keeps its turn
@@ -640,7 +651,10 @@ impl Chaos {
             fault,
         };
         let run = format!("{}/{fault}", report.mode);
-        report.history.check(&run, 1, self.data_loss);
+        let renewal = super::history::renewal_period(TTL);
+        report
+            .history
+            .check(&run, 1, self.data_loss.then_some(renewal));
         report
     }
 }
@@ -791,6 +805,13 @@ impl Worker {
                 proxy.resume();
             } else if guard.is_lost() {
                 return Some((Instant::now(), guard.lost().await));
+            }
+            let victim = *lock(&self.shared.hold_until_lost) == Some(self.id);
+            if victim && self.shared.losing_data.load(Ordering::SeqCst) {
+                tokio::select! {
+                    () = sleep(THINK) => {}
+                    reason = guard.lost() => return Some((Instant::now(), reason)),
+                }
             }
             let called = Instant::now();
             let written = self

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -58,7 +59,17 @@ struct File<'a> {
     run: &'a str,
     lock_limit: u32,
     data_loss: bool,
+    /// With data loss: the leases' renewal period, which bounds a permitted overlap.
+    renewal_ms: u64,
     operations: &'a [Op],
+}
+
+/// The longest a lease of `ttl` goes between renewals: src/lease/renewal.rs renews every third
+/// of the window (the TTL, or a shorter resume grace), on a grid that only makes it earlier.
+/// A holder whose key Redis lost hears of it at its server's next renewal, so this is what
+/// the checker allows an overlap under data loss (plus a slack for the news to travel).
+pub fn renewal_period(ttl: Duration) -> Duration {
+    ttl / 3
 }
 
 /// One run's operations, shared by its workers.
@@ -145,9 +156,10 @@ impl History {
 
     /// Saves the history as `<target>/tmp/robustness/<run>/history.json` and checks it; panics
     /// with the checker's verdicts if a model that must hold does not (the visualisation of
-    /// each failed model is left beside the history). `data_loss`: the fault may make Redis
-    /// forget a lock, so two holders may overlap (reported), while fencing must still hold.
-    pub fn check(&self, run: &str, lock_limit: u32, data_loss: bool) {
+    /// each failed model is left beside the history). `data_loss`: `Some(renewal period of the
+    /// run's leases)` when the fault may make Redis forget a lock, so two holders may overlap
+    /// (reported) for at most about that period, while fencing must still hold.
+    pub fn check(&self, run: &str, lock_limit: u32, data_loss: Option<Duration>) {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join("robustness")
             .join(run);
@@ -158,7 +170,11 @@ impl History {
         let file = File {
             run,
             lock_limit,
-            data_loss,
+            data_loss: data_loss.is_some(),
+            // Rounded up: the checker's bound must not be shorter than the period.
+            renewal_ms: data_loss.map_or(0, |period| {
+                u64::try_from(period.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX)
+            }),
             operations: &ops,
         };
         std::fs::write(
