@@ -37,12 +37,14 @@ pub const HOLD_FOR: Duration = Duration::from_millis(150);
 const MAX_TURN: Duration = Duration::from_secs(5);
 /// Pause between two increments.
 const OP_GAP: Duration = Duration::from_millis(10);
-/// How long the victim of a fault that may lose data thinks between a read and its write: four
-/// renewal periods (`history::renewal_period`). Its server hears of the loss at its next
-/// renewal, and the victim stops believing then; one that went on believing in a key it no
-/// longer has (its server renewing someone else's) shows an overlap of most of this, beyond
-/// what the checker permits, instead of being cut short by the fence at its next access.
-const THINK: Duration = Duration::from_millis(TTL.as_millis() as u64 * 4 / 3);
+/// Four renewal periods (`history::renewal_period`): in a run whose fault may lose data, how
+/// long the fault's victim thinks between a read and its write, and how long every other turn
+/// lasts. The victim's server hears of the loss at its next renewal, and the victim stops
+/// believing then; one that went on believing in a key it no longer has (its server renewing
+/// the next holder's key) overlaps that holder's whole long turn, far beyond what the checker
+/// permits, instead of being cut short by the fence at its next access or by the next
+/// holder's release.
+const LONG: Duration = Duration::from_millis(TTL.as_millis() as u64 * 4 / 3);
 /// How long a worker waits for the lock per try.
 const WAIT: Duration = Duration::from_secs(3);
 /// Longer than the TTL: what "paused" and "cut" mean in these tests.
@@ -323,7 +325,8 @@ struct Shared {
     pause: Mutex<Option<usize>>,
     /// A worker told to keep its turn until the lease is lost, so a fault's victim is known.
     hold_until_lost: Mutex<Option<usize>>,
-    /// The fault may lose data: its victim thinks (`THINK`) between each read and write.
+    /// The fault may lose data: its victim thinks (`LONG`) between each read and write, and
+    /// every other turn lasts `LONG`.
     losing_data: AtomicBool,
     history: Arc<History>,
 }
@@ -749,6 +752,8 @@ impl Worker {
         loop {
             let turn = if *lock(&self.shared.hold_until_lost) == Some(self.id) {
                 MAX_TURN
+            } else if self.shared.losing_data.load(Ordering::SeqCst) {
+                LONG
             } else {
                 HOLD_FOR
             };
@@ -809,7 +814,7 @@ impl Worker {
             let victim = *lock(&self.shared.hold_until_lost) == Some(self.id);
             if victim && self.shared.losing_data.load(Ordering::SeqCst) {
                 tokio::select! {
-                    () = sleep(THINK) => {}
+                    () = sleep(LONG) => {}
                     reason = guard.lost() => return Some((Instant::now(), reason)),
                 }
             }

@@ -5,8 +5,9 @@
 //! semaphore and the election, plus the interval check); a failed model leaves its
 //! visualisation beside the history.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -182,10 +183,12 @@ impl History {
             serde_json::to_vec(&file).expect("history serialises"),
         )
         .expect("write history");
-        let output = Command::new(checker())
-            .arg(&path)
-            .output()
-            .expect("run the checker");
+        let mut command = Command::new(checker());
+        command
+            .arg("-timeout")
+            .arg(format!("{}s", MODEL_TIMEOUT.as_secs()))
+            .arg(&path);
+        let output = output_within(&mut command, CHECK_LIMIT, "the checker");
         let verdicts = String::from_utf8_lossy(&output.stdout);
         println!("{verdicts}");
         assert!(
@@ -194,6 +197,57 @@ impl History {
             path.display(),
             String::from_utf8_lossy(&output.stderr)
         );
+    }
+}
+
+/// How long each of the checker's Porcupine models may search (the histories here take well
+/// under a second; one not proven within this fails).
+const MODEL_TIMEOUT: Duration = Duration::from_secs(40);
+/// The whole checker run: five models at most, each bounded by `MODEL_TIMEOUT`.
+const CHECK_LIMIT: Duration = Duration::from_secs(5 * 40 + 20);
+/// Building the checker (its module is in Go's cache after `scripts/test.sh`'s `go vet`).
+const BUILD_LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs `command` to its end and returns its output; kills it and panics, naming `what` and
+/// the limit, if it has not ended within `limit`.
+fn output_within(command: &mut Command, limit: Duration, what: &str) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    // Read both pipes meanwhile, so a chatty child never blocks on a full one.
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = read(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} did not finish within {limit:?}");
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 
@@ -208,13 +262,17 @@ fn checker() -> &'static Path {
         std::fs::create_dir_all(&bin).expect("target/go/bin");
         let path = bin.join("leasehold-checker");
         let building = bin.join(format!("leasehold-checker.{}", std::process::id()));
-        let output = Command::new("go")
+        let mut command = Command::new("go");
+        command
             .args(["build", "-o"])
             .arg(&building)
             .arg(".")
-            .current_dir(root.join("tests/checker"))
-            .output()
-            .expect("go build the checker (Go is needed for the robustness checker)");
+            .current_dir(root.join("tests/checker"));
+        let output = output_within(
+            &mut command,
+            BUILD_LIMIT,
+            "go build tests/checker (Go is needed for the robustness checker)",
+        );
         assert!(
             output.status.success(),
             "go build tests/checker: {}",
