@@ -73,7 +73,7 @@ type History struct {
 // detectionSlack is what a data-loss overlap may last beyond one renewal period: the renewal's
 // round trip to Redis, the Lost event's way to the client and the client's noticing it. Under
 // the tests' load (two cores shared) those take tens of milliseconds at most.
-const detectionSlack int64 = 100_000_000 // ns
+const detectionSlack int64 = 150_000_000 // ns
 
 // permittedOverlap is the longest overlap a data-loss fault may show, ns: one renewal period
 // (by then the holder's server has found the key gone or someone else's) plus detectionSlack.

@@ -66,8 +66,8 @@ func TestOverlapCheck(t *testing.T) {
 	if r.status != failed || !strings.Contains(r.line, "1 overlap with more than 1 holder, longest 2.500 ms") {
 		t.Errorf("without data loss: %v %q", r.status, r.line)
 	}
-	h.DataLoss, h.RenewalMs = true, 1 // a bound of 101 ms
-	if r := holding.check(h, 1); r.status != permitted || !strings.Contains(r.line, "permitted by the fault (data loss): within the bound of 101.000 ms") {
+	h.DataLoss, h.RenewalMs = true, 1 // a bound of 151 ms
+	if r := holding.check(h, 1); r.status != permitted || !strings.Contains(r.line, "permitted by the fault (data loss): within the bound of 151.000 ms") {
 		t.Errorf("with data loss: %v %q", r.status, r.line)
 	}
 	if r := holding.check(h, 2); r.status != passed {
@@ -109,10 +109,10 @@ func TestDataLossOverlapIsBounded(t *testing.T) {
 		want  status
 		says  string
 	}{
-		{"well within", 20 * ms, permitted, "longest 20.000 ms, at most 2 at once (2 beliefs), permitted by the fault (data loss): within the bound of 267.000 ms (one renewal period, 167 ms, plus 100 ms to hear of it)"},
-		{"at the bound", bound, permitted, "within the bound of 267.000 ms"},
-		{"just beyond", bound + 1, failed, "NOT allowed even with data loss: 267.000 ms is beyond the bound of 267.000 ms"},
-		{"a holder renewing a key not its own", 600 * ms, failed, "longest 600.000 ms, at most 2 at once (2 beliefs), NOT allowed even with data loss: 600.000 ms is beyond the bound of 267.000 ms (one renewal period, 167 ms, plus 100 ms to hear of it), so a holder went on believing"},
+		{"well within", 20 * ms, permitted, "longest 20.000 ms, at most 2 at once (2 beliefs), permitted by the fault (data loss): within the bound of 317.000 ms (one renewal period, 167 ms, plus 150 ms to hear of it)"},
+		{"at the bound", bound, permitted, "within the bound of 317.000 ms"},
+		{"just beyond", bound + 1, failed, "NOT allowed even with data loss: 317.000 ms is beyond the bound of 317.000 ms"},
+		{"a holder renewing a key not its own", 600 * ms, failed, "longest 600.000 ms, at most 2 at once (2 beliefs), NOT allowed even with data loss: 600.000 ms is beyond the bound of 317.000 ms (one renewal period, 167 ms, plus 150 ms to hear of it), so a holder went on believing"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := holding.check(lostAfter(c.after), 1)

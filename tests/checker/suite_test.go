@@ -66,7 +66,7 @@ func TestDataLossPermitsOverlapNotStaleWrites(t *testing.T) {
 // still only reported (permitted), but the interval check is not.
 func TestDataLossOverlapBeyondTheBoundFails(t *testing.T) {
 	h := dataLossHistory(false)
-	h.RenewalMs = 1 // a bound of 101 ms
+	h.RenewalMs = 1 // a bound of 151 ms
 	h.Operations[5] = op(0, Release, OK, 200_000_000, 200_000_010, 1, 0)
 	h.Operations[6] = op(1, Release, OK, 300_000_000, 300_000_010, 2, 0)
 	got, _ := statuses(t, h)

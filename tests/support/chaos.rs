@@ -580,12 +580,22 @@ impl Chaos {
             }
         }
         let mut cut = 0;
-        for redis in direct {
+        for redis in &direct {
             let expired: i64 = redis
                 .custom(fred::cmd!("PEXPIRE"), vec![key.clone(), "1".into()])
                 .await
                 .unwrap_or(0);
             cut += usize::try_from(expired).unwrap_or(0);
+        }
+        // What a server that saw the key expire announces (an empty wake-up: every waiter tries
+        // at once), so the lock is taken before the holder's server renews again: the schedule
+        // that shows whether that renewal checks whose key it renews. (Else a waiter's timer
+        // and that renewal race, and a renewal first finds the key merely gone.)
+        let channel = leasehold::store::keys::lock_keys("leasehold:", LOCK).channel();
+        for redis in &direct {
+            let _: Result<i64, _> = redis
+                .custom(fred::cmd!("SPUBLISH"), vec![channel.clone(), String::new()])
+                .await;
         }
         cut
     }
