@@ -587,10 +587,26 @@ impl Chaos {
                 .unwrap_or(0);
             cut += usize::try_from(expired).unwrap_or(0);
         }
-        // What a server that saw the key expire announces (an empty wake-up: every waiter tries
-        // at once), so the lock is taken before the holder's server renews again: the schedule
-        // that shows whether that renewal checks whose key it renews. (Else a waiter's timer
-        // and that renewal race, and a renewal first finds the key merely gone.)
+        // Once Redis has let the key go (a read after its 1 ms expires it), what a server that
+        // saw it expire announces (an empty wake-up: every waiter tries at once), so the lock
+        // is taken before the holder's server renews again: the schedule that shows whether
+        // that renewal checks whose key it renews. (Else a waiter's timer and that renewal
+        // race, and a renewal first finds the key merely gone.) No event tells of an expiry.
+        for redis in &direct {
+            super::within(super::EVENT_TIMEOUT, "the lock key expiring", async {
+                loop {
+                    let left: i64 = redis
+                        .custom(fred::cmd!("PTTL"), vec![key.clone()])
+                        .await
+                        .unwrap_or(-2);
+                    if !(0..=1).contains(&left) {
+                        return;
+                    }
+                    sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
         let channel = leasehold::store::keys::lock_keys("leasehold:", LOCK).channel();
         for redis in &direct {
             let _: Result<i64, _> = redis
@@ -619,9 +635,10 @@ impl Chaos {
         self.may_lose_data();
         self.progress(10).await;
         let holder = self.fresh_holder().await;
+        // Taken first: the nemesis wakes the line, and the lock may be taken before it returns.
+        let fault_at = Instant::now();
         let cut = self.expire_lock_key_early().await;
         assert!(cut >= 1, "the holder's key was not there to expire");
-        let fault_at = Instant::now();
         self.handed_over(&holder).await;
         self.progress(10).await;
         let report = self.finish("key-expired-early").await;
