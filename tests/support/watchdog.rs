@@ -98,18 +98,18 @@ fn guard(started: Instant) {
         let why = match tests.first() {
             Some((name, ran)) if *ran > limit => {
                 format!(
-                    "test {name} has run {ran:.0?}, longer than the limit of {limit:?} per test"
+                    "test {name} has run {ran:.1?}, longer than the limit of {limit:?} per test"
                 )
             }
             _ if now - started > RUN_LIMIT => format!(
-                "the integration tests have run {:.0?}, longer than the limit of {RUN_LIMIT:?}",
+                "the integration tests have run {:.1?}, longer than the limit of {RUN_LIMIT:?}",
                 now - started
             ),
             _ => continue,
         };
         let still: Vec<String> = tests
             .iter()
-            .map(|(name, ran)| format!("{name} ({ran:.0?})"))
+            .map(|(name, ran)| format!("{name} ({ran:.1?})"))
             .collect();
         let _ = writeln!(
             std::io::stderr(),
