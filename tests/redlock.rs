@@ -14,6 +14,7 @@ use leasehold::store::keys::lock_keys;
 use support::chaos::{Chaos, Cluster, TTL};
 use support::{
     LeaseStream, RedisServer, TestServer, fast_keepalive, lock_key, unary_acquire, wait_for_line,
+    within,
 };
 use tokio::time::Instant;
 use tonic::Code;
@@ -205,15 +206,25 @@ async fn a_lease_lost_for_want_of_a_majority_keeps_its_minority_until_its_holder
 
     // One of its two keys taken behind the server's back: the next renewal finds a minority.
     set_foreign(&direct[1]).await;
-    loop {
-        match holder.next().await {
-            Ok(Some(Event::Extended(extended))) => {
-                valid_until = Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+    // Within two TTLs (renewals come every 500 ms): a build that renews the foreign key as its
+    // own fails here rather than renewing for ever.
+    within(
+        Duration::from_secs(3),
+        "Lost for want of a majority",
+        async {
+            loop {
+                match holder.next().await {
+                    Ok(Some(Event::Extended(extended))) => {
+                        valid_until =
+                            Instant::now() + Duration::from_millis(extended.valid_for_ms.into());
+                    }
+                    Ok(Some(Event::Lost(_))) => return,
+                    other => panic!("expected Lost, got {other:?}"),
+                }
             }
-            Ok(Some(Event::Lost(_))) => break,
-            other => panic!("expected Lost, got {other:?}"),
-        }
-    }
+        },
+    )
+    .await;
     assert!(
         Instant::now() < valid_until,
         "the loss is found by a renewal, before the validity last told runs out"
@@ -249,16 +260,19 @@ async fn without_a_majority_holders_are_told_lost_in_time_and_acquisitions_fail(
     for primary in &mut primaries[..3] {
         primary.kill();
     }
-    let lost_after = loop {
-        match holder.next().await {
-            Ok(Some(Event::Extended(_))) => last_confirmed = Instant::now(),
-            Ok(Some(Event::Lost(lost))) => {
-                assert!(lost.reason.contains("before"), "{}", lost.reason);
-                break last_confirmed.elapsed();
+    let lost_after = within(support::EVENT_TIMEOUT, "Lost without a majority", async {
+        loop {
+            match holder.next().await {
+                Ok(Some(Event::Extended(_))) => last_confirmed = Instant::now(),
+                Ok(Some(Event::Lost(lost))) => {
+                    assert!(lost.reason.contains("before"), "{}", lost.reason);
+                    return last_confirmed.elapsed();
+                }
+                other => panic!("expected Lost, got {other:?}"),
             }
-            other => panic!("expected Lost, got {other:?}"),
         }
-    };
+    })
+    .await;
     // The server gives up at `sent_at + ttl - drift`, before any primary can expire the key;
     // the margin covers only the message's way to the client.
     assert!(

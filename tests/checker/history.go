@@ -61,8 +61,25 @@ type History struct {
 	LockLimit int `json:"lock_limit"`
 	// DataLoss is true when the injected fault may make Redis forget a hold, so overlapping
 	// holders are reported rather than failed. Fencing must hold regardless.
-	DataLoss   bool `json:"data_loss"`
-	Operations []Op `json:"operations"`
+	DataLoss bool `json:"data_loss"`
+	// RenewalMs is the longest renewal period of the run's leases, in ms (src/lease/renewal.rs:
+	// a third of the TTL, or of a shorter resume grace). A holder whose key Redis lost hears of
+	// it at its server's next renewal, so with data loss two may believe at once for at most
+	// about this long (see permittedOverlap). Required with data_loss.
+	RenewalMs  int64 `json:"renewal_ms"`
+	Operations []Op  `json:"operations"`
+}
+
+// detectionSlack is what a data-loss overlap may last beyond one renewal period: the renewal's
+// round trip to Redis, the Lost event's way to the client and the client's noticing it. Under
+// the tests' load (two cores shared) those take tens of milliseconds at most.
+const detectionSlack int64 = 150_000_000 // ns
+
+// permittedOverlap is the longest overlap a data-loss fault may show, ns: one renewal period
+// (by then the holder's server has found the key gone or someone else's) plus detectionSlack.
+// A longer one means a holder went on believing in a key it no longer had.
+func (h *History) permittedOverlap() int64 {
+	return h.RenewalMs*1_000_000 + detectionSlack
 }
 
 // returned is when op returned; never when its outcome is unknown, even if the call
@@ -131,6 +148,9 @@ func parseHistory(data []byte) (*History, error) {
 func (h *History) validate() error {
 	if h.LockLimit < 1 {
 		return fmt.Errorf("lock_limit %d: must be at least 1", h.LockLimit)
+	}
+	if h.RenewalMs < 0 || h.DataLoss && h.RenewalMs == 0 {
+		return fmt.Errorf("renewal_ms %d: with data_loss it must be the leases' renewal period (it bounds a permitted overlap)", h.RenewalMs)
 	}
 	for i, op := range h.Operations {
 		if err := op.validate(); err != nil {

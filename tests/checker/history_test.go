@@ -9,10 +9,12 @@ func TestParseHistory(t *testing.T) {
 	cases := []struct {
 		name, json, err string
 	}{
-		{"valid", `{"run": "r", "lock_limit": 2, "data_loss": true, "operations": [
+		{"valid", `{"run": "r", "lock_limit": 2, "data_loss": true, "renewal_ms": 167, "operations": [
 			{"client": 0, "kind": "acquire", "call": 1, "return": 2, "outcome": "ok", "token": 1},
 			{"client": 0, "kind": "write", "call": 3, "return": null, "outcome": "unknown", "token": 1, "value": 4},
 			{"client": 0, "kind": "lost", "call": 5, "outcome": "ok", "token": 1}]}`, ""},
+		{"data loss without its bound", `{"lock_limit": 1, "data_loss": true, "operations": []}`, "renewal_ms 0"},
+		{"negative renewal", `{"lock_limit": 1, "renewal_ms": -1, "operations": []}`, "renewal_ms -1"},
 		{"bad JSON", `{"run": `, "bad JSON"},
 		{"trailing data", `{"lock_limit": 1} {}`, "data after"},
 		{"no lock limit", `{"run": "r", "operations": []}`, "lock_limit"},

@@ -9,7 +9,9 @@ import (
 //
 // Fencing (register, tokens, terms) must hold whatever the fault: it is what keeps a
 // superseded holder from doing harm. The lock and the election may be broken by a fault
-// that makes Redis lose data, so with data_loss their failures are reported as permitted.
+// that makes Redis lose data, so with data_loss their models' failures are reported as
+// permitted; the interval checks still bound how long two may believe at once (one renewal
+// period plus a slack: see History.permittedOverlap), and fail beyond it.
 func checkAll(h *History, timeout time.Duration, dir string) []result {
 	exclusive := !h.DataLoss
 	models := []modelCheck{

@@ -36,7 +36,7 @@ func dataLossHistory(stale bool) *History {
 		op(0, Release, OK, 100, 110, 1, 0),
 		op(1, Release, OK, 120, 130, 2, 0),
 	)
-	h.DataLoss = true
+	h.DataLoss, h.RenewalMs = true, 167
 	return h
 }
 
@@ -62,6 +62,19 @@ func TestDataLossPermitsOverlapNotStaleWrites(t *testing.T) {
 	}
 }
 
+// A data-loss history whose overlap outlasts the bound fails the run: the mutex model is
+// still only reported (permitted), but the interval check is not.
+func TestDataLossOverlapBeyondTheBoundFails(t *testing.T) {
+	h := dataLossHistory(false)
+	h.RenewalMs = 1 // a bound of 151 ms
+	h.Operations[5] = op(0, Release, OK, 200_000_000, 200_000_010, 1, 0)
+	h.Operations[6] = op(1, Release, OK, 300_000_000, 300_000_010, 2, 0)
+	got, _ := statuses(t, h)
+	if got["mutex"] != permitted || got["overlap"] != failed || got["register"] != passed {
+		t.Errorf("mutex %v, overlap %v, register %v: want permitted, failed, passed", got["mutex"], got["overlap"], got["register"])
+	}
+}
+
 func TestWithoutDataLossOverlapFails(t *testing.T) {
 	h := dataLossHistory(false)
 	h.DataLoss = false
@@ -78,7 +91,7 @@ func TestDataLossStillChecksTerms(t *testing.T) {
 		op(0, Resign, OK, 40, 50, 2, 0),
 		op(1, Resign, OK, 60, 70, 1, 0),
 	)
-	h.DataLoss = true
+	h.DataLoss, h.RenewalMs = true, 167
 	got, _ := statuses(t, h)
 	if got["terms"] != failed {
 		t.Errorf("terms: %v, want failed", got["terms"])

@@ -3,6 +3,7 @@
 //! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
 //! Every operation is also recorded ([`History`]) and the history checked by Porcupine's models.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,14 @@ pub const HOLD_FOR: Duration = Duration::from_millis(150);
 const MAX_TURN: Duration = Duration::from_secs(5);
 /// Pause between two increments.
 const OP_GAP: Duration = Duration::from_millis(10);
+/// Four renewal periods (`history::renewal_period`): in a run whose fault may lose data, how
+/// long the fault's victim thinks between a read and its write, and how long every other turn
+/// lasts. The victim's server hears of the loss at its next renewal, and the victim stops
+/// believing then; one that went on believing in a key it no longer has (its server renewing
+/// the next holder's key) overlaps that holder's whole long turn, far beyond what the checker
+/// permits, instead of being cut short by the fence at its next access or by the next
+/// holder's release.
+const LONG: Duration = Duration::from_millis(TTL.as_millis() as u64 * 4 / 3);
 /// How long a worker waits for the lock per try.
 const WAIT: Duration = Duration::from_secs(3);
 /// Longer than the TTL: what "paused" and "cut" mean in these tests.
@@ -316,6 +325,9 @@ struct Shared {
     pause: Mutex<Option<usize>>,
     /// A worker told to keep its turn until the lease is lost, so a fault's victim is known.
     hold_until_lost: Mutex<Option<usize>>,
+    /// The fault may lose data: its victim thinks (`LONG`) between each read and write, and
+    /// every other turn lasts `LONG`.
+    losing_data: AtomicBool,
     history: Arc<History>,
 }
 
@@ -377,6 +389,7 @@ impl Chaos {
             writes,
             pause: Mutex::new(None),
             hold_until_lost: Mutex::new(None),
+            losing_data: AtomicBool::new(false),
             history: Arc::default(),
         });
         let stop = CancellationToken::new();
@@ -441,6 +454,7 @@ impl Chaos {
     /// checker permits (and reports) that, while fencing must still refuse the older.
     pub fn may_lose_data(&mut self) {
         self.data_loss = true;
+        self.shared.losing_data.store(true, Ordering::SeqCst);
     }
 
     /// Waits for a worker to take the lock afresh, and returns it. That worker keeps its turn
@@ -566,12 +580,38 @@ impl Chaos {
             }
         }
         let mut cut = 0;
-        for redis in direct {
+        for redis in &direct {
             let expired: i64 = redis
                 .custom(fred::cmd!("PEXPIRE"), vec![key.clone(), "1".into()])
                 .await
                 .unwrap_or(0);
             cut += usize::try_from(expired).unwrap_or(0);
+        }
+        // Once Redis has let the key go (a read after its 1 ms expires it), what a server that
+        // saw it expire announces (an empty wake-up: every waiter tries at once), so the lock
+        // is taken before the holder's server renews again: the schedule that shows whether
+        // that renewal checks whose key it renews. (Else a waiter's timer and that renewal
+        // race, and a renewal first finds the key merely gone.) No event tells of an expiry.
+        for redis in &direct {
+            super::within(super::EVENT_TIMEOUT, "the lock key expiring", async {
+                loop {
+                    let left: i64 = redis
+                        .custom(fred::cmd!("PTTL"), vec![key.clone()])
+                        .await
+                        .unwrap_or(-2);
+                    if !(0..=1).contains(&left) {
+                        return;
+                    }
+                    sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+        }
+        let channel = leasehold::store::keys::lock_keys("leasehold:", LOCK).channel();
+        for redis in &direct {
+            let _: Result<i64, _> = redis
+                .custom(fred::cmd!("SPUBLISH"), vec![channel.clone(), String::new()])
+                .await;
         }
         cut
     }
@@ -595,9 +635,10 @@ impl Chaos {
         self.may_lose_data();
         self.progress(10).await;
         let holder = self.fresh_holder().await;
+        // Taken first: the nemesis wakes the line, and the lock may be taken before it returns.
+        let fault_at = Instant::now();
         let cut = self.expire_lock_key_early().await;
         assert!(cut >= 1, "the holder's key was not there to expire");
-        let fault_at = Instant::now();
         self.handed_over(&holder).await;
         self.progress(10).await;
         let report = self.finish("key-expired-early").await;
@@ -640,7 +681,10 @@ impl Chaos {
             fault,
         };
         let run = format!("{}/{fault}", report.mode);
-        report.history.check(&run, 1, self.data_loss);
+        let renewal = super::history::renewal_period(TTL);
+        report
+            .history
+            .check(&run, 1, self.data_loss.then_some(renewal));
         report
     }
 }
@@ -735,6 +779,8 @@ impl Worker {
         loop {
             let turn = if *lock(&self.shared.hold_until_lost) == Some(self.id) {
                 MAX_TURN
+            } else if self.shared.losing_data.load(Ordering::SeqCst) {
+                LONG
             } else {
                 HOLD_FOR
             };
@@ -791,6 +837,13 @@ impl Worker {
                 proxy.resume();
             } else if guard.is_lost() {
                 return Some((Instant::now(), guard.lost().await));
+            }
+            let victim = *lock(&self.shared.hold_until_lost) == Some(self.id);
+            if victim && self.shared.losing_data.load(Ordering::SeqCst) {
+                tokio::select! {
+                    () = sleep(LONG) => {}
+                    reason = guard.lost() => return Some((Instant::now(), reason)),
+                }
             }
             let called = Instant::now();
             let written = self

@@ -5,9 +5,11 @@
 //! semaphore and the election, plus the interval check); a failed model leaves its
 //! visualisation beside the history.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -58,7 +60,17 @@ struct File<'a> {
     run: &'a str,
     lock_limit: u32,
     data_loss: bool,
+    /// With data loss: the leases' renewal period, which bounds a permitted overlap.
+    renewal_ms: u64,
     operations: &'a [Op],
+}
+
+/// The longest a lease of `ttl` goes between renewals: src/lease/renewal.rs renews every third
+/// of the window (the TTL, or a shorter resume grace), on a grid that only makes it earlier.
+/// A holder whose key Redis lost hears of it at its server's next renewal, so this is what
+/// the checker allows an overlap under data loss (plus a slack for the news to travel).
+pub fn renewal_period(ttl: Duration) -> Duration {
+    ttl / 3
 }
 
 /// One run's operations, shared by its workers.
@@ -145,9 +157,10 @@ impl History {
 
     /// Saves the history as `<target>/tmp/robustness/<run>/history.json` and checks it; panics
     /// with the checker's verdicts if a model that must hold does not (the visualisation of
-    /// each failed model is left beside the history). `data_loss`: the fault may make Redis
-    /// forget a lock, so two holders may overlap (reported), while fencing must still hold.
-    pub fn check(&self, run: &str, lock_limit: u32, data_loss: bool) {
+    /// each failed model is left beside the history). `data_loss`: `Some(renewal period of the
+    /// run's leases)` when the fault may make Redis forget a lock, so two holders may overlap
+    /// (reported) for at most about that period, while fencing must still hold.
+    pub fn check(&self, run: &str, lock_limit: u32, data_loss: Option<Duration>) {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join("robustness")
             .join(run);
@@ -158,7 +171,11 @@ impl History {
         let file = File {
             run,
             lock_limit,
-            data_loss,
+            data_loss: data_loss.is_some(),
+            // Rounded up: the checker's bound must not be shorter than the period.
+            renewal_ms: data_loss.map_or(0, |period| {
+                u64::try_from(period.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX)
+            }),
             operations: &ops,
         };
         std::fs::write(
@@ -166,10 +183,12 @@ impl History {
             serde_json::to_vec(&file).expect("history serialises"),
         )
         .expect("write history");
-        let output = Command::new(checker())
-            .arg(&path)
-            .output()
-            .expect("run the checker");
+        let mut command = Command::new(checker());
+        command
+            .arg("-timeout")
+            .arg(format!("{}s", MODEL_TIMEOUT.as_secs()))
+            .arg(&path);
+        let output = output_within(&mut command, CHECK_LIMIT, "the checker");
         let verdicts = String::from_utf8_lossy(&output.stdout);
         println!("{verdicts}");
         assert!(
@@ -178,6 +197,57 @@ impl History {
             path.display(),
             String::from_utf8_lossy(&output.stderr)
         );
+    }
+}
+
+/// How long each of the checker's Porcupine models may search (the histories here take well
+/// under a second; one not proven within this fails).
+const MODEL_TIMEOUT: Duration = Duration::from_secs(40);
+/// The whole checker run: five models at most, each bounded by `MODEL_TIMEOUT`.
+const CHECK_LIMIT: Duration = Duration::from_secs(5 * 40 + 20);
+/// Building the checker (its module is in Go's cache after `scripts/test.sh`'s `go vet`).
+const BUILD_LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs `command` to its end and returns its output; kills it and panics, naming `what` and
+/// the limit, if it has not ended within `limit`.
+fn output_within(command: &mut Command, limit: Duration, what: &str) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
+    // Read both pipes meanwhile, so a chatty child never blocks on a full one.
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = read(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} did not finish within {limit:?}");
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 
@@ -192,13 +262,17 @@ fn checker() -> &'static Path {
         std::fs::create_dir_all(&bin).expect("target/go/bin");
         let path = bin.join("leasehold-checker");
         let building = bin.join(format!("leasehold-checker.{}", std::process::id()));
-        let output = Command::new("go")
+        let mut command = Command::new("go");
+        command
             .args(["build", "-o"])
             .arg(&building)
             .arg(".")
-            .current_dir(root.join("tests/checker"))
-            .output()
-            .expect("go build the checker (Go is needed for the robustness checker)");
+            .current_dir(root.join("tests/checker"));
+        let output = output_within(
+            &mut command,
+            BUILD_LIMIT,
+            "go build tests/checker (Go is needed for the robustness checker)",
+        );
         assert!(
             output.status.success(),
             "go build tests/checker: {}",

@@ -11,6 +11,7 @@ pub mod netns;
 pub mod permits;
 pub mod proxy;
 pub mod sentinel;
+pub mod watchdog;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
@@ -114,6 +115,7 @@ fn spawn_redis(
     dir: &PathBuf,
     extra: &[String],
 ) -> Option<Child> {
+    watchdog::watch();
     std::fs::create_dir_all(dir).expect("temp dir");
     let mut child = command_in(ns, "redis-server")
         .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
@@ -224,9 +226,12 @@ impl RedisServer {
         self.child.id()
     }
 
-    /// A direct Redis client, to look at and tamper with keys behind the server's back.
+    /// A direct Redis client, to look at and tamper with keys behind the server's back; each
+    /// of its commands is bounded by `EVENT_TIMEOUT` (a command to a Redis that never answers
+    /// fails the test rather than hanging it).
     pub async fn client(&self) -> fred::prelude::Client {
         let client = Builder::from_config(Config::from_url(&self.url()).expect("url"))
+            .with_performance_config(|p| p.default_command_timeout = EVENT_TIMEOUT)
             .build()
             .expect("client");
         client.init().await.expect("connect to test redis");
@@ -616,14 +621,24 @@ impl LeaseStream {
         }
     }
 
-    /// The next event that is not `Extended` (renewals are best-effort progress).
+    /// The next event that is not `Extended` (renewals are best-effort progress), within
+    /// `EVENT_TIMEOUT` in all: a lease renewed for ever (a broken build renewing a key that is
+    /// not its own) must fail the test, not hang it one renewal at a time.
     pub async fn next_significant(&mut self) -> Result<Option<Event>, Status> {
-        loop {
-            match self.next().await? {
-                Some(Event::Extended(_)) => continue,
-                other => return Ok(other),
+        let skip_renewals = async {
+            loop {
+                match self.next().await? {
+                    Some(Event::Extended(_)) => continue,
+                    other => return Ok(other),
+                }
             }
-        }
+        };
+        within(
+            EVENT_TIMEOUT,
+            "a lease event other than Extended",
+            skip_renewals,
+        )
+        .await
     }
 
     /// Sends `release` and expects `Released`; returns whether the lock was still held.

@@ -172,7 +172,7 @@ impl Churn {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
-        self.occupancy.history.check(run, self.limit, false);
+        self.occupancy.history.check(run, self.limit, None);
         Report {
             most_at_once: self.occupancy.most.load(Ordering::SeqCst),
             acquisitions: tokens.len(),
