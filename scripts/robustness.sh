@@ -101,10 +101,20 @@ broken validity-overstated chaos::holder_server_paused_longer_than_the_ttl check
   src/client/lease.rs \
   "    from_receipt.min(opened + Duration::from_millis(valid_to_ms))" \
   "    opened + 3 * Duration::from_millis(valid_to_ms)"
+# The seed's third rule undone: extend.lua and extend_many.lua (one renewal goes through either,
+# batched or not) renew the key without comparing the token. With the key expired early under
+# its holder, the holder's server renews the next holder's key and both believe for far longer
+# than one renewal period, the most a data-loss fault may show (the checker's bound).
+broken extend-without-token chaos::lock_key_expires_early_under_the_holder checker \
+  src/store/locks/extend.lua \
+  "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then" \
+  "if redis.call('GET', KEYS[1]) then" \
+  src/store/locks/extend_many.lua \
+  "  if ours(value, token) then" \
+  "  if value then"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its
-# holder's own clock has ended the lease, and a lost lease is never revived; with data loss the
-# holder's next write is refused and ends its turn). See docs/faults.md.
+# holder's own clock has ended the lease, and a lost lease is never revived). See docs/faults.md.
 
 [ "$failed" -eq 0 ]
