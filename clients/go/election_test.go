@@ -192,3 +192,35 @@ func TestALeaderWithoutResumeIsLostWhenItsServerStops(t *testing.T) {
 		t.Fatalf("leader after its server stopped: %+v %v", leader, err)
 	}
 }
+
+// Cancelling a leader's context resigns: the next candidate is elected at once, not after the
+// leader's grace (its TTL, 5 s, by default), which a stream merely cancelled would keep it for.
+func TestCancellingALeadersContextResigns(t *testing.T) {
+	conn, port := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	leaderCtx, stepDown := context.WithCancel(ctx)
+	a, err := Campaign(leaderCtx, conn, "scheduler", []byte("host-a"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	termA, err := a.Elected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Campaign(ctx, conn, "scheduler", []byte("host-b"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Resign()
+	elected, failed := inBackground(b.Elected)
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "1")
+	stepDown()
+	termB := awaitHeld(t, elected, failed, time.Second, "not elected within a second of the leader's cancel")
+	if termB <= termA {
+		t.Fatalf("terms must grow: %d then %d", termA, termB)
+	}
+	if wasLeader, err := a.Resign(); err != nil || !wasLeader {
+		t.Fatalf("the cancelled leader's outcome: %v %v", wasLeader, err)
+	}
+}
