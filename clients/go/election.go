@@ -418,6 +418,16 @@ func (c *Candidate) Lost() string {
 	return c.reason
 }
 
+// ValidUntil is until when the server last vouched for the leadership, by this process's clock
+// (zero before it was elected): the candidate believes in it no longer than this without another
+// confirmation (a renewal, or a resume elsewhere), and is lost then at the latest. Without a
+// resume grace the server reports no renewals: this is then the validity of `elected` alone.
+func (c *Candidate) ValidUntil() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.validUntil
+}
+
 // Done is closed when the candidacy has ended: leadership lost (Lost says why), resigned, or
 // the stream failed.
 func (c *Candidate) Done() <-chan struct{} { return c.done }

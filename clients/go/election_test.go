@@ -140,7 +140,9 @@ func TestALeaderKeepsItsTermAcrossARestartOfItsServer(t *testing.T) {
 	}
 }
 
-// A leader whose server freezes is lost by its own clock: no extended came in time.
+// A leader whose server freezes is lost by its own clock: no extended came in time. It stops
+// believing when the validity last confirmed to it ends, not later (another may lead from then
+// on) and not much earlier.
 func TestALeaderIsLostByItsClockWhenItsServerFreezes(t *testing.T) {
 	conn, _, server := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -156,10 +158,23 @@ func TestALeaderIsLostByItsClockWhenItsServerFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Signal(syscall.SIGCONT)
+	frozenAt := time.Now()
 	select {
 	case <-candidate.Done():
+		lostAt := time.Now()
 		if reason := candidate.Lost(); !strings.Contains(reason, "server silent") {
 			t.Fatalf("reason: %s", reason)
+		}
+		// Read after the end: a renewal already on its way when the server froze counts too.
+		validUntil := candidate.ValidUntil()
+		if validUntil.After(frozenAt.Add(500 * time.Millisecond)) {
+			t.Fatalf("vouched %v past the freeze", validUntil.Sub(frozenAt))
+		}
+		if lostAt.Before(validUntil) {
+			t.Fatalf("stopped believing %v early", validUntil.Sub(lostAt))
+		}
+		if late := lostAt.Sub(validUntil); late > 100*time.Millisecond {
+			t.Fatalf("believed %v past its validity", late)
 		}
 	case <-ctx.Done():
 		t.Fatal("the leadership was never lost while the server was frozen")
