@@ -230,7 +230,8 @@ func (c *Candidate) run(att *campaignAttachment) {
 				c.loseLeadership(event.Lost.Reason)
 				return
 			case *pb.CampaignResponse_Resigned:
-				c.end(resigned, "resigned", nil, event.Resigned.WasLeader)
+				// Elected still reports a cancelled context as such.
+				c.end(resigned, "resigned", c.ctx.Err(), event.Resigned.WasLeader)
 				return
 			}
 		case err := <-att.failed:

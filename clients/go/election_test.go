@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -238,4 +239,16 @@ func TestCancellingALeadersContextResigns(t *testing.T) {
 	if wasLeader, err := a.Resign(); err != nil || !wasLeader {
 		t.Fatalf("the cancelled leader's outcome: %v %v", wasLeader, err)
 	}
+	// A candidate still in line leaves it when cancelled; Elected says it was cancelled.
+	waiterCtx, leave := context.WithCancel(ctx)
+	c, err := Campaign(waiterCtx, conn, "scheduler", []byte("host-c"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "1")
+	leave()
+	if _, err := c.Elected(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Elected after the cancel: %v", err)
+	}
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "0")
 }
