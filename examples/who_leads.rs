@@ -6,7 +6,9 @@
 //! cargo run --example who_leads -- http://127.0.0.1:50051 scheduler carol
 //! ```
 //!
-//! Stop the leader (Ctrl-C or kill) and another takes over within a moment.
+//! Stop the leader with Ctrl-C (it resigns) and another takes over within a moment; kill it
+//! and another takes over once its leadership runs out (its TTL, 5 s: the server cannot tell a
+//! killed leader from a frozen one, which may still believe it leads until then).
 
 use std::time::Duration;
 

@@ -504,3 +504,191 @@ async fn conformance_session_survives_server_crash() {
     );
     assert_eq!(session.close().await.unwrap(), 3);
 }
+
+/// The frozen leader's TTL, and its resume grace (the clients' default: the TTL).
+const FROZEN_TTL: Duration = Duration::from_secs(4);
+/// How long the leader stays frozen: well past the server's keepalive (200 ms + 300 ms), well
+/// inside the validity its server last confirmed (at least two thirds of the TTL, renewed every
+/// third of it).
+const FREEZE: Duration = Duration::from_secs(2);
+/// Set (to the server's URL) in the leader's own process: see [`frozen_leader_process`].
+const FROZEN_LEADER: &str = "LEASEHOLD_TEST_FROZEN_LEADER";
+/// What starts each line the leader's process reports on stdout (libtest prints there too).
+const FROZEN_SAYS: &str = "frozen-leader:";
+
+/// The election's lease in Redis: its fencing token (the term) and its attachment (counted up
+/// by each resume).
+async fn election_lease(direct: &fred::prelude::Client, election: &str) -> (u64, u64) {
+    let key = format!("leasehold:election:{{{election}}}:lock");
+    let value: Option<String> = direct.get(&key).await.expect("get");
+    let value = lease_value(&value.unwrap_or_else(|| panic!("{key} holds no lease")));
+    (value.fencing_token, value.attachment)
+}
+
+/// The leader, in a process of its own (this test binary again, running
+/// [`frozen_leader_process`]), which the test can freeze: its reports arrive in `said`, and
+/// `resign` on its stdin makes it resign. Killed when dropped.
+struct LeaderProcess {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    said: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl LeaderProcess {
+    fn start(server: &str) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "conformance::frozen_leader_process",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(FROZEN_LEADER, server)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the leader's process");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let (says, said) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                // libtest may print `test NAME ... ` on the same line first.
+                if let Some((_, said)) = line.split_once(FROZEN_SAYS) {
+                    let _ = says.send(said.trim().to_owned());
+                }
+            }
+        });
+        LeaderProcess { child, stdin, said }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("the leader's process runs")
+    }
+
+    /// The next report, which must start with `what`: the rest of it.
+    async fn next(&mut self, what: &str) -> String {
+        let line = within(EVENT_TIMEOUT, what, self.said.recv())
+            .await
+            .unwrap_or_else(|| panic!("the leader's process exited before saying {what}"));
+        match line.strip_prefix(what) {
+            Some(rest) => rest.trim().to_owned(),
+            None => panic!("the leader's process said {line:?}, not {what}"),
+        }
+    }
+
+    async fn tell(&mut self, command: &str) {
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{command}\n");
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write to the leader's process");
+    }
+}
+
+impl Drop for LeaderProcess {
+    fn drop(&mut self) {
+        // A frozen process dies of SIGKILL too (kill_on_drop); woken first all the same.
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_frozen_leader_not_replaced() {
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let server = ServerProcess::start(
+        &redis,
+        &[
+            "--keepalive-interval",
+            "200ms",
+            "--keepalive-timeout",
+            "300ms",
+        ],
+    );
+    let mut leader = LeaderProcess::start(&server.url());
+    let term: u64 = leader.next("elected").await.parse().expect("a term");
+    let client = Client::connect(server.url()).await.unwrap();
+    let mut second = client.campaign("vote", "second", FROZEN_TTL).await.unwrap();
+    wait_for_line(&direct, "leasehold:election:{vote}:line", 1).await;
+    let (fence, attached) = election_lease(&direct, "vote").await;
+    assert_eq!(fence, term);
+
+    // Frozen: the server's keepalive ends the leader's stream (a bare half-close, or a broken
+    // transport) well before the freeze ends; the leadership is kept all the same.
+    signal(leader.pid(), "STOP");
+    let meanwhile = tokio::time::timeout(FREEZE, second.elected()).await;
+    signal(leader.pid(), "CONT");
+    assert!(
+        meanwhile.is_err(),
+        "the second candidate was elected while the leader was frozen: {meanwhile:?}"
+    );
+
+    // Woken, the leader resumes its leadership (a new attachment) with its term, and leads.
+    within(EVENT_TIMEOUT, "the leader's resume", async {
+        while election_lease(&direct, "vote").await.1 <= attached {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(election_lease(&direct, "vote").await.0, term);
+    let now = client.leader("vote").await.unwrap().expect("a leader");
+    assert_eq!(
+        (now.term, now.value.as_slice()),
+        (term, b"frozen".as_slice())
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, second.elected())
+            .await
+            .is_err(),
+        "the second candidate leads beside the resumed leader"
+    );
+
+    leader.tell("resign").await;
+    assert_eq!(leader.next("resigned").await, "true");
+    let next = within(EVENT_TIMEOUT, "the second elected", second.elected())
+        .await
+        .unwrap();
+    assert!(next > term, "term {next} after {term}");
+}
+
+/// The leader of [`conformance_frozen_leader_not_replaced`], run in a process of its own by
+/// that test (which sets `FROZEN_LEADER` to the server's URL): it campaigns, reports `elected
+/// TERM`, and on `resign` from stdin resigns and reports `resigned WAS_LEADER` (or `lost
+/// REASON` if the leadership ends first). Run any other way it has no server, and returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the leader's process of conformance_frozen_leader_not_replaced, run by that test"]
+async fn frozen_leader_process() {
+    use tokio::io::AsyncBufReadExt;
+    let Ok(server) = std::env::var(FROZEN_LEADER) else {
+        return;
+    };
+    let client = Client::connect(server).await.expect("connect");
+    let mut candidate = client
+        .campaign("vote", "frozen", FROZEN_TTL)
+        .await
+        .expect("campaign");
+    let term = candidate.elected().await.expect("elected");
+    println!("{FROZEN_SAYS} elected {term}");
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    tokio::select! {
+        reason = candidate.lost() => {
+            println!("{FROZEN_SAYS} lost {reason}");
+            return;
+        }
+        // Also the end of stdin: the test is gone, and so is this process.
+        command = stdin.next_line() => {
+            assert_eq!(command.ok().flatten().as_deref(), Some("resign"));
+        }
+    }
+    let was_leader = candidate.resign().await.expect("resign");
+    println!("{FROZEN_SAYS} resigned {was_leader}");
+}

@@ -97,7 +97,7 @@ async fn one_leader_at_a_time_handed_over_within_a_second_and_seen_alike_on_both
     assert!(!told_elected_yet(&mut second).await);
     assert!(!told_elected_yet(&mut third).await);
 
-    // Cancelling the leader's stream (dropping it) elects the next in line within a second.
+    // Dropping the leader (it resigns on drop) elects the next in line within a second.
     let dropped = Instant::now();
     drop(first);
     let second_term = within(HANDOVER, "hand-over after cancel", second.elected())
@@ -400,7 +400,9 @@ async fn three_instances_of_the_readme_example_agree_on_one_leader() {
         .await;
     assert_eq!(printed.leads, [0], "exactly alice leads");
 
-    // Kill the leader: one of the others takes over and all survivors agree.
+    // Kill the leader: one of the others takes over and all survivors agree. A killed leader
+    // cannot resign: its leadership is kept for its grace (the example's TTL, 5 s) as a frozen
+    // one's is, and runs out first.
     drop(alice);
     printed
         .until(&mut lines, "a new leader everyone sees", |p| {
@@ -454,4 +456,137 @@ async fn observers_follow_an_election_across_a_redis_restart() {
         ),
         Some("after")
     );
+}
+
+/// A leader whose server freezes (SIGSTOP) hears nothing more: it stops believing by its own
+/// clock exactly when the validity its server last confirmed ends, never later (another may
+/// lead from then on) and not much earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_server_freezes_stops_believing_when_its_validity_ends() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_millis(600);
+    let mut candidate = client.campaign("frozen", "a", ttl).await.unwrap();
+    candidate.elected().await.unwrap();
+    signal(server.pid(), "STOP");
+    let frozen_at = Instant::now();
+    let reason = within(EVENT_TIMEOUT, "lost()", candidate.lost()).await;
+    let lost_at = Instant::now();
+    signal(server.pid(), "CONT");
+    assert!(reason.contains("server silent"), "{reason}");
+    // Read after `lost()`: a renewal already on its way when the server froze counts too.
+    let valid_until = candidate.valid_until().expect("it led");
+    assert!(valid_until <= frozen_at + ttl, "vouched past the freeze");
+    assert!(
+        lost_at >= valid_until,
+        "stopped believing {:?} early",
+        valid_until - lost_at
+    );
+    assert!(
+        lost_at - valid_until < Duration::from_millis(100),
+        "believed {:?} past its validity",
+        lost_at - valid_until
+    );
+}
+
+/// A raw Campaign stream on `url` (to end it as the client library never would), and when it
+/// was opened.
+async fn raw_campaign(
+    url: &str,
+    start: leasehold::pb::CampaignStart,
+) -> (
+    mpsc::Sender<leasehold::pb::CampaignRequest>,
+    tonic::Streaming<leasehold::pb::CampaignResponse>,
+    Instant,
+) {
+    use leasehold::pb::campaign_request::Action;
+    let channel = tonic::transport::Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(4);
+    let start = leasehold::pb::CampaignRequest {
+        action: Some(Action::Start(start)),
+    };
+    tx.send(start).await.unwrap();
+    let opened = Instant::now();
+    let responses = leasehold::pb::election_service_client::ElectionServiceClient::new(channel)
+        .campaign(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (tx, responses, opened)
+}
+
+/// A leader with a resume grace shorter than its TTL whose stream ends with no `resign` (a
+/// bare half-close, as when its connection dies): its lease is shortened to the grace, never
+/// below what the server already vouched for, so the next candidate is elected only once the
+/// leader's own belief (as its client computes it) has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_closed_leader_is_replaced_only_after_its_vouched_validity() {
+    use leasehold::pb::campaign_response::Event;
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let server = TestServer::start(&redis).await;
+    let (ttl, grace) = (Duration::from_secs(3), Duration::from_millis(1200));
+    let start = leasehold::pb::CampaignStart {
+        election: "short".into(),
+        value: b"a".to_vec(),
+        ttl_ms: leasehold::pb::millis(ttl),
+        resume_grace_ms: leasehold::pb::millis(grace),
+        ..Default::default()
+    };
+    let (requests, mut responses, opened) = raw_campaign(&server.url(), start).await;
+    // Believed as a client does: from the stream's opening, or from receipt, whichever ends
+    // first. Until one renewal after the election was heard.
+    let mut believed_until = None;
+    let mut renewals = 0;
+    within(EVENT_TIMEOUT, "elected, then extended", async {
+        while renewals < 1 {
+            let (valid_for, valid_to) = match responses.message().await.unwrap() {
+                Some(leasehold::pb::CampaignResponse {
+                    event: Some(Event::Elected(e)),
+                }) => (e.valid_for_ms, e.valid_to_ms),
+                Some(leasehold::pb::CampaignResponse {
+                    event: Some(Event::Extended(e)),
+                }) => {
+                    renewals += 1;
+                    (e.valid_for_ms, e.valid_to_ms)
+                }
+                other => panic!("expected elected or extended, got {other:?}"),
+            };
+            let from_receipt = Instant::now() + Duration::from_millis(valid_for.into());
+            believed_until = Some(from_receipt.min(opened + Duration::from_millis(valid_to)));
+        }
+    })
+    .await;
+    let believed_until = believed_until.expect("vouched for");
+    let client = Client::connect(server.url()).await.unwrap();
+    let mut next = client.campaign("short", "b", ttl).await.unwrap();
+    wait_for_line(&direct, "leasehold:election:{short}:line", 1).await;
+
+    drop(requests); // A bare half-close.
+    let key = "leasehold:election:{short}:lock";
+    within(EVENT_TIMEOUT, "the lease shortened to its grace", async {
+        loop {
+            let pttl: i64 = direct.pttl(key).await.unwrap();
+            if (0..=grace.as_millis() as i64).contains(&pttl) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    within(EVENT_TIMEOUT, "the next candidate elected", next.elected())
+        .await
+        .unwrap();
+    let elected_at = Instant::now();
+    assert!(
+        elected_at >= believed_until,
+        "elected {:?} before the old leader's validity ended",
+        believed_until - elected_at
+    );
+    assert!(next.resign().await.unwrap());
 }

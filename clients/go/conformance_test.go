@@ -4,9 +4,14 @@ package leasehold
 // real binary and a real redis-server: the Rust, Python and Java clients run the same list.
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -676,4 +681,208 @@ func TestConformance_session_survives_server_crash(t *testing.T) {
 		}
 	}
 	notLost(t, a)
+}
+
+const (
+	// frozenTTL is the frozen leader's TTL, and its resume grace (the default: the TTL).
+	frozenTTL = 4 * time.Second
+	// freeze is how long the leader stays frozen: well past the server's keepalive (200 ms +
+	// 300 ms), well inside the validity its server last confirmed (at least two thirds of the
+	// TTL, renewed every third of it).
+	freeze = 2 * time.Second
+	// frozenLeaderEnv is set (to the server's address) in the leader's own process: see
+	// TestHelperFrozenLeader.
+	frozenLeaderEnv = "LEASEHOLD_TEST_FROZEN_LEADER"
+	// frozenSays starts each line the leader's process reports on stdout.
+	frozenSays  = "frozen-leader: "
+	electionKey = "leasehold:election:{vote}:lock"
+)
+
+// electionLease is the fencing token (the term) and the attachment (counted up by each resume)
+// of the election lease in `key` (`<token>:<fencing token>:<attachment>:<holder>`).
+func electionLease(t *testing.T, port int, key string) (uint64, uint64) {
+	t.Helper()
+	fields := strings.SplitN(redisCli(port, "GET", key), ":", 4)
+	if len(fields) == 4 {
+		fence, err1 := strconv.ParseUint(fields[1], 10, 64)
+		attachment, err2 := strconv.ParseUint(fields[2], 10, 64)
+		if err1 == nil && err2 == nil {
+			return fence, attachment
+		}
+	}
+	t.Fatalf("%s holds no lease: %q", key, fields)
+	return 0, 0
+}
+
+// leaderProcess is the leader in a process of its own (this test binary again, running
+// TestHelperFrozenLeader), which the test can freeze: its reports arrive on said, and
+// "resign" on its stdin makes it resign. Killed at cleanup.
+type leaderProcess struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	said  chan string
+}
+
+func startLeaderProcess(t *testing.T, addr string) *leaderProcess {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFrozenLeader$", "-test.count=1")
+	cmd.Env = append(os.Environ(), frozenLeaderEnv+"="+addr)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill(); cmd.Wait() })
+	said := make(chan string, 16)
+	go func() {
+		defer close(said)
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() {
+			if _, report, found := strings.Cut(lines.Text(), frozenSays); found {
+				said <- report
+			}
+		}
+	}()
+	return &leaderProcess{cmd, stdin, said}
+}
+
+// next waits (10 s at most) for the next report, which must start with `what`: the rest of it.
+func (p *leaderProcess) next(t *testing.T, what string) string {
+	t.Helper()
+	select {
+	case line, open := <-p.said:
+		if !open {
+			t.Fatalf("the leader's process exited before saying %s", what)
+		}
+		rest, found := strings.CutPrefix(line, what)
+		if !found {
+			t.Fatalf("the leader's process said %q, not %s", line, what)
+		}
+		return strings.TrimSpace(rest)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the leader's process never said %s", what)
+	}
+	return ""
+}
+
+func TestConformance_frozen_leader_not_replaced(t *testing.T) {
+	addr, port, _ := launch(t, "--keepalive-interval", "200ms", "--keepalive-timeout", "300ms")
+	leader := startLeaderProcess(t, addr)
+	term, err := strconv.ParseUint(leader.next(t, "elected"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	second, err := Campaign(ctx, conn, "vote", []byte("second"), frozenTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Resign()
+	elected, failed := inBackground(second.Elected)
+	waitForLine(t, port, "leasehold:election:{vote}:line", "1")
+	fence, attached := electionLease(t, port, electionKey)
+	if fence != term {
+		t.Fatalf("the election's lease has fencing token %d, the leader term %d", fence, term)
+	}
+
+	// Frozen: the server's keepalive ends the leader's stream (a bare half-close, or a broken
+	// transport) well before the freeze ends; the leadership is kept all the same.
+	if err := leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case termB := <-elected:
+		t.Fatalf("the second candidate was elected (term %d) while the leader was frozen", termB)
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(freeze):
+	}
+	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+
+	// Woken, the leader resumes its leadership (a new attachment) with its term, and leads.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fence, attachment := electionLease(t, port, electionKey)
+		if attachment > attached {
+			if fence != term {
+				t.Fatalf("resumed with fencing token %d, not the term %d", fence, term)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader never resumed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	now, err := CurrentLeader(ctx, conn, "vote")
+	if err != nil || now == nil || now.Term != term || string(now.Value) != "frozen" {
+		t.Fatalf("leader after the freeze: %+v %v", now, err)
+	}
+	select {
+	case termB := <-elected:
+		t.Fatalf("the second candidate leads (term %d) beside the resumed leader", termB)
+	default:
+	}
+
+	if _, err := io.WriteString(leader.stdin, "resign\n"); err != nil {
+		t.Fatal(err)
+	}
+	if wasLeader := leader.next(t, "resigned"); wasLeader != "true" {
+		t.Fatalf("the leader resigned as leader: %s", wasLeader)
+	}
+	termB := awaitHeld(t, elected, failed, 10*time.Second, "the second candidate never led")
+	if termB <= term {
+		t.Fatalf("term %d after %d", termB, term)
+	}
+}
+
+// TestHelperFrozenLeader is the leader of TestConformance_frozen_leader_not_replaced, run in a
+// process of its own by that test (which sets frozenLeaderEnv to the server's address): it
+// campaigns, reports "elected TERM", and on "resign" from stdin resigns and reports "resigned
+// WAS_LEADER" (or "lost REASON" if the leadership ends first). Run any other way it skips.
+func TestHelperFrozenLeader(t *testing.T) {
+	addr := os.Getenv(frozenLeaderEnv)
+	if addr == "" {
+		t.Skip("the leader's process of TestConformance_frozen_leader_not_replaced, run by that test")
+	}
+	conn := dial(t, addr)
+	candidate, err := Campaign(context.Background(), conn, "vote", []byte("frozen"), frozenTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := candidate.Elected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%selected %d\n", frozenSays, term)
+	commands := make(chan string)
+	go func() {
+		// Also the end of stdin: the test is gone, and so is this process.
+		lines := bufio.NewScanner(os.Stdin)
+		lines.Scan()
+		commands <- lines.Text()
+	}()
+	select {
+	case <-candidate.Done():
+		fmt.Printf("%slost %s\n", frozenSays, candidate.Lost())
+		return
+	case command := <-commands:
+		if command != "resign" {
+			t.Fatalf("command %q", command)
+		}
+	}
+	wasLeader, err := candidate.Resign()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%sresigned %v\n", frozenSays, wasLeader)
 }

@@ -35,7 +35,9 @@ type CampaignOptions struct {
 
 // Candidate is one candidacy in an election, held by one Campaign stream at a time. Cancelling
 // the context given to Campaign steps down (or leaves the line), like Resign without waiting for
-// the answer.
+// the answer: the candidate sends `resign` and its stream lives until the server answers (within
+// the ttl), since a stream merely cancelled would keep a leader's leadership for its grace (the
+// server cannot tell it from a dead connection).
 //
 // A leader outlives its server: when its stream breaks (the server shut down for a deploy,
 // crashed, or the connection failed) the leadership is resumed on a server that answers, with
@@ -110,7 +112,8 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 		ttlMs: millis(ttl), graceMs: millis(grace), resume: !o.NoResume, value: value,
 		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
 	}
-	streamCtx, streamCancel := context.WithCancel(ctx)
+	// Not cancelled with ctx: run resigns first (see Candidate).
+	streamCtx, streamCancel := context.WithCancel(context.WithoutCancel(ctx))
 	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
 	stream, err := pb.NewElectionServiceClient(conn).Campaign(streamCtx)
 	if err == nil {
@@ -184,6 +187,12 @@ func (c *Candidate) run(att *campaignAttachment) {
 	timer.Stop()
 	defer timer.Stop()
 	leading, resigning := false, false
+	cancelled := c.ctx.Done()
+	var answerWait <-chan time.Time // armed once the caller cancelled
+	resign := func() {
+		resigning = true
+		_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
+	}
 	for {
 		select {
 		case msg := <-att.events:
@@ -221,7 +230,8 @@ func (c *Candidate) run(att *campaignAttachment) {
 				c.loseLeadership(event.Lost.Reason)
 				return
 			case *pb.CampaignResponse_Resigned:
-				c.end(resigned, "resigned", nil, event.Resigned.WasLeader)
+				// Elected still reports a cancelled context as such.
+				c.end(resigned, "resigned", c.ctx.Err(), event.Resigned.WasLeader)
 				return
 			}
 		case err := <-att.failed:
@@ -248,16 +258,24 @@ func (c *Candidate) run(att *campaignAttachment) {
 			}
 			proclaims = nil
 			if resigning {
-				_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
+				resign()
 			}
+		case <-cancelled:
+			cancelled = nil
+			if !resigning {
+				resign()
+			}
+			answerWait = time.After(time.Duration(c.ttlMs) * time.Millisecond)
+		case <-answerWait:
+			c.end(failed, "cancelled; no answer to its resign within the ttl", c.ctx.Err(), false)
+			return
 		case <-timer.C:
 			c.loseLeadership("no renewal confirmed before the leadership ran out (server silent)")
 			return
 		case request := <-c.requests:
 			// A failed send means a broken stream: failed says so next.
 			if request.resign {
-				resigning = true
-				_ = att.stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Resign{Resign: &pb.Resign{}}})
+				resign()
 				continue
 			}
 			c.mu.Lock()
@@ -324,9 +342,13 @@ func (c *Candidate) resumeAfter(cause error) *campaignAttachment {
 // `elected` whose validity has already run out when it arrives is no leadership: the stream is
 // cancelled and the error is a staleError.
 func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignAttachment, *pb.Elected, error) {
-	ctx, cancel := context.WithCancel(c.ctx)
+	// Not cancelled with c.ctx once attached: run resigns first (see Candidate). Until then the
+	// caller's cancel ends the attempt.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.ctx))
 	expire := time.AfterFunc(time.Until(until), cancel) // not a deadline: the stream lives on
 	defer expire.Stop()
+	attaching := context.AfterFunc(c.ctx, cancel)
+	defer attaching()
 	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
 	stream, err := pb.NewElectionServiceClient(c.conn).Campaign(ctx)
 	if err == nil {
@@ -395,6 +417,16 @@ func (c *Candidate) Lost() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.reason
+}
+
+// ValidUntil is until when the server last vouched for the leadership, by this process's clock
+// (zero before it was elected): the candidate believes in it no longer than this without another
+// confirmation (a renewal, or a resume elsewhere), and is lost then at the latest. Without a
+// resume grace the server reports no renewals: this is then the validity of `elected` alone.
+func (c *Candidate) ValidUntil() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.validUntil
 }
 
 // Done is closed when the candidacy has ended: leadership lost (Lost says why), resigned, or

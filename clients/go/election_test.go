@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,7 +141,9 @@ func TestALeaderKeepsItsTermAcrossARestartOfItsServer(t *testing.T) {
 	}
 }
 
-// A leader whose server freezes is lost by its own clock: no extended came in time.
+// A leader whose server freezes is lost by its own clock: no extended came in time. It stops
+// believing when the validity last confirmed to it ends, not later (another may lead from then
+// on) and not much earlier.
 func TestALeaderIsLostByItsClockWhenItsServerFreezes(t *testing.T) {
 	conn, _, server := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -156,10 +159,23 @@ func TestALeaderIsLostByItsClockWhenItsServerFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Signal(syscall.SIGCONT)
+	frozenAt := time.Now()
 	select {
 	case <-candidate.Done():
+		lostAt := time.Now()
 		if reason := candidate.Lost(); !strings.Contains(reason, "server silent") {
 			t.Fatalf("reason: %s", reason)
+		}
+		// Read after the end: a renewal already on its way when the server froze counts too.
+		validUntil := candidate.ValidUntil()
+		if validUntil.After(frozenAt.Add(500 * time.Millisecond)) {
+			t.Fatalf("vouched %v past the freeze", validUntil.Sub(frozenAt))
+		}
+		if lostAt.Before(validUntil) {
+			t.Fatalf("stopped believing %v early", validUntil.Sub(lostAt))
+		}
+		if late := lostAt.Sub(validUntil); late > 100*time.Millisecond {
+			t.Fatalf("believed %v past its validity", late)
 		}
 	case <-ctx.Done():
 		t.Fatal("the leadership was never lost while the server was frozen")
@@ -191,4 +207,48 @@ func TestALeaderWithoutResumeIsLostWhenItsServerStops(t *testing.T) {
 	if leader, err := CurrentLeader(ctx, r.conns[1], "scheduler"); err != nil || leader != nil {
 		t.Fatalf("leader after its server stopped: %+v %v", leader, err)
 	}
+}
+
+// Cancelling a leader's context resigns: the next candidate is elected at once, not after the
+// leader's grace (its TTL, 5 s, by default), which a stream merely cancelled would keep it for.
+func TestCancellingALeadersContextResigns(t *testing.T) {
+	conn, port := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	leaderCtx, stepDown := context.WithCancel(ctx)
+	a, err := Campaign(leaderCtx, conn, "scheduler", []byte("host-a"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	termA, err := a.Elected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Campaign(ctx, conn, "scheduler", []byte("host-b"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Resign()
+	elected, failed := inBackground(b.Elected)
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "1")
+	stepDown()
+	termB := awaitHeld(t, elected, failed, time.Second, "not elected within a second of the leader's cancel")
+	if termB <= termA {
+		t.Fatalf("terms must grow: %d then %d", termA, termB)
+	}
+	if wasLeader, err := a.Resign(); err != nil || !wasLeader {
+		t.Fatalf("the cancelled leader's outcome: %v %v", wasLeader, err)
+	}
+	// A candidate still in line leaves it when cancelled; Elected says it was cancelled.
+	waiterCtx, leave := context.WithCancel(ctx)
+	c, err := Campaign(waiterCtx, conn, "scheduler", []byte("host-c"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "1")
+	leave()
+	if _, err := c.Elected(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Elected after the cancel: %v", err)
+	}
+	waitForLine(t, port, "leasehold:election:{scheduler}:line", "0")
 }

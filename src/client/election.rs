@@ -15,7 +15,7 @@
 //!     reason = candidate.lost() => eprintln!("leadership lost, stopping: {reason}"),
 //!     () = serve_as_leader(term) => {}
 //! }
-//! candidate.resign().await?; // Dropping the candidate steps down too.
+//! candidate.resign().await?; // Dropping the candidate resigns too.
 //! # Ok(())
 //! # }
 //! ```
@@ -83,7 +83,7 @@ impl Client {
         let (requests, responses) = self.start_campaign(start.clone()).await?;
         Ok(Candidate {
             requests,
-            responses,
+            responses: Some(responses),
             client: self.clone(),
             opened,
             start,
@@ -165,14 +165,18 @@ impl Client {
     }
 }
 
-/// A candidacy in an election. Dropping it steps down (or leaves the line).
+/// A candidacy in an election. Dropping it steps down (or leaves the line): it sends `resign`,
+/// as [`Candidate::resign`] does without waiting for the answer. (A stream that merely ends
+/// keeps a resumable leadership for its grace, since the server cannot tell it from a frozen
+/// or cut-off leader.)
 ///
 /// Its events are read when it is asked for one (`elected`, `proclaim`, `lost`, `resign`): keep
 /// [`Candidate::lost`] polled while leading (as in the example above), so a broken stream is
 /// resumed on another server while the leadership is still valid.
 pub struct Candidate {
     requests: mpsc::Sender<CampaignRequest>,
-    responses: Streaming<CampaignResponse>,
+    /// `None` only once dropped: its drop reads it to its end (see `Drop`).
+    responses: Option<Streaming<CampaignResponse>>,
     client: Client,
     /// What resumes the leadership: the start, with the current value (and, once elected, the
     /// lease's token). A grace of 0: never resumed.
@@ -198,18 +202,25 @@ impl Candidate {
     /// leader is resumed on another server (the caller sees nothing of it, unless it fails).
     async fn next_event(&mut self) -> Result<Event, ClientError> {
         loop {
-            let message = match &self.leading {
-                // Only a leader that asked for a grace hears renewals; one that did not keeps
-                // the old rule (its server tells it `lost`).
-                Some(leading) if self.start.resume_grace_ms > 0 => tokio::select! {
-                    message = self.responses.message() => message,
-                    () = sleep_until(leading.valid_until) => {
+            // Only a leader that asked for a grace hears renewals; one that did not keeps the
+            // old rule (its server tells it `lost`).
+            let believed = match &self.leading {
+                Some(leading) if self.start.resume_grace_ms > 0 => Some(leading.valid_until),
+                _ => None,
+            };
+            let Some(responses) = &mut self.responses else {
+                return Err(ClientError::Protocol("campaign stream closed".into()));
+            };
+            let message = match believed {
+                Some(valid_until) => tokio::select! {
+                    message = responses.message() => message,
+                    () = sleep_until(valid_until) => {
                         return Ok(Event::Lost(pb::Lost {
                             reason: "no renewal confirmed before the leadership ran out (server silent)".into(),
                         }));
                     }
                 },
-                _ => self.responses.message().await,
+                None => responses.message().await,
             };
             let broke = match message {
                 Ok(Some(CampaignResponse {
@@ -296,7 +307,7 @@ impl Candidate {
                         event: Some(Event::Elected(elected)),
                     }) if elected.term == term => {
                         self.requests = requests;
-                        self.responses = responses;
+                        self.responses = Some(responses);
                         self.opened = opened;
                         let until =
                             vouched_until(opened, elected.valid_for_ms, elected.valid_to_ms);
@@ -327,6 +338,14 @@ impl Candidate {
             })
             .await
             .map_err(|_| ClientError::Protocol("campaign stream closed".into()))
+    }
+
+    /// Until when the server last vouched for the leadership, by this process's clock (`None`
+    /// before it was elected): [`Candidate::lost`] completes then at the latest, when no
+    /// confirmation (a renewal, or a resume elsewhere) came in time. A candidate without a
+    /// resume grace hears no renewals: this is then its `elected`'s validity only.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.leading.as_ref().map(|leading| leading.valid_until)
     }
 
     /// Waits until this candidate leads; returns its term.
@@ -389,6 +408,42 @@ impl Candidate {
                 Event::Elected(_) | Event::Proclaimed(_) | Event::Extended(_) => continue,
             }
         }
+    }
+}
+
+impl Drop for Candidate {
+    /// Resigns: the next candidate is elected at once rather than after the grace. The stream is
+    /// read to its end (the server's `resigned`) in the background, within the TTL: dropped at
+    /// once, it would be cancelled, and the cancel can overtake the `resign` (h2 discards data
+    /// not yet sent when a stream is reset), leaving a stream that merely ended. Outside a
+    /// runtime the `resign` is sent, best effort.
+    fn drop(&mut self) {
+        if self.resigning {
+            return;
+        }
+        let resign = CampaignRequest {
+            action: Some(Action::Resign(pb::Resign {})),
+        };
+        // Closed: the stream already ended.
+        let sent = self.requests.try_send(resign);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (requests, responses) = (self.requests.clone(), self.responses.take());
+        let ttl = Duration::from_millis(u64::from(self.start.ttl_ms));
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(ttl, async move {
+                // Full (the transport is behind): sent once there is room.
+                if let Err(mpsc::error::TrySendError::Full(resign)) = sent {
+                    let _ = requests.send(resign).await;
+                }
+                drop(requests);
+                if let Some(mut responses) = responses {
+                    while let Ok(Some(_)) = responses.message().await {}
+                }
+            })
+            .await;
+        });
     }
 }
 

@@ -71,7 +71,6 @@ impl LeaseStream for Campaign {
         "start, proclaim or resign",
         "leadership",
     );
-    const HALF_CLOSE_KEEPS_RESUMABLE: bool = false;
     const SCOPE: Scope = Scope::Election;
     type Start = pb::CampaignStart;
     /// `proclaim`'s new value.

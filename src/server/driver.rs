@@ -165,10 +165,6 @@ pub trait LeaseStream: Sized + Send + 'static {
     type Holding: Holding;
 
     const WORDS: Words;
-    /// A bare half-close of a resumable lease keeps it for its grace (see the held loop): the
-    /// project's lock clients always send `release`. Candidates (the Rust client's drop ends
-    /// the stream with no `resign`) still step down at once; left for issue 26.
-    const HALF_CLOSE_KEEPS_RESUMABLE: bool = true;
     /// Which names this kind holds, for authorisation.
     const SCOPE: Scope;
     /// After the longest wait, wait again (candidates) instead of giving up (locks).
@@ -417,7 +413,14 @@ where
             match answer {
                 Step::Reply(answer) => {
                     if !self.events.essential(Ok(answer)) {
-                        return Ok(()); // The client left; `lease` lets go on drop.
+                        // The client left. A resumed lease's client may still believe in it,
+                        // from what its earlier stream vouched for: kept for its grace. Any
+                        // other was never told it holds: `lease` lets go on drop.
+                        if spec.resume.is_some() {
+                            let keep = (spec.ttl, spec.resume_grace);
+                            Box::pin(keep_if_resumable(keep, None, lease, attachment)).await;
+                        }
+                        return Ok(());
                     }
                 }
                 Step::Lost(reason) => {
@@ -538,10 +541,12 @@ where
                 message = self.inbound.next() => match read::<K>(message) {
                     // tonic reports a request stream cut off by a dead connection (a keepalive
                     // timeout, a reset) as a half-close: a resumable lease's client may still
-                    // believe in it, so only an explicit release lets it go at once. (Found by
-                    // the robustness checker: a frozen client's lock was taken over while its
-                    // last confirmed validity still ran.)
-                    Move::HalfClosed if K::HALF_CLOSE_KEEPS_RESUMABLE && spec.resume_grace.is_some() => {
+                    // believe in it, so only an explicit release (`release`, `resign`) lets it
+                    // go at once; every client of the project sends one. (Found by the
+                    // robustness checker: a frozen client's lock was taken over while its last
+                    // confirmed validity still ran; then with real processes, a frozen leader
+                    // replaced 9.8 s before its validity ended, issue 38.)
+                    Move::HalfClosed if spec.resume_grace.is_some() => {
                         info!("stream ended without a release; kept for its grace");
                         Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
                         return Ok(());

@@ -579,7 +579,7 @@ func (x *Proclaimed) GetValue() []byte {
 	return nil
 }
 
-// Resigned after `resign` or a half-close.
+// Resigned after `resign` (or a half-close, without a resume grace).
 type Resigned struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether this candidate was the leader when it resigned (false if it was

@@ -51,9 +51,12 @@ type ElectionServiceClient interface {
 	// The client sends one `start`, then any number of `proclaim` once
 	// elected, and optionally `resign`. The server answers `elected` when this
 	// candidate becomes leader, `proclaimed` after each accepted `proclaim`,
-	// and ends with `resigned` (after `resign` or a half-close) or `lost`
-	// (the leadership lease could not be kept). Cancelling the stream or
-	// losing the connection steps down at once, like `resign`.
+	// and ends with `resigned` (after `resign`) or `lost` (the leadership
+	// lease could not be kept). Send `resign` to step down: a stream that
+	// ends without it (a half-close, a cancelled call, a lost connection)
+	// steps down at once only without a resume grace; with one, the
+	// leadership is kept for the grace, since the server cannot tell it
+	// from a frozen or cut-off leader that may still believe it leads.
 	//
 	// Errors end the stream with a status:
 	//   - INVALID_ARGUMENT: bad input, a second `start`, or a message before
@@ -136,9 +139,12 @@ type ElectionServiceServer interface {
 	// The client sends one `start`, then any number of `proclaim` once
 	// elected, and optionally `resign`. The server answers `elected` when this
 	// candidate becomes leader, `proclaimed` after each accepted `proclaim`,
-	// and ends with `resigned` (after `resign` or a half-close) or `lost`
-	// (the leadership lease could not be kept). Cancelling the stream or
-	// losing the connection steps down at once, like `resign`.
+	// and ends with `resigned` (after `resign`) or `lost` (the leadership
+	// lease could not be kept). Send `resign` to step down: a stream that
+	// ends without it (a half-close, a cancelled call, a lost connection)
+	// steps down at once only without a resume grace; with one, the
+	// leadership is kept for the grace, since the server cannot tell it
+	// from a frozen or cut-off leader that may still believe it leads.
 	//
 	// Errors end the stream with a status:
 	//   - INVALID_ARGUMENT: bad input, a second `start`, or a message before
