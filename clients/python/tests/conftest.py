@@ -36,11 +36,12 @@ def redis_port(tmp_path):
     proc.wait()
 
 
-@pytest.fixture
-def server_process(redis_port):
-    """The real binary on the test's Redis: its address and process id (to freeze it)."""
+def _serve(redis_port, *extra):
+    """Runs the real binary on the test's Redis (with ``extra`` arguments for ``serve``) until
+    the generator is closed: yields its address and process id (to freeze it)."""
     proc = subprocess.Popen(
-        [BINARY, "serve", "--listen", "127.0.0.1:0", "--redis", f"redis://127.0.0.1:{redis_port}"],
+        [BINARY, "serve", "--listen", "127.0.0.1:0", "--redis", f"redis://127.0.0.1:{redis_port}",
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     assert line.startswith("leasehold: listening on "), line
@@ -48,6 +49,21 @@ def server_process(redis_port):
     proc.send_signal(signal.SIGCONT)
     proc.terminate()
     proc.wait(timeout=15)
+
+
+@pytest.fixture
+def server_process(redis_port):
+    """The real binary on the test's Redis: its address and process id (to freeze it)."""
+    yield from _serve(redis_port)
+
+
+@pytest.fixture
+def fast_keepalive_server(redis_port):
+    """The real binary pinging its clients' connections every 200 ms and cutting one whose ping
+    goes unanswered for 300 ms (a frozen client's): its address."""
+    for address, _ in _serve(redis_port, "--keepalive-interval", "200ms",
+                             "--keepalive-timeout", "300ms"):
+        yield address
 
 
 @pytest.fixture
