@@ -16,7 +16,7 @@ import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { failedError } from "../src/errors.js";
 import { vouchedUntil } from "../src/validity.js";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
-import { Server, abortsWithin, lockKey, redisCli, startCluster, startRedis, startServer, waitUntil, within } from "./support.js";
+import { CuttableProxy, Server, abortsWithin, lockKey, redisCli, startCluster, startRedis, startServer, waitUntil, within } from "./support.js";
 
 describe("validity", () => {
   test("valid_for from receipt, capped by valid_to from the stream's opening", () => {
@@ -143,6 +143,43 @@ describe("client", { concurrency: 4 }, () => {
     assert.equal((await other.leader("vote"))?.term, term);
     assert.equal(await leader.resign(), true);
     assert.equal(await other.leader("vote"), null);
+  });
+
+  test("a leader without a resume grace is not lost by its own clock: no `extended` comes", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using leader = c.campaign("vote", "a", { ttl: 600, resume: false });
+    await leader.elected();
+    // Three TTLs: the server renews it all along but, with no grace, confirms nothing.
+    assert.equal(await abortsWithin(leader.signal, 1800), false, leader.lostReason);
+    assert.equal(leader.leading, true);
+    assert.equal(await leader.resign(), true);
+    assert.equal(leader.leading, false);
+  });
+
+  test("a leader resigned while it resumes resigns on the server, which lets it go at once", async (t) => {
+    const { servers, list } = await startCluster(t, 2);
+    const proxy = new CuttableProxy(servers[0]!.address);
+    await proxy.listen();
+    t.after(() => proxy.cut());
+    const c = connect(`${proxy.address},${servers[1]!.address}`);
+    t.after(() => c.close());
+    const other = connect(servers[0]!.address);
+    t.after(() => other.close());
+    const leader = c.campaign("vote", "a", { ttl: 10_000 });
+    const term = await leader.elected();
+    await using second = other.campaign("vote", "b", { ttl: 10_000 });
+    const secondTerm = second.elected();
+    servers[1]!.signal("SIGSTOP"); // the next replica: a resume there waits, unanswered
+    proxy.cut(); // the leader's stream breaks; the server keeps the leadership for its grace
+    const state = () => (leader as unknown as { state: string }).state;
+    await waitUntil(() => state() === "resuming", "the leader to be resuming");
+    const resigned = leader.resign();
+    servers[1]!.signal("SIGCONT");
+    assert.equal(await within(resigned, 10_000, "resign never settled"), true);
+    // Resigned on the server: well within the 10 s grace it would otherwise keep the leadership.
+    assert.ok((await within(secondTerm, 5000, "the second candidate never led")) > term);
   });
 
   test("a session's refused lock is a NotAcquiredError with details; the session goes on", async (t) => {
