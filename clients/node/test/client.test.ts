@@ -16,7 +16,20 @@ import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { failedError } from "../src/errors.js";
 import { vouchedUntil } from "../src/validity.js";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
-import { CuttableProxy, Server, abortsWithin, lockKey, redisCli, startCluster, startRedis, startServer, waitUntil, within } from "./support.js";
+import {
+  ChildScript,
+  CuttableProxy,
+  Server,
+  abortsWithin,
+  lockKey,
+  redisCli,
+  startCluster,
+  startRedis,
+  startServer,
+  waitForLine,
+  waitUntil,
+  within,
+} from "./support.js";
 
 describe("validity", () => {
   test("valid_for from receipt, capped by valid_to from the stream's opening", () => {
@@ -149,13 +162,39 @@ describe("client", { concurrency: 4 }, () => {
     const { address } = await startServer(t);
     const c = connect(address);
     t.after(() => c.close());
-    await using leader = c.campaign("vote", "a", { ttl: 600, resume: false });
+    await using leader = c.campaign("vote", "a", { ttl: 2000, resume: false });
     await leader.elected();
-    // Three TTLs: the server renews it all along but, with no grace, confirms nothing.
-    assert.equal(await abortsWithin(leader.signal, 1800), false, leader.lostReason);
+    // Past two TTLs: the server renews it all along but, with no grace, confirms nothing.
+    assert.equal(await abortsWithin(leader.signal, 5000), false, leader.lostReason);
     assert.equal(leader.leading, true);
     assert.equal(await leader.resign(), true);
     assert.equal(leader.leading, false);
+  });
+
+  test("a leader frozen past its validity stops believing the moment it wakes", async (t) => {
+    const { address, redisPort } = await startServer(t, ["--keepalive-interval", "200ms", "--keepalive-timeout", "300ms"]);
+    const c = connect(address);
+    t.after(() => c.close());
+    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "1000"]);
+    const elected = await leader.next(30_000);
+    assert.match(elected, /^elected \d+$/);
+    const term = Number(elected.split(" ")[1]);
+    await using second = c.campaign("frozen", "second", { ttl: 4000 });
+    const secondTerm = second.elected();
+    await waitForLine(redisPort, "leasehold:election:{frozen}:line", 1);
+    leader.signal("SIGSTOP");
+    try {
+      // Its validity (1 s) runs out while it is frozen; its connection cut by the keepalive, the
+      // server keeps the leadership for its grace (1 s), then elects the second.
+      assert.ok((await within(secondTerm, 10_000, "the second candidate never led")) > term);
+      await new Promise((resolve) => setTimeout(resolve, 1000)); // the rest of the freeze: only time
+    } finally {
+      leader.signal("SIGCONT");
+    }
+    // By its own clock, before any word from the server or its own timer.
+    assert.equal(await leader.next(10_000), "woken leading=false");
+    assert.match(await leader.next(10_000), /^lost .*(validity ran out|server silent)/);
+    assert.equal(second.leading, true);
   });
 
   test("a leader resigned while it resumes resigns on the server, which lets it go at once", async (t) => {

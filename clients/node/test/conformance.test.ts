@@ -393,7 +393,7 @@ describe("conformance", { concurrency: 4 }, () => {
     // is woken: what the server then does with its leadership is what this checks.
     const { address, redisPort } = await startServer(t, ["--keepalive-interval", "200ms", "--keepalive-timeout", "300ms"]);
     const c = client(t, address);
-    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen"]);
+    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "4000"]);
     const elected = await leader.next(30_000);
     assert.match(elected, /^elected \d+$/);
     const term = Number(elected.split(" ")[1]);
@@ -411,6 +411,7 @@ describe("conformance", { concurrency: 4 }, () => {
     } finally {
       leader.signal("SIGCONT");
     }
+    assert.equal(await leader.next(10_000), "woken leading=true");
     assert.equal(await leader.next(10_000), `resumed ${term}`);
     assert.equal(await leader.next(10_000), `leading ${term}`);
     const named = await c.leader("frozen");

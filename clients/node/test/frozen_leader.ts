@@ -1,14 +1,19 @@
 // The leader of conformance_frozen_leader_not_replaced, in a process of its own (forked by the
 // test) so that the test can freeze it (SIGSTOP) and wake it (SIGCONT) without freezing itself.
-// Arguments: the server's address and the election. It campaigns (TTL 4 s, resume grace 4 s) and
-// reports on stdout, one line each: `elected TERM`; then, once it has taken its leadership back on
-// a new stream after being woken, `resumed TERM` and `leading TERM` (it believes it leads and the
-// server names it, with that term) or `not-leading ...`; or `lost REASON`. On `resign` from stdin
-// it steps down: `resigned true|false`.
+// Arguments: the server's address, the election and the TTL in ms (the resume grace the same). It
+// campaigns and reports on stdout, one line each: `elected TERM`; `woken leading=true|false`, the
+// first thing it does once woken from a freeze (a poll that finds more than 1.5 s gone), with
+// whether it then believes it leads; then, once it has taken its leadership back on a new stream,
+// `resumed TERM` and `leading TERM` (it believes it leads and the server names it, with that
+// term) or `not-leading ...`; or `lost REASON`. On `resign` from stdin it steps down:
+// `resigned true|false`.
+import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { connect } from "../src/index.js";
 
-const [address, election] = process.argv.slice(2) as [string, string];
+const [address, election, ttl] = process.argv.slice(2) as [string, string, string];
+/** A gap between two polls longer than this (ms): the process was frozen. */
+const FROZEN = 1500;
 const say = (line: string): void => {
   process.stdout.write(`${line}\n`); // synchronous on a pipe (Linux)
 };
@@ -17,17 +22,22 @@ const commands = createInterface({ input: process.stdin });
 const lines = commands[Symbol.asyncIterator]();
 const client = connect(address);
 try {
-  await using leader = client.campaign(election, "frozen", { ttl: 4000, resumeGrace: 4000 });
+  await using leader = client.campaign(election, "frozen", { ttl: Number(ttl), resumeGrace: Number(ttl) });
   const term = await leader.elected();
   say(`elected ${term}`);
   // A bounded poll that spans the freeze: the stream breaks while this process is stopped (the
   // server's keepalive cuts the connection), and the leadership resumes once it is woken.
-  const deadline = Date.now() + 60_000;
-  while (leader.resumes === 0 && leader.leading && Date.now() < deadline) {
+  const deadline = performance.now() + 60_000;
+  let last = performance.now();
+  for (;;) {
+    const now = performance.now();
+    if (now - last > FROZEN) say(`woken leading=${leader.leading}`);
+    last = now;
+    if (leader.resumes > 0 || !leader.leading || now > deadline) break;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   if (leader.resumes === 0) {
-    say(leader.lost ? `lost ${leader.lostReason}` : "timeout: never resumed");
+    say(leader.leading ? "timeout: never resumed" : `lost ${await leader.whenLost()}`);
   } else {
     say(`resumed ${leader.term}`);
     const named = await client.leader(election);

@@ -1,10 +1,12 @@
 """Fixtures shared by the Python tests: a real redis-server and leasehold server per test."""
 
 import os
+import queue
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 
@@ -189,3 +191,51 @@ def lock_token(port, key):
     value = subprocess.run(["redis-cli", "-p", str(port), "GET", key], capture_output=True,
                            text=True).stdout.strip()
     return value.split(":", 1)[0]
+
+
+#: The helper script whose process a test freezes: an election's leader (see its docstring).
+FROZEN_LEADER = os.path.join(os.path.dirname(__file__), "frozen_leader.py")
+
+
+class Child:
+    """A helper script run in a process of its own, so that the test can freeze it (SIGSTOP) and
+    wake it (SIGCONT): its stdout lines are read here with a deadline each, commands go to its
+    stdin, and ``close`` kills it (woken first)."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self._lines = queue.Queue()
+        self._seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)  # stdout ended: it exited
+
+    def next(self, timeout):
+        """The next line it reports, within ``timeout`` seconds."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the child reported nothing within {timeout} s after "
+                                 f"{self._seen}") from None
+        if line is None:
+            self._lines.put(None)
+            raise AssertionError(f"the child exited after reporting {self._seen}")
+        self._seen.append(line)
+        return line
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(timeout=15)

@@ -2,10 +2,8 @@
 the real binary and a real redis-server: the Rust, Go and Java clients run the same list."""
 
 import os
-import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -17,7 +15,7 @@ import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from leasehold_client import Leader, NotAcquired, campaign, lease, leader, session
 
-from conftest import lock_token, wait_until
+from conftest import FROZEN_LEADER, Child, lock_token, wait_until
 
 LOCK_KEY = "leasehold:{job}:lock"
 
@@ -343,50 +341,6 @@ def test_conformance_session_survives_server_crash(cluster, redis_port):
         assert redis_cli(redis_port, "EXISTS", lock_key(name)) == "0"
 
 
-class Child:
-    """A helper script run in a process of its own, so that the test can freeze it (SIGSTOP) and
-    wake it (SIGCONT): its stdout lines are read here with a deadline each, commands go to its
-    stdin, and ``close`` kills it (woken first)."""
-
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self._lines = queue.Queue()
-        self._seen = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)  # stdout ended: it exited
-
-    def next(self, timeout):
-        """The next line it reports, within ``timeout`` seconds."""
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"the child reported nothing within {timeout} s after "
-                                 f"{self._seen}") from None
-        if line is None:
-            self._lines.put(None)
-            raise AssertionError(f"the child exited after reporting {self._seen}")
-        self._seen.append(line)
-        return line
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait(timeout=15)
-
-
 def wait_renewed(port, key):
     """Waits (bounded) until the lease behind ``key`` is renewed: its PTTL rises."""
     last = int(redis_cli(port, "PTTL", key))
@@ -405,8 +359,7 @@ def test_conformance_frozen_leader_not_replaced(fast_keepalive_server, redis_por
     # The server's keepalive (200 ms + 300 ms) cuts the frozen leader's connection long before
     # it is woken: what the server then does with its leadership is what this checks.
     address = fast_keepalive_server
-    helper = os.path.join(os.path.dirname(__file__), "frozen_leader.py")
-    child = Child(helper, address, "frozen", flavour)
+    child = Child(FROZEN_LEADER, address, "frozen", flavour, "4")
     try:
         elected = child.next(30)
         assert elected.startswith("elected "), elected
@@ -434,6 +387,7 @@ def test_conformance_frozen_leader_not_replaced(fast_keepalive_server, redis_por
                     f"believed: {second_terms}")
             finally:
                 child.signal(signal.SIGCONT)
+            assert child.next(10) == "woken leading=True"
             assert child.next(10) == f"resumed {term}"
             assert child.next(10) == f"leading {term}"
             assert leader("frozen", server=address) == Leader(term, b"frozen")
