@@ -446,7 +446,7 @@ class ConformanceTest {
     try (Servers servers = new Servers("--keepalive-interval", "200ms",
             "--keepalive-timeout", "300ms");
         LeaseholdClient client = LeaseholdClient.connect(servers.target);
-        ChildJvm leader = new ChildJvm(FrozenLeader.class, servers.target, "frozen")) {
+        ChildJvm leader = new ChildJvm(FrozenLeader.class, servers.target, "frozen", "4000")) {
       String elected = leader.next(Duration.ofSeconds(30)); // A JVM's start on a busy machine.
       assertTrue(elected.startsWith("elected "), elected);
       long term = Long.parseLong(elected.substring("elected ".length()));
@@ -462,7 +462,15 @@ class ConformanceTest {
         servers.waitForLine("leasehold:election:{frozen}:line", 1);
         // Frozen just after a renewal, so that the 2 s stay well inside the 4 s validity the
         // leader was last confirmed (renewals come every third of the TTL).
-        awaitRenewed(servers, "leasehold:election:{frozen}:lock", "the leadership renewed");
+        String key = "leasehold:election:{frozen}:lock";
+        long last = servers.pttl(key);
+        Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+        for (long now = servers.pttl(key); now <= last; now = servers.pttl(key)) {
+          assertTrue(Instant.now().isBefore(deadline), "the leadership was not renewed");
+          last = now;
+          Thread.sleep(2);
+        }
+        long renewed = System.nanoTime();
         leader.signal("STOP");
         try {
           Thread.sleep(2000); // The freeze itself: nothing to wait for but time.
@@ -471,6 +479,9 @@ class ConformanceTest {
         } finally {
           leader.signal("CONT");
         }
+        long wokenMs = (System.nanoTime() - renewed) / 1_000_000;
+        assertEquals("woken leading=true", leader.next(Duration.ofSeconds(10)),
+            "woken " + wokenMs + " ms after the renewal");
         assertEquals("resumed " + term, leader.next(Duration.ofSeconds(10)));
         assertEquals("leading " + term, leader.next(Duration.ofSeconds(10)));
         assertEquals(Optional.of(new Leader(term, "frozen".getBytes())), client.leader("frozen"));
@@ -526,24 +537,18 @@ class ConformanceTest {
    * the lease is held on another.
    */
   static void awaitRenewed(Servers servers, String what) throws InterruptedException {
-    awaitRenewed(servers, LOCK_KEY, what);
-  }
-
-  /** As {@link #awaitRenewed(Servers, String)}, for the lease behind {@code key}. */
-  static void awaitRenewed(Servers servers, String key, String what)
-      throws InterruptedException {
-    long[] last = {pttl(servers, key)};
+    long[] last = {pttl(servers)};
     awaitTrue(() -> {
-      long now = pttl(servers, key);
+      long now = pttl(servers);
       boolean rose = now > last[0];
       last[0] = now;
       return rose;
     }, what);
   }
 
-  private static long pttl(Servers servers, String key) {
+  private static long pttl(Servers servers) {
     try {
-      return Long.parseLong(servers.redisCli("PTTL", key));
+      return Long.parseLong(servers.redisCli("PTTL", LOCK_KEY));
     } catch (Exception e) {
       throw new IllegalStateException(e);
     }
