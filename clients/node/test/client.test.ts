@@ -175,7 +175,7 @@ describe("client", { concurrency: 4 }, () => {
     const { address, redisPort } = await startServer(t, ["--keepalive-interval", "200ms", "--keepalive-timeout", "300ms"]);
     const c = connect(address);
     t.after(() => c.close());
-    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "1000"]);
+    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "1500"]);
     const elected = await leader.next(30_000);
     assert.match(elected, /^elected \d+$/);
     const term = Number(elected.split(" ")[1]);
@@ -184,8 +184,8 @@ describe("client", { concurrency: 4 }, () => {
     await waitForLine(redisPort, "leasehold:election:{frozen}:line", 1);
     leader.signal("SIGSTOP");
     try {
-      // Its validity (1 s) runs out while it is frozen; its connection cut by the keepalive, the
-      // server keeps the leadership for its grace (1 s), then elects the second.
+      // Its validity (1.5 s) runs out while it is frozen; its connection cut by the keepalive,
+      // the server keeps the leadership for its grace (1.5 s), then elects the second.
       assert.ok((await within(secondTerm, 10_000, "the second candidate never led")) > term);
       await new Promise((resolve) => setTimeout(resolve, 1000)); // the rest of the freeze: only time
     } finally {

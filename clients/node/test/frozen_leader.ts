@@ -22,6 +22,9 @@ const commands = createInterface({ input: process.stdin });
 const lines = commands[Symbol.asyncIterator]();
 const client = connect(address);
 try {
+  // Connected before the campaign: on a busy machine a first connection can otherwise take
+  // longer than a short TTL, and the first `elected` arrives too late to be believed.
+  await client.leader(election);
   await using leader = client.campaign(election, "frozen", { ttl: Number(ttl), resumeGrace: Number(ttl) });
   const term = await leader.elected();
   say(`elected ${term}`);

@@ -16,7 +16,7 @@ from test_conformance import wait_for_line
 def test_a_leader_frozen_past_its_validity_stops_believing_the_moment_it_wakes(
         fast_keepalive_server, redis_port, flavour):
     address = fast_keepalive_server
-    child = Child(FROZEN_LEADER, address, "frozen", flavour, "1")
+    child = Child(FROZEN_LEADER, address, "frozen", flavour, "1.5")
     try:
         elected = child.next(30)
         assert elected.startswith("elected "), elected
@@ -35,12 +35,12 @@ def test_a_leader_frozen_past_its_validity_stops_believing_the_moment_it_wakes(
             wait_for_line(redis_port, "leasehold:election:{frozen}:line", 1)
             child.signal(signal.SIGSTOP)
             try:
-                # Its validity (1 s) runs out while it is frozen; its connection cut by the
-                # keepalive, the server keeps the leadership for its grace (1 s), then elects
+                # Its validity (1.5 s) runs out while it is frozen; its connection cut by the
+                # keepalive, the server keeps the leadership for its grace (1.5 s), then elects
                 # the second.
                 assert second_elected.wait(10), "the second candidate was not elected"
                 assert second_terms and second_terms[0] > term, (second_terms, term)
-                time.sleep(1)  # the rest of the freeze (2.5 s in all): only time
+                time.sleep(1)  # the rest of the freeze (3 s in all): only time
             finally:
                 child.signal(signal.SIGCONT)
             # By its own clock, before any word from the server or its own timer.
