@@ -13,8 +13,8 @@ import {
 } from "./gen/leasehold/v1/election_pb.js";
 import { Code, LeaseLostError, LeaseholdError, toError, transient } from "./errors.js";
 import { Deferred, StreamHold, type Heard } from "./held.js";
-import type { Replicas } from "./transport.js";
-import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, jitter, tokenNumber } from "./validity.js";
+import { Stream, type Replicas } from "./transport.js";
+import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, RELEASE_TIMEOUT_MS, jitter, tokenNumber } from "./validity.js";
 
 export interface CampaignOptions {
   /** Time to live of the leadership lease in milliseconds (default 30 s). */
@@ -71,6 +71,14 @@ export class Candidate extends StreamHold<typeof Req, typeof Res> implements Asy
   /** The term once elected (undefined before). */
   get term(): number | undefined {
     return this.state === "starting" ? undefined : this.fencingToken || undefined;
+  }
+
+  /** Whether this candidate leads now, as far as it knows: elected, neither lost nor resigning,
+   * and (with a resume grace, the default, under which its server confirms every renewal) the
+   * validity last confirmed not yet run out by this process's clock; also while it resumes
+   * within that validity. */
+  get leading(): boolean {
+    return this.believed();
   }
 
   /** Waits in line until this candidate leads; resolves with its term. */
@@ -137,6 +145,41 @@ export class Candidate extends StreamHold<typeof Req, typeof Res> implements Asy
       default:
         return { kind: "other" };
     }
+  }
+
+  protected override clocked(): boolean {
+    return this.grace > 0; // without a grace the server sends no `extended`
+  }
+
+  /** Resigned between two streams (its stream broke, a resume was under way): takes the
+   * leadership back with its token on a stream of its own and resigns there at once, so that
+   * the server lets it go now rather than keep it for its grace. */
+  protected override releaseByToken(): Promise<boolean> {
+    return new Promise((resolve) => {
+      let resigning = false;
+      const stream: Stream<typeof Req, typeof Res> = new Stream(
+        this.replicas,
+        ElectionService.method.campaign,
+        (message) => {
+          const event = message.event;
+          if (event.case === "elected" && !resigning) {
+            resigning = true;
+            stream.send(this.stopRequest());
+            stream.end();
+          } else if (event.case === "resigned") {
+            resolve(event.value.wasLeader);
+          } else if (event.case === "lost") {
+            resolve(false);
+          }
+        },
+        () => {
+          clearTimeout(timer);
+          resolve(false); // refused (gone by now, or not ours) or ended: settled if it resigned
+        },
+      );
+      const timer = setTimeout(() => stream.cancel(), RELEASE_TIMEOUT_MS);
+      stream.send(this.startRequest(this.token));
+    });
   }
 
   protected override onResumed(): void {

@@ -109,6 +109,12 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
   protected onResumed(): void {}
   /** Over: every waiter of a subclass is answered. */
   protected onOver(): void {}
+  /** Whether the server confirms each renewal (`extended`), so that this process's clock can
+   * end the belief when they stop; without (a campaign with no resume grace) the server alone
+   * watches it. */
+  protected clocked(): boolean {
+    return true;
+  }
   /** Lets go by the token without a stream (between two streams); whether it was held. */
   protected async releaseByToken(): Promise<boolean> {
     return false;
@@ -277,7 +283,17 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
   protected vouch(until: number): void {
     this.validUntil = until;
     clearTimeout(this.timer);
+    if (!this.clocked()) return; // no `extended` will follow: a timer would end it falsely
     this.timer = setTimeout(() => this.expire(), Math.max(0, until - now()));
+  }
+
+  /** Whether it is held now, as far as this process knows: held (or being resumed), not lost,
+   * not being let go, and the validity last confirmed not yet run out by this process's clock.
+   * The clock is read here, not only by the timer that ends it: a process woken from a freeze
+   * that outlasted the validity answers false at once, before that timer has run. */
+  protected believed(): boolean {
+    if ((this.state !== "held" && this.state !== "resuming") || this.lost || this.releasing) return false;
+    return !this.clocked() || now() < this.validUntil;
   }
 
   private expire(): void {
@@ -286,7 +302,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
       this.vouch(this.validUntil);
       return;
     }
-    this.lose(this.state === "resuming" ? this.tooLate() : SILENT);
+    this.lose(this.state === "resuming" ? this.tooLate() : SILENT.replace("lease", this.what));
   }
 
   /** Lost: the signal aborts, and whatever stream is left is let go. */

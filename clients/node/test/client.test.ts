@@ -16,7 +16,20 @@ import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { failedError } from "../src/errors.js";
 import { vouchedUntil } from "../src/validity.js";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
-import { Server, abortsWithin, lockKey, redisCli, startCluster, startRedis, startServer, waitUntil, within } from "./support.js";
+import {
+  ChildScript,
+  CuttableProxy,
+  Server,
+  abortsWithin,
+  lockKey,
+  redisCli,
+  startCluster,
+  startRedis,
+  startServer,
+  waitForLine,
+  waitUntil,
+  within,
+} from "./support.js";
 
 describe("validity", () => {
   test("valid_for from receipt, capped by valid_to from the stream's opening", () => {
@@ -143,6 +156,69 @@ describe("client", { concurrency: 4 }, () => {
     assert.equal((await other.leader("vote"))?.term, term);
     assert.equal(await leader.resign(), true);
     assert.equal(await other.leader("vote"), null);
+  });
+
+  test("a leader without a resume grace is not lost by its own clock: no `extended` comes", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using leader = c.campaign("vote", "a", { ttl: 2000, resume: false });
+    await leader.elected();
+    // Past two TTLs: the server renews it all along but, with no grace, confirms nothing.
+    assert.equal(await abortsWithin(leader.signal, 5000), false, leader.lostReason);
+    assert.equal(leader.leading, true);
+    assert.equal(await leader.resign(), true);
+    assert.equal(leader.leading, false);
+  });
+
+  test("a leader frozen past its validity stops believing the moment it wakes", async (t) => {
+    const { address, redisPort } = await startServer(t, ["--keepalive-interval", "200ms", "--keepalive-timeout", "300ms"]);
+    const c = connect(address);
+    t.after(() => c.close());
+    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "1500"]);
+    const elected = await leader.next(30_000);
+    assert.match(elected, /^elected \d+$/);
+    const term = Number(elected.split(" ")[1]);
+    await using second = c.campaign("frozen", "second", { ttl: 4000 });
+    const secondTerm = second.elected();
+    await waitForLine(redisPort, "leasehold:election:{frozen}:line", 1);
+    leader.signal("SIGSTOP");
+    try {
+      // Its validity (1.5 s) runs out while it is frozen; its connection cut by the keepalive,
+      // the server keeps the leadership for its grace (1.5 s), then elects the second.
+      assert.ok((await within(secondTerm, 10_000, "the second candidate never led")) > term);
+      await new Promise((resolve) => setTimeout(resolve, 1000)); // the rest of the freeze: only time
+    } finally {
+      leader.signal("SIGCONT");
+    }
+    // By its own clock, before any word from the server or its own timer.
+    assert.equal(await leader.next(10_000), "woken leading=false");
+    assert.match(await leader.next(10_000), /^lost .*(validity ran out|server silent)/);
+    assert.equal(second.leading, true);
+  });
+
+  test("a leader resigned while it resumes resigns on the server, which lets it go at once", async (t) => {
+    const { servers, list } = await startCluster(t, 2);
+    const proxy = new CuttableProxy(servers[0]!.address);
+    await proxy.listen();
+    t.after(() => proxy.cut());
+    const c = connect(`${proxy.address},${servers[1]!.address}`);
+    t.after(() => c.close());
+    const other = connect(servers[0]!.address);
+    t.after(() => other.close());
+    const leader = c.campaign("vote", "a", { ttl: 10_000 });
+    const term = await leader.elected();
+    await using second = other.campaign("vote", "b", { ttl: 10_000 });
+    const secondTerm = second.elected();
+    servers[1]!.signal("SIGSTOP"); // the next replica: a resume there waits, unanswered
+    proxy.cut(); // the leader's stream breaks; the server keeps the leadership for its grace
+    const state = () => (leader as unknown as { state: string }).state;
+    await waitUntil(() => state() === "resuming", "the leader to be resuming");
+    const resigned = leader.resign();
+    servers[1]!.signal("SIGCONT");
+    assert.equal(await within(resigned, 10_000, "resign never settled"), true);
+    // Resigned on the server: well within the 10 s grace it would otherwise keep the leadership.
+    assert.ok((await within(secondTerm, 5000, "the second candidate never led")) > term);
   });
 
   test("a session's refused lock is a NotAcquiredError with details; the session goes on", async (t) => {

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Code, LeaseholdError, NotAcquiredError, connect, type Client, type Lease } from "../src/index.js";
 import {
+  ChildScript,
   CuttableProxy,
   abortsWithin,
   lockKey,
@@ -13,6 +14,7 @@ import {
   startCluster,
   startServer,
   waitForLine,
+  waitRenewed,
   waitUntil,
   within,
   type Server,
@@ -384,5 +386,42 @@ describe("conformance", { concurrency: 4 }, () => {
     await session.close();
     for (const name of ["a", "b", "c"]) assert.equal(await redisCli(redisPort, "EXISTS", lockKey(name)), "0", name);
     assert.equal(a.lost, false);
+  });
+
+  test("conformance_frozen_leader_not_replaced", async (t) => {
+    // The server's keepalive (200 ms + 300 ms) cuts the frozen leader's connection long before it
+    // is woken: what the server then does with its leadership is what this checks.
+    const { address, redisPort } = await startServer(t, ["--keepalive-interval", "200ms", "--keepalive-timeout", "300ms"]);
+    const c = client(t, address);
+    const leader = new ChildScript(t, "frozen_leader.js", [address, "frozen", "4000"]);
+    const elected = await leader.next(30_000);
+    assert.match(elected, /^elected \d+$/);
+    const term = Number(elected.split(" ")[1]);
+    await using second = c.campaign("frozen", "second", { ttl: 4000, resumeGrace: 4000 });
+    let secondTerm: number | undefined;
+    const secondElected = second.elected().then((elected) => (secondTerm = elected));
+    await waitForLine(redisPort, "leasehold:election:{frozen}:line", 1);
+    // Frozen just after a renewal, so that the 2 s stay well inside the 4 s validity the leader
+    // was last confirmed (renewals come every third of the TTL).
+    await waitRenewed(redisPort, "leasehold:election:{frozen}:lock");
+    leader.signal("SIGSTOP");
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 2000)); // the freeze itself: only time
+      assert.equal(secondTerm, undefined, "the second candidate was elected while the leader was frozen and still believed");
+    } finally {
+      leader.signal("SIGCONT");
+    }
+    assert.equal(await leader.next(10_000), "woken leading=true");
+    assert.equal(await leader.next(10_000), `resumed ${term}`);
+    assert.equal(await leader.next(10_000), `leading ${term}`);
+    const named = await c.leader("frozen");
+    assert.equal(named?.term, term);
+    assert.equal(Buffer.from(named!.value).toString(), "frozen");
+    assert.equal(secondTerm, undefined);
+    leader.send("resign");
+    assert.equal(await leader.next(10_000), "resigned true");
+    const next = await within(secondElected, 10_000, "the second candidate never led");
+    assert.ok(next > term, `${next} after ${term}`);
+    assert.equal(second.leading, true);
   });
 });

@@ -1,7 +1,7 @@
 // Test fixtures: a real redis-server and the real leasehold binary, on free loopback ports,
 // stopped when the test ends (t.after). Nothing here sleeps to synchronise: it waits for a
 // line the process prints, or polls a condition with a bound.
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile, fork, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
@@ -140,10 +140,11 @@ export class Server {
   }
 }
 
-/** Redis and one server (on a port the server picks); both stopped when the test ends. */
-export async function startServer(t: TestContext): Promise<{ address: string; redisPort: number; server: Server }> {
+/** Redis and one server (on a port the server picks, with `extra` arguments for `serve`); both
+ * stopped when the test ends. */
+export async function startServer(t: TestContext, extra: string[] = []): Promise<{ address: string; redisPort: number; server: Server }> {
   const redisPort = await startRedis(t);
-  const server = new Server("127.0.0.1:0", redisPort);
+  const server = new Server("127.0.0.1:0", redisPort, extra);
   const address = await server.start();
   t.after(() => server.close());
   return { address, redisPort, server };
@@ -196,6 +197,78 @@ export class CuttableProxy {
     for (const s of this.sockets) s.resetAndDestroy();
     this.sockets.clear();
   }
+}
+
+/** A script of dist/test forked in a process of its own, so that a test can freeze it (SIGSTOP)
+ * and wake it (SIGCONT): its stdout lines are read with a deadline each, commands go to its
+ * stdin; killed (woken first) when the test ends. */
+export class ChildScript {
+  private readonly proc: ChildProcess;
+  private readonly lines: string[] = [];
+  private readonly seen: string[] = [];
+  private ended = false;
+  private wake: (() => void) | undefined;
+
+  constructor(t: TestContext, script: string, args: string[]) {
+    const here = dirname(fileURLToPath(import.meta.url));
+    this.proc = fork(join(here, script), args, { stdio: ["pipe", "pipe", "inherit", "ipc"] });
+    const out = createInterface({ input: this.proc.stdout! });
+    out.on("line", (line) => {
+      this.lines.push(line);
+      this.wake?.();
+    });
+    out.on("close", () => {
+      this.ended = true;
+      this.wake?.();
+    });
+    t.after(async () => {
+      if (this.proc.exitCode === null && this.proc.signalCode === null) {
+        this.proc.kill("SIGCONT");
+        this.proc.kill("SIGKILL");
+      }
+      await exited(this.proc);
+    });
+  }
+
+  /** The next line it reports, within `ms`. */
+  async next(ms: number): Promise<string> {
+    const deadline = Date.now() + ms;
+    while (this.lines.length === 0) {
+      if (this.ended) throw new Error(`the child exited after reporting ${JSON.stringify(this.seen)}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`the child reported nothing within ${ms} ms after ${JSON.stringify(this.seen)}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+    }
+    const line = this.lines.shift()!;
+    this.seen.push(line);
+    return line;
+  }
+
+  send(line: string): void {
+    this.proc.stdin!.write(`${line}\n`);
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    this.proc.kill(signal);
+  }
+}
+
+/** Waits (bounded) until the lease behind `key` is renewed: its PTTL rises. */
+export async function waitRenewed(port: number, key: string): Promise<void> {
+  let last = Number(await redisCli(port, "PTTL", key));
+  await waitUntil(async () => {
+    const now = Number(await redisCli(port, "PTTL", key));
+    const rose = now > last;
+    last = now;
+    return rose;
+  }, `${key} to be renewed`, 10_000);
 }
 
 /** Settles within `ms` or fails with `what`. */

@@ -356,6 +356,13 @@ def _refused_leadership(answer: Any, term: Optional[int], valid_until: float,
     return None
 
 
+def _believes(term: Optional[int], over: bool, grace_ms: int, valid_until: float,
+              now: float) -> bool:
+    """Whether a candidate leads as far as it knows (``Candidate.leading``): elected, not over,
+    and, with a grace (without one the server sends no ``extended``), not past ``valid_until``."""
+    return term is not None and not over and (not grace_ms or now < valid_until)
+
+
 class _LeaseState:
     """What a held lease knows of itself, whichever concurrency model reads its stream: whether
     it is lost (and why) and whether it was released. ``lost`` and ``_released`` are threading or
@@ -779,7 +786,8 @@ class Candidate:
     """One candidacy, held by one Campaign stream (or the next, when a leader's stream breaks
     and it resumes elsewhere). Use ``campaign(...)``.
 
-    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
+    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions;
+    ``leading`` says whether it leads now, as far as it knows.
     """
 
     def __init__(self, stub: election_pb2_grpc.ElectionServiceStub, election: str, value: bytes,
@@ -1013,6 +1021,18 @@ class Candidate:
             if self._error is not None:
                 raise self._error
             raise RuntimeError(f"leadership lost: {self._reason}")
+
+    @property
+    def leading(self) -> bool:
+        """Whether this candidate leads now, as far as it knows: elected, neither lost nor
+        resigned, and (with a resume grace, under which its server confirms every renewal) the
+        validity last confirmed not yet run out by this process's clock; also while it resumes
+        within that validity. The clock is read here, not only by the timer that ends the
+        leadership: a process woken from a freeze that outlasted its validity says False at once,
+        before that timer has run."""
+        with self._changed:
+            return _believes(self.term, self._over or self._closed, self._grace_ms,
+                             self._valid_until, time.monotonic())
 
     def lost(self) -> str:
         """Waits until the leadership is lost; returns the reason. Only while leading."""

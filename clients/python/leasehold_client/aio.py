@@ -32,7 +32,7 @@ from leasehold.v1 import (election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_gr
                           session_pb2_grpc)
 
 from . import (_FIRST_PAUSE, _HELD, _LAST_PAUSE, _LATE_ACQUIRED, _LATE_ELECTED, _LEADER_SILENT,
-               _OVER, _RELEASE, _SILENT, _WAITING, DEFAULT_SERVER, Leader, Listing,
+               _OVER, _believes, _RELEASE, _SILENT, _WAITING, DEFAULT_SERVER, Leader, Listing,
                NotAcquired, _acquire_request, _CandidateMember, _channel_args, _credentials,
                _describe, _grace, _leader, _LeaseState, _listing, _log, _Member, _millis,
                _pause, _refusal, _refused_leadership, _resumable, _SessionCore, _too_late,
@@ -393,7 +393,8 @@ class AsyncCandidate(_Waiters):
     """One candidacy, held by one Campaign stream (or the next, when a leader's stream breaks
     and it resumes elsewhere). Use ``campaign(...)``.
 
-    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
+    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions;
+    ``leading`` says whether it leads now, as far as it knows.
     """
 
     def __init__(self, stub: election_pb2_grpc.ElectionServiceStub, election: str,
@@ -426,6 +427,7 @@ class AsyncCandidate(_Waiters):
         self._timer: Optional[asyncio.TimerHandle] = None
         self._generation = 0
         self._watcher: Optional[asyncio.Task] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # its loop, once begun
 
     def _start_request(self, resume_token: str) -> election_pb2.CampaignRequest:
         return election_pb2.CampaignRequest(start=election_pb2.CampaignStart(
@@ -433,7 +435,8 @@ class AsyncCandidate(_Waiters):
             resume_token=resume_token, resume_grace_ms=self._grace_ms))
 
     async def _begin(self) -> None:
-        self._opened = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()
+        self._opened = self._loop.time()
         self._call = self._stub.Campaign()
         await self._call.write(self._start_request(""))
         self._watcher = asyncio.get_running_loop().create_task(self._watch(self._call))
@@ -611,6 +614,15 @@ class AsyncCandidate(_Waiters):
         if self._error is not None:
             raise self._error
         raise RuntimeError(f"leadership lost: {self._reason}")
+
+    @property
+    def leading(self) -> bool:
+        """Whether this candidate leads now, as far as it knows; see ``Candidate.leading`` (the
+        validity is read from the event loop's clock, which its timer runs on)."""
+        if self._loop is None:
+            return False
+        return _believes(self.term, self._over or self._closed, self._grace_ms,
+                         self._valid_until, self._loop.time())
 
     async def lost(self) -> str:
         """Waits until the leadership is lost; returns the reason. Only while leading."""

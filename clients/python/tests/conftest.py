@@ -1,10 +1,12 @@
 """Fixtures shared by the Python tests: a real redis-server and leasehold server per test."""
 
 import os
+import queue
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 
@@ -36,11 +38,12 @@ def redis_port(tmp_path):
     proc.wait()
 
 
-@pytest.fixture
-def server_process(redis_port):
-    """The real binary on the test's Redis: its address and process id (to freeze it)."""
+def _serve(redis_port, *extra):
+    """Runs the real binary on the test's Redis (with ``extra`` arguments for ``serve``) until
+    the generator is closed: yields its address and process id (to freeze it)."""
     proc = subprocess.Popen(
-        [BINARY, "serve", "--listen", "127.0.0.1:0", "--redis", f"redis://127.0.0.1:{redis_port}"],
+        [BINARY, "serve", "--listen", "127.0.0.1:0", "--redis", f"redis://127.0.0.1:{redis_port}",
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     assert line.startswith("leasehold: listening on "), line
@@ -48,6 +51,21 @@ def server_process(redis_port):
     proc.send_signal(signal.SIGCONT)
     proc.terminate()
     proc.wait(timeout=15)
+
+
+@pytest.fixture
+def server_process(redis_port):
+    """The real binary on the test's Redis: its address and process id (to freeze it)."""
+    yield from _serve(redis_port)
+
+
+@pytest.fixture
+def fast_keepalive_server(redis_port):
+    """The real binary pinging its clients' connections every 200 ms and cutting one whose ping
+    goes unanswered for 300 ms (a frozen client's): its address."""
+    for address, _ in _serve(redis_port, "--keepalive-interval", "200ms",
+                             "--keepalive-timeout", "300ms"):
+        yield address
 
 
 @pytest.fixture
@@ -173,3 +191,51 @@ def lock_token(port, key):
     value = subprocess.run(["redis-cli", "-p", str(port), "GET", key], capture_output=True,
                            text=True).stdout.strip()
     return value.split(":", 1)[0]
+
+
+#: The helper script whose process a test freezes: an election's leader (see its docstring).
+FROZEN_LEADER = os.path.join(os.path.dirname(__file__), "frozen_leader.py")
+
+
+class Child:
+    """A helper script run in a process of its own, so that the test can freeze it (SIGSTOP) and
+    wake it (SIGCONT): its stdout lines are read here with a deadline each, commands go to its
+    stdin, and ``close`` kills it (woken first)."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self._lines = queue.Queue()
+        self._seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)  # stdout ended: it exited
+
+    def next(self, timeout):
+        """The next line it reports, within ``timeout`` seconds."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the child reported nothing within {timeout} s after "
+                                 f"{self._seen}") from None
+        if line is None:
+            self._lines.put(None)
+            raise AssertionError(f"the child exited after reporting {self._seen}")
+        self._seen.append(line)
+        return line
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(timeout=15)

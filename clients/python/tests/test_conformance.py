@@ -15,7 +15,7 @@ import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from leasehold_client import Leader, NotAcquired, campaign, lease, leader, session
 
-from conftest import lock_token, wait_until
+from conftest import FROZEN_LEADER, Child, lock_token, wait_until
 
 LOCK_KEY = "leasehold:{job}:lock"
 
@@ -339,3 +339,63 @@ def test_conformance_session_survives_server_crash(cluster, redis_port):
             assert redis_cli(redis_port, "EXISTS", lock_key("c")) == "0"
     for name in ("a", "b"):
         assert redis_cli(redis_port, "EXISTS", lock_key(name)) == "0"
+
+
+def wait_renewed(port, key):
+    """Waits (bounded) until the lease behind ``key`` is renewed: its PTTL rises."""
+    last = int(redis_cli(port, "PTTL", key))
+    deadline = time.monotonic() + 10
+    while True:
+        now = int(redis_cli(port, "PTTL", key))
+        if now > last:
+            return
+        last = now
+        assert time.monotonic() < deadline, f"{key} was not renewed"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_conformance_frozen_leader_not_replaced(fast_keepalive_server, redis_port, flavour):
+    # The server's keepalive (200 ms + 300 ms) cuts the frozen leader's connection long before
+    # it is woken: what the server then does with its leadership is what this checks.
+    address = fast_keepalive_server
+    child = Child(FROZEN_LEADER, address, "frozen", flavour, "4")
+    try:
+        elected = child.next(30)
+        assert elected.startswith("elected "), elected
+        term = int(elected.split()[1])
+        with campaign("frozen", b"second", server=address, ttl=4, resume_grace=4) as second:
+            second_terms = []
+            second_elected = threading.Event()
+
+            def wait_elected():
+                try:
+                    second_terms.append(second.elected())
+                finally:
+                    second_elected.set()
+
+            threading.Thread(target=wait_elected, daemon=True).start()
+            wait_for_line(redis_port, "leasehold:election:{frozen}:line", 1)
+            # Frozen just after a renewal, so that the 2 s stay well inside the 4 s validity the
+            # leader was last confirmed (renewals come every third of the TTL).
+            wait_renewed(redis_port, "leasehold:election:{frozen}:lock")
+            child.signal(signal.SIGSTOP)
+            try:
+                time.sleep(2)  # the freeze itself: nothing to wait for but time
+                assert not second_elected.is_set(), (
+                    f"the second candidate was elected while the leader was frozen and still "
+                    f"believed: {second_terms}")
+            finally:
+                child.signal(signal.SIGCONT)
+            assert child.next(10) == "woken leading=True"
+            assert child.next(10) == f"resumed {term}"
+            assert child.next(10) == f"leading {term}"
+            assert leader("frozen", server=address) == Leader(term, b"frozen")
+            assert not second_elected.is_set(), second_terms
+            child.send("resign")
+            assert child.next(10) == "resigned True"
+            assert second_elected.wait(10), "the second candidate was not elected"
+            assert second_terms and second_terms[0] > term, (second_terms, term)
+            assert second.leading
+    finally:
+        child.close()

@@ -144,6 +144,26 @@ public final class Candidate implements AutoCloseable {
     return lost;
   }
 
+  /** The term once elected (the leadership lease's fencing token); 0 before. */
+  public synchronized long term() {
+    return term;
+  }
+
+  /**
+   * Whether this candidate leads now, as far as it knows: elected, neither lost nor stepping down,
+   * and (with a resume grace, the default, under which its server confirms each renewal) the
+   * validity its server last confirmed not yet run out by this process's own clock. Also true
+   * between two streams while it resumes within that validity. The clock is read here, not only
+   * by the timer that ends the leadership: a process woken from a freeze that outlasted its
+   * validity answers {@code false} at once, before that timer has run.
+   */
+  public synchronized boolean isLeader() {
+    if ((state != State.LEADING && state != State.RESUMING) || lostKnown || resigning) {
+      return false;
+    }
+    return graceMs == 0 || !ValidityClock.passed(validity.validUntilNanos());
+  }
+
   /** How many times this leadership was resumed on a new stream. */
   synchronized int resumes() {
     return resumes;
@@ -258,15 +278,27 @@ public final class Candidate implements AutoCloseable {
   }
 
   private void attempt() {
+    String loss = null;
     synchronized (this) {
       retry = null;
       if (stream != null || (state != State.WAITING && state != State.RESUMING)) {
         return;
       }
-      if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
-        channel.resetConnectBackoff();
+      if (state == State.RESUMING && ValidityClock.passed(validity.validUntilNanos())) {
+        // Woken past the validity (a frozen process): whatever the server still keeps, this
+        // leadership is over by this process's clock; the timer may not have run yet.
+        loss = fail("could not resume before the leadership's validity ran out: " + lastError,
+            null);
+        LOG.log(Level.WARNING, "election {0}: {1}", election, loss);
+      } else {
+        if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
+          channel.resetConnectBackoff();
+        }
+        open(state == State.RESUMING ? token : null);
       }
-      open(state == State.RESUMING ? token : null);
+    }
+    if (loss != null) {
+      lost.complete(loss);
     }
   }
 

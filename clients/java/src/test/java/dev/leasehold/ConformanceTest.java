@@ -439,6 +439,62 @@ class ConformanceTest {
   }
 
   /** A semaphore's permit is held: its token is among the name's holders. */
+  @Test
+  void conformance_frozen_leader_not_replaced() throws Exception {
+    // The server's keepalive (200 ms + 300 ms) cuts the frozen leader's connection long before it
+    // is woken: what the server then does with its leadership is what this checks.
+    try (Servers servers = new Servers("--keepalive-interval", "200ms",
+            "--keepalive-timeout", "300ms");
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        ChildJvm leader = new ChildJvm(FrozenLeader.class, servers.target, "frozen", "4000")) {
+      String elected = leader.next(Duration.ofSeconds(30)); // A JVM's start on a busy machine.
+      assertTrue(elected.startsWith("elected "), elected);
+      long term = Long.parseLong(elected.substring("elected ".length()));
+      try (Candidate second = client.candidate("frozen", "second".getBytes())
+          .ttl(Duration.ofSeconds(4)).campaign()) {
+        CompletableFuture<Long> secondTerm = CompletableFuture.supplyAsync(() -> {
+          try {
+            return second.awaitElected(Duration.ofSeconds(60));
+          } catch (Exception e) {
+            throw new IllegalStateException(e);
+          }
+        });
+        servers.waitForLine("leasehold:election:{frozen}:line", 1);
+        // Frozen just after a renewal, so that the 2 s stay well inside the 4 s validity the
+        // leader was last confirmed (renewals come every third of the TTL).
+        String key = "leasehold:election:{frozen}:lock";
+        long last = servers.pttl(key);
+        Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
+        for (long now = servers.pttl(key); now <= last; now = servers.pttl(key)) {
+          assertTrue(Instant.now().isBefore(deadline), "the leadership was not renewed");
+          last = now;
+          Thread.sleep(2);
+        }
+        long renewed = System.nanoTime();
+        leader.signal("STOP");
+        try {
+          Thread.sleep(2000); // The freeze itself: nothing to wait for but time.
+          assertFalse(secondTerm.isDone(), "the second candidate was elected while the leader "
+              + "was frozen and still believed: " + secondTerm.getNow(-1L));
+        } finally {
+          leader.signal("CONT");
+        }
+        long wokenMs = (System.nanoTime() - renewed) / 1_000_000;
+        assertEquals("woken leading=true", leader.next(Duration.ofSeconds(10)),
+            "woken " + wokenMs + " ms after the renewal");
+        assertEquals("resumed " + term, leader.next(Duration.ofSeconds(10)));
+        assertEquals("leading " + term, leader.next(Duration.ofSeconds(10)));
+        assertEquals(Optional.of(new Leader(term, "frozen".getBytes())), client.leader("frozen"));
+        assertFalse(secondTerm.isDone(), () -> "elected: " + secondTerm.getNow(-1L));
+        leader.send("resign");
+        assertEquals("resigned true", leader.next(Duration.ofSeconds(10)));
+        long next = secondTerm.get(10, TimeUnit.SECONDS);
+        assertTrue(next > term, next + " after " + term);
+        assertTrue(second.isLeader());
+      }
+    }
+  }
+
   private static void assertPermitHeld(Servers servers, String name, String token)
       throws Exception {
     String score = servers.redisCli("ZSCORE", lockKey(name) + ":holders", token);

@@ -55,6 +55,39 @@ class ElectionTest {
   }
 
   @Test
+  void aLeaderFrozenPastItsValidityStopsBelievingTheMomentItWakes() throws Exception {
+    try (Servers servers = new Servers("--keepalive-interval", "200ms",
+            "--keepalive-timeout", "300ms");
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        ChildJvm leader = new ChildJvm(FrozenLeader.class, servers.target, "frozen", "1500")) {
+      String elected = leader.next(Duration.ofSeconds(30));
+      assertTrue(elected.startsWith("elected "), elected);
+      long term = Long.parseLong(elected.substring("elected ".length()));
+      try (Candidate second = client.candidate("frozen", "second".getBytes())
+          .ttl(Duration.ofSeconds(4)).campaign()) {
+        servers.waitForLine("leasehold:election:{frozen}:line", 1);
+        leader.signal("STOP");
+        try {
+          // Its validity (1.5 s) runs out while it is frozen; its connection cut by the
+          // keepalive, the server keeps the leadership for its grace (1.5 s), then elects the
+          // second.
+          long next = second.awaitElected(Duration.ofSeconds(10));
+          assertTrue(next > term, next + " after " + term);
+          Thread.sleep(1000); // The rest of the freeze (3 s in all): only time.
+        } finally {
+          leader.signal("CONT");
+        }
+        // By its own clock, before any word from the server or its own timer.
+        assertEquals("woken leading=false", leader.next(Duration.ofSeconds(10)));
+        String lost = leader.next(Duration.ofSeconds(10));
+        assertTrue(lost.startsWith("lost ") && (lost.contains("validity ran out")
+            || lost.contains("server silent")), lost);
+        assertTrue(second.isLeader());
+      }
+    }
+  }
+
+  @Test
   void aLeaderKeepsItsTermAcrossARestartOfItsServer() throws Exception {
     try (Servers servers = new Servers(2);
         LeaseholdClient client = LeaseholdClient.connect(servers.targets());

@@ -4,6 +4,8 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -211,6 +213,22 @@ final class Servers implements AutoCloseable {
     String out = new String(cli.getInputStream().readAllBytes()).trim();
     cli.waitFor();
     return out;
+  }
+
+  /**
+   * A key's PTTL, asked over a socket of its own (a redis-cli process takes far longer to start
+   * on a busy machine: too long to catch the moment a lease is renewed).
+   */
+  long pttl(String key) throws IOException {
+    try (Socket socket = new Socket("127.0.0.1", redisPort)) {
+      socket.getOutputStream().write(("PTTL " + key + "\r\n").getBytes(StandardCharsets.UTF_8));
+      String answer = new BufferedReader(new InputStreamReader(socket.getInputStream(),
+          StandardCharsets.UTF_8)).readLine();
+      if (answer == null || !answer.startsWith(":")) {
+        throw new IOException("PTTL " + key + ": " + answer);
+      }
+      return Long.parseLong(answer.substring(1));
+    }
   }
 
   /** The token in a lock key's value ({@code <token>:<fencing token>:<attachment>:<holder>}). */
