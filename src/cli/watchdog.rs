@@ -46,9 +46,11 @@ use super::group::{self, Group};
 pub const SUBCOMMAND: &str = "__run-watchdog";
 
 /// How long before the lease's validity ends the watchdog sends SIGKILL: the signal has to land
-/// (the processes scheduled, torn down) before the lock can go to another holder, on a machine
-/// that may be loaded.
-pub const KILL_AHEAD: Duration = Duration::from_millis(50);
+/// (the watchdog woken, the processes torn down) before the lock can go to another holder, on a
+/// machine that may be loaded (where a process can wait a tenth of a second to run). Killing
+/// that much earlier takes from the command only time it would have had to spend on the
+/// SIGTERM of a `run` already dead.
+pub const KILL_AHEAD: Duration = Duration::from_millis(200);
 
 /// One message: a tag byte and a little-endian u64. Nine bytes, under PIPE_BUF: the command's
 /// announcement (written from its own process) and `run`'s writes never interleave.
