@@ -45,10 +45,9 @@ impl Group {
     /// (a zombie) does not count: where the init process does not reap orphans (some
     /// containers), `kill(-group, 0)` goes on answering for them forever.
     pub fn runs(self) -> bool {
-        match killpg(self.0, None) {
-            Err(Errno::ESRCH) => return false,
-            // EPERM: a process is there, one we may not signal (it changed its user).
-            Ok(()) | Err(_) => {}
+        // Anything but ESRCH says a process is there (EPERM: one that changed its user).
+        if let Err(Errno::ESRCH) = killpg(self.0, None) {
+            return false;
         }
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return true; // no /proc: trust kill
