@@ -803,3 +803,22 @@ async fn processes_a_command_leaves_behind_are_stopped_before_the_release() {
     assert_eq!(exited(&mut run).await, Some(3));
     assert!(gone(grandchild), "the leftover outlived leasehold run");
 }
+
+/// With --no-resume the server frees the lock the moment a killed `run`'s connection drops, so
+/// the watchdog does not wait for the validity: SIGKILL follows SIGTERM at once, long before
+/// the TTL or --grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_resuming_a_killed_runs_command_is_killed_at_once() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let args = ["--no-resume", "--ttl", "30s", "--grace", "60s", "tree-job"];
+    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-no-resume", &args, script);
+    let grandchild = pid_in(&pids).await;
+
+    let killed_at = Instant::now();
+    signal(run.id().expect("pid"), "KILL");
+    assert_eq!(exited(&mut run).await, None, "killed by a signal");
+    let deadline = killed_at + Duration::from_secs(2);
+    until_gone(grandchild, deadline, "the grandchild, at once").await;
+}
