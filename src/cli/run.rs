@@ -4,8 +4,8 @@
 //! - the command's own status when it ran to the end (128 + N when killed by signal N);
 //! - [`EXIT_NOT_ACQUIRED`] (75) when the lock stayed taken for the whole `--wait`;
 //! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (its process group was
-//!   sent SIGTERM, then SIGKILL after `--grace`). A server stopped or crashed under the lease is not a loss:
-//!   the lease resumes on another replica of `--server` (unless `--no-resume`);
+//!   sent SIGTERM, then SIGKILL after `--grace`). A server stopped or crashed under the lease is
+//!   not a loss: the lease resumes on another replica of `--server` (unless `--no-resume`);
 //! - [`EXIT_USAGE`](super::EXIT_USAGE) (64) when an argument is refused (here, or by the server);
 //! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or could not serve it;
 //! - [`EXIT_NOPERM`](super::EXIT_NOPERM) (77) when the server refused the token or certificate, or
