@@ -225,9 +225,9 @@ async fn holder_server_cut_off_from_its_clients() {
     report.assert_safe(usable_again);
 }
 
-/// A real client process paused (SIGSTOP of `leasehold run` and its command, the whole process
-/// group) for three TTLs: its server drops the silent stream and the lease runs out, another
-/// client takes the lock and writes. When the process wakes, `leasehold run` finds its lease
+/// A real client process paused (SIGSTOP of `leasehold run` and its command: `run`'s process
+/// group and the command's own) for three TTLs: its server drops the silent stream and the lease
+/// runs out, another client takes the lock and writes. When the process wakes, `leasehold run` finds its lease
 /// lost by its own clock and stops the command, which writes what it has on SIGTERM, as jobs
 /// do: that late write carries the old fencing token, and the resource refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,8 +273,14 @@ async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes
     .await;
     assert!(read().starts_with("first 1"), "{}", read());
 
-    // The whole job frozen, past its lease.
+    // The whole job frozen, past its lease: `leasehold run`'s group and its command's own group
+    // (and its watchdog's), each led by a child of `run`.
+    let children = children_of(group);
+    assert!(!children.is_empty(), "leasehold run has no children");
     signal_group(group, "STOP");
+    for &child in &children {
+        signal_group(child, "STOP");
+    }
     let stopped_at = Instant::now();
     let client = leasehold::client::Client::connect(server.url())
         .await
@@ -296,6 +302,9 @@ async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes
         "taken over while the job is paused"
     );
     sleep(FAULT_FOR.saturating_sub(stopped_at.elapsed())).await;
+    for &child in &children {
+        signal_group(child, "CONT");
+    }
     signal_group(group, "CONT");
 
     let status = support::within(
@@ -319,6 +328,25 @@ async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes
         "{value:?}"
     );
     let _ = next.release().await;
+}
+
+/// The pids of `pid`'s children (from /proc, every thread's list).
+fn children_of(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
+    let mut children: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            let pids: Vec<u32> = list
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            pids
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
 }
 
 /// Sends `name` to every process of the group led by `leader`.

@@ -627,3 +627,198 @@ async fn the_readmes_shell_commands_run_as_written() {
         .expect("a `leasehold status nightly-report` line");
     assert_eq!(outputs[one].0, "nightly-report\tfree\n");
 }
+
+/// Whether process `pid` no longer runs: no such process (ESRCH), or one that has exited and
+/// waits to be reaped (a zombie: an orphan's new parent, init in some containers, may never
+/// reap it; it runs nothing).
+fn gone(pid: i32) -> bool {
+    use nix::errno::Errno;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Err(Errno::ESRCH) => true,
+        _ => std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        }),
+    }
+}
+
+/// Waits until `pid` is [`gone`]; panics at `deadline`. Returns when it was seen gone.
+async fn until_gone(pid: i32, deadline: Instant, what: &str) -> Instant {
+    loop {
+        if gone(pid) {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "{what} (pid {pid}) still runs");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The pid a command wrote to `path` (a whole line), once written; panics after 10 s.
+async fn pid_in(path: &std::path::Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.strip_suffix('\n') {
+            return line.trim().parse().expect("a pid");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pid written to {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `leasehold run ARGS -- sh -c SCRIPT`, started; `{pids}` in SCRIPT stands for a pid file.
+/// Returns the child and the pid file.
+fn run_tree(
+    server: &TestServer,
+    file: &str,
+    args: &[&str],
+    script: &str,
+) -> (tokio::process::Child, std::path::PathBuf) {
+    let pids = temp_file(file);
+    let mut command = leasehold(server);
+    command.arg("run").args(args).args(["--", "sh", "-c"]);
+    command.arg(script.replace("{pids}", &pids.display().to_string()));
+    (command.spawn().expect("leasehold run"), pids)
+}
+
+async fn exited(run: &mut tokio::process::Child) -> Option<i32> {
+    within(Duration::from_secs(30), "leasehold run to exit", run.wait())
+        .await
+        .expect("wait")
+        .code()
+}
+
+/// The reproduction: a job whose work is a grandchild (`sh -c 'sleep 300 & wait'`).
+/// When the lease is lost, the whole tree gets SIGTERM, not just the shell: the grandchild is
+/// gone within --grace, so no copy of the job runs on once another holder may have started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_commands_whole_process_tree() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let grace = Duration::from_secs(2);
+    let args = ["--ttl", "1s", "--grace", "2s", "tree-job"];
+    let script = "sleep 300 & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-lost", &args, script);
+    let grandchild = pid_in(&pids).await;
+    assert!(!gone(grandchild));
+
+    let _: i64 = direct.del(lock_key("tree-job")).await.unwrap();
+    let lost_at = Instant::now();
+    until_gone(
+        grandchild,
+        lost_at + grace,
+        "the grandchild, within --grace of the loss",
+    )
+    .await;
+    assert_eq!(exited(&mut run).await, Some(i32::from(EXIT_LOST)));
+}
+
+/// SIGTERM to `run` stops the whole tree before `run` exits (143) and lets the lock go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_run_stops_the_whole_tree() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let args = ["--grace", "10s", "tree-job"];
+    let script = "sleep 300 & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-term", &args, script);
+    let grandchild = pid_in(&pids).await;
+
+    signal(run.id().expect("pid"), "TERM");
+    assert_eq!(exited(&mut run).await, Some(143));
+    assert!(gone(grandchild), "the grandchild outlived leasehold run");
+    assert_eq!(get(&direct, &lock_key("tree-job")).await, None);
+}
+
+/// `run` killed outright (SIGKILL: it runs no code of its own): its watchdog stops the command's
+/// group, and SIGKILLs it by the end of the lease's last confirmed validity (within the TTL of
+/// the kill) even though the grandchild ignores SIGTERM and --grace is far longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_leaves_no_process_of_its_command_past_the_lease() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let ttl = Duration::from_secs(2);
+    let args = ["--ttl", "2s", "--grace", "60s", "tree-job"];
+    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-kill", &args, script);
+    let grandchild = pid_in(&pids).await;
+
+    let killed_at = Instant::now();
+    signal(run.id().expect("pid"), "KILL");
+    assert_eq!(exited(&mut run).await, None, "killed by a signal");
+    let gone_at = until_gone(
+        grandchild,
+        killed_at + ttl,
+        "the grandchild, within the TTL of the kill",
+    )
+    .await;
+    eprintln!(
+        "grandchild gone {:?} after run was killed",
+        gone_at - killed_at
+    );
+}
+
+/// A grandchild that ignores SIGTERM gets SIGKILL once --grace has passed, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grandchild_ignoring_sigterm_gets_sigkill_after_the_grace() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let grace = Duration::from_secs(1);
+    let args = ["--grace", "1s", "tree-job"];
+    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-stubborn", &args, script);
+    let grandchild = pid_in(&pids).await;
+
+    let signalled_at = Instant::now();
+    signal(run.id().expect("pid"), "TERM");
+    let gone_at = until_gone(
+        grandchild,
+        signalled_at + grace + Duration::from_secs(2),
+        "the grandchild after --grace",
+    )
+    .await;
+    assert!(
+        gone_at - signalled_at >= grace,
+        "killed before --grace: {:?}",
+        gone_at - signalled_at
+    );
+    assert_eq!(exited(&mut run).await, Some(143));
+}
+
+/// A command that ends leaving a process of its group running (it would go on without the
+/// lock): `run` stops it before releasing, and exits with the command's own status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_a_command_leaves_behind_are_stopped_before_the_release() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let args = ["--grace", "10s", "tree-job"];
+    let script = "sleep 300 & echo $! > {pids}; exit 3";
+    let (mut run, pids) = run_tree(&server, "tree-left", &args, script);
+    let grandchild = pid_in(&pids).await;
+    assert_eq!(exited(&mut run).await, Some(3));
+    assert!(gone(grandchild), "the leftover outlived leasehold run");
+}
+
+/// With --no-resume the server frees the lock the moment a killed `run`'s connection drops, so
+/// the watchdog does not wait for the validity: SIGKILL follows SIGTERM at once, long before
+/// the TTL or --grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_resuming_a_killed_runs_command_is_killed_at_once() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let args = ["--no-resume", "--ttl", "30s", "--grace", "60s", "tree-job"];
+    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let (mut run, pids) = run_tree(&server, "tree-no-resume", &args, script);
+    let grandchild = pid_in(&pids).await;
+
+    let killed_at = Instant::now();
+    signal(run.id().expect("pid"), "KILL");
+    assert_eq!(exited(&mut run).await, None, "killed by a signal");
+    let deadline = killed_at + Duration::from_secs(2);
+    until_gone(grandchild, deadline, "the grandchild, at once").await;
+}

@@ -4,15 +4,18 @@
 //! - here: the arguments (clap) and which command runs;
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
+//!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
 //! - [`inspect`]: `status` and `release`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
 mod config;
+mod group;
 mod inspect;
 mod progress;
 mod run;
 mod serve;
+mod watchdog;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -97,7 +100,11 @@ enum Command {
   leasehold run --limit 4 --wait 1h encoder -- ./encode.sh   (at most 4 at once)
   leasehold run --shared --wait 1m catalog -- ./read-catalog.sh
 
-The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment.
+The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment. It runs in a
+process group of its own: when run stops it (lease lost, SIGINT or SIGTERM to run), the whole
+group gets SIGTERM, then SIGKILL after --grace, and so do processes it leaves running when it
+ends; if run is killed, a watchdog process does the same, by the lease's end at the latest. A
+process that leaves the group (setsid, a daemon) escapes all of this.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
 was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 64 if an argument
 is refused; 69 if the server could not be reached or could not serve the request; 77 if the server
@@ -123,6 +130,17 @@ interrupted.")]
     #[command(after_help = "Example:
   leasehold release nightly-report 3f2a9c...")]
     Release(ReleaseArgs),
+    /// Started by `run` beside its command (not for people): stops the command's process group
+    /// if `run` dies.
+    #[command(name = watchdog::SUBCOMMAND, hide = true)]
+    RunWatchdog(RunWatchdogArgs),
+}
+
+#[derive(clap::Args)]
+struct RunWatchdogArgs {
+    /// `run --grace`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    grace: Duration,
 }
 
 #[derive(clap::Args)]
@@ -184,7 +202,8 @@ struct RunArgs {
     /// How others see this holder (default: host and pid).
     #[arg(long)]
     holder: Option<String>,
-    /// Between SIGTERM and SIGKILL when the lease is lost or we are interrupted.
+    /// Between SIGTERM and SIGKILL (to the command's whole process group) when the lease is
+    /// lost or we are interrupted.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     grace: Duration,
     /// Let up to N holders run at once (a counting semaphore; 0 or 1: a plain lock); every
@@ -435,6 +454,7 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
         },
+        Command::RunWatchdog(args) => watchdog::watch(args.grace),
     }
 }
 

@@ -3,27 +3,35 @@
 //! Exit statuses, for scripts and cron jobs:
 //! - the command's own status when it ran to the end (128 + N when killed by signal N);
 //! - [`EXIT_NOT_ACQUIRED`] (75) when the lock stayed taken for the whole `--wait`;
-//! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (it was sent SIGTERM,
-//!   then SIGKILL after `--grace`). A server stopped or crashed under the lease is not a loss:
-//!   the lease resumes on another replica of `--server` (unless `--no-resume`);
+//! - [`EXIT_LOST`] (76) when the lease was lost while the command ran (its process group was
+//!   sent SIGTERM, then SIGKILL after `--grace`). A server stopped or crashed under the lease is
+//!   not a loss: the lease resumes on another replica of `--server` (unless `--no-resume`);
 //! - [`EXIT_USAGE`](super::EXIT_USAGE) (64) when an argument is refused (here, or by the server);
 //! - [`EXIT_UNAVAILABLE`] (69) when the server could not be reached or could not serve it;
 //! - [`EXIT_NOPERM`](super::EXIT_NOPERM) (77) when the server refused the token or certificate, or
 //!   the grant does not cover the lock;
 //! - 130 / 143 when interrupted by SIGINT / SIGTERM (the command is stopped, the lock released).
+//!
+//! The command is the whole process tree it starts, not one process: it runs as the leader of a
+//! process group of its own ([`Group`]), and every stop goes to the group (SIGTERM, then SIGKILL
+//! after `--grace`): on a lost lease, on SIGINT / SIGTERM to `run`, and when the command ends
+//! leaving processes behind (they would run on without the lock). A process that leaves the
+//! group (`setsid`, a daemon) escapes. If `run` itself is killed, its [`Watchdog`] stops the
+//! group, by the end of the lease's last confirmed validity at the latest.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use leasehold::client::{Client, ClientError, ConnectOptions, LeaseGuard};
 use leasehold::pb;
 
+use super::group::{self, Group};
 use super::progress::StatusLine;
+use super::watchdog::Watchdog;
 use leasehold::lease::spec::{LockName, MAX_TTL, MAX_WAIT, MIN_TTL};
 
 use super::{EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, fail, usage};
@@ -68,21 +76,48 @@ pub async fn run(options: RunOptions) -> ExitCode {
         }
         Err(error) => return fail(error),
     };
-    let child = Command::new(program)
+    let mut watchdog = match Watchdog::start(options.grace) {
+        Ok(watchdog) => watchdog,
+        Err(error) => {
+            eprintln!(
+                "leasehold: cannot start the watchdog that stops the command if this process dies: {error}"
+            );
+            let _ = guard.release().await;
+            return ExitCode::from(EXIT_UNAVAILABLE);
+        }
+    };
+    // Without resuming, the server frees the lock the moment this process's connection drops.
+    let lease_ends = |guard: &LeaseGuard| match options.resume {
+        true => guard.valid_until(),
+        false => tokio::time::Instant::now(),
+    };
+    watchdog.valid_until(lease_ends(&guard)).await;
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env("LEASEHOLD_FENCING_TOKEN", guard.fencing_token().to_string())
         .env("LEASEHOLD_LOCK", &options.name)
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = match child {
-        Ok(child) => child,
+        .process_group(0)
+        .kill_on_drop(true);
+    watchdog.announce(&mut command);
+    let started = command.spawn().and_then(|child| {
+        let group = child.id().and_then(|id| i32::try_from(id).ok());
+        match group.and_then(Group::led_by) {
+            Some(group) => Ok((child, group)),
+            None => Err(std::io::Error::other("it has no process id")),
+        }
+    });
+    let (mut child, group) = match started {
+        Ok(started) => started,
         Err(error) => {
             eprintln!("leasehold: cannot start {program:?}: {error}");
+            watchdog.done().await;
             let _ = guard.release().await;
             return ExitCode::from(127);
         }
     };
-    let code = supervise(&mut child, &guard, &options).await;
+    let code = supervise(&mut child, group, &guard, &options, &mut watchdog).await;
+    watchdog.done().await;
     let _ = guard.release().await;
     ExitCode::from(code)
 }
@@ -106,8 +141,15 @@ fn check(options: &RunOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits for the command, the loss of the lease, or an interrupt, and says how to exit.
-async fn supervise(child: &mut Child, guard: &LeaseGuard, options: &RunOptions) -> u8 {
+/// Waits for the command, the loss of the lease, or an interrupt, and says how to exit; the
+/// command's whole group has ended (or was sent SIGKILL) when it returns.
+async fn supervise(
+    child: &mut Child,
+    group: Group,
+    guard: &LeaseGuard,
+    options: &RunOptions,
+    watchdog: &mut Watchdog,
+) -> u8 {
     let (mut interrupt, mut terminate) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -115,40 +157,69 @@ async fn supervise(child: &mut Child, guard: &LeaseGuard, options: &RunOptions) 
         (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
         _ => {
             eprintln!("leasehold: cannot watch for signals; stopping the command");
-            stop(child, options.grace).await;
+            stop(child, group, options.grace).await;
             return EXIT_UNAVAILABLE;
         }
     };
-    tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => exit_code(status),
-            Err(error) => {
-                eprintln!("leasehold: lost track of the command: {error}");
-                EXIT_UNAVAILABLE
+    // The watchdog's deadline follows the lease's validity (a stale one is only earlier); with
+    // --no-resume the lock goes with this process, and the first deadline told stays.
+    let mut told = guard.valid_until();
+    let mut tick =
+        tokio::time::interval((options.ttl / 10).clamp(group::POLL, Duration::from_secs(1)));
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let code = match status {
+                    Ok(status) => exit_code(status),
+                    Err(error) => {
+                        eprintln!("leasehold: lost track of the command: {error}");
+                        EXIT_UNAVAILABLE
+                    }
+                };
+                // What it left running would go on without the lock.
+                if group.runs() {
+                    eprintln!("leasehold: the command ended, leaving processes of its group running; stopping them");
+                    stop(child, group, options.grace).await;
+                }
+                return code;
             }
-        },
-        reason = guard.lost() => {
-            eprintln!("leasehold: lease on {:?} lost ({reason}); stopping the command", options.name);
-            stop(child, options.grace).await;
-            EXIT_LOST
-        }
-        _ = interrupt.recv() => {
-            stop(child, options.grace).await;
-            130
-        }
-        _ = terminate.recv() => {
-            stop(child, options.grace).await;
-            143
+            reason = guard.lost() => {
+                eprintln!("leasehold: lease on {:?} lost ({reason}); stopping the command", options.name);
+                stop(child, group, options.grace).await;
+                return EXIT_LOST;
+            }
+            _ = interrupt.recv() => {
+                stop(child, group, options.grace).await;
+                return 130;
+            }
+            _ = terminate.recv() => {
+                stop(child, group, options.grace).await;
+                return 143;
+            }
+            _ = tick.tick() => {
+                let valid_until = guard.valid_until();
+                if options.resume && valid_until != told {
+                    watchdog.valid_until(valid_until).await;
+                    told = valid_until;
+                }
+            }
         }
     }
 }
 
-/// SIGTERM, then SIGKILL if the command has not ended after `grace`.
-async fn stop(child: &mut Child, grace: Duration) {
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+/// SIGTERM to the command's whole group, then SIGKILL to it if the command or any process of
+/// its group still runs after `grace`.
+async fn stop(child: &mut Child, group: Group, grace: Duration) {
+    group.signal(Signal::SIGTERM);
+    let ended = async {
+        let _ = child.wait().await;
+        while group.runs() {
+            tokio::time::sleep(group::POLL).await;
+        }
+    };
+    if tokio::time::timeout(grace, ended).await.is_err() {
+        group.signal(Signal::SIGKILL);
+        // The leader too, should it have left its group.
         let _ = child.kill().await;
     }
 }
