@@ -118,6 +118,12 @@ broken campaign-steps-down-on-half-close conformance::conformance_frozen_leader_
   src/server/driver.rs \
   "Move::HalfClosed if spec.resume_grace.is_some() => {" \
   "Move::HalfClosed if spec.resume_grace.is_some() && K::WORDS.stream != \"campaign\" => {"
+# A `leasehold run` that signals only its direct child: the command's own children (a shell's
+# background job, a pool's workers) run on after the lease is lost.
+broken run-signals-only-its-child cli::a_lost_lease_stops_the_commands_whole_process_tree test \
+  src/cli/group.rs \
+  "match killpg(self.0, signal) {" \
+  "match nix::sys::signal::kill(self.0, signal) {"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its
