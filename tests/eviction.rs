@@ -113,10 +113,7 @@ fn reason(status: &tonic::Status) -> String {
 
 /// Tries new acquisitions until one is refused for `why` (a reconnecting server first answers
 /// REDIS_UNAVAILABLE), and returns that status.
-async fn until_refused_for(
-    client: &mut LockServiceClient<Channel>,
-    why: &str,
-) -> tonic::Status {
+async fn until_refused_for(client: &mut LockServiceClient<Channel>, why: &str) -> tonic::Status {
     within(SETTLE, why, async {
         loop {
             if let Err(status) = client.acquire(unary_acquire("new", 5_000, 0, "new")).await
@@ -175,7 +172,11 @@ fn node(port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_a_redis_that_may_evict_with_status_78_and_one_sentence() {
     let lru = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
-    refused(&["--redis", &lru.url()], &refusal(&node(lru.port()), "allkeys-lru")).await;
+    refused(
+        &["--redis", &lru.url()],
+        &refusal(&node(lru.port()), "allkeys-lru"),
+    )
+    .await;
     let volatile = RedisServer::start_with(&["--maxmemory-policy", "volatile-ttl"]);
     refused(
         &["--redis", &volatile.url()],
@@ -206,7 +207,10 @@ async fn serve_refuses_a_cluster_with_one_primary_that_may_evict() {
     let cluster = RedisCluster::start(3, 0);
     let primaries = cluster.primaries();
     let bad = primaries[1];
-    let set = redis_cli(bad, &["config", "set", "maxmemory-policy", "allkeys-random"]);
+    let set = redis_cli(
+        bad,
+        &["config", "set", "maxmemory-policy", "allkeys-random"],
+    );
     assert_eq!(set, "OK");
     refused(
         &["--redis", &cluster.url()],
@@ -247,7 +251,9 @@ async fn a_redis_that_hides_its_policy_is_served_with_a_warning_and_a_metric() {
     );
     assert_eq!(samples.get(&unknown), Some(&1.0), "{samples:#?}");
     // It serves.
-    let client = leasehold::client::Client::connect(url.clone()).await.unwrap();
+    let client = leasehold::client::Client::connect(url.clone())
+        .await
+        .unwrap();
     let guard = client.lease("unchecked").acquire().await.unwrap();
     assert!(guard.release().await.unwrap());
     assert_eq!(health(&url).await, ServingStatus::Serving);
@@ -282,7 +288,9 @@ async fn allow_eviction_serves_with_a_warning_at_every_start() {
     for _ in 0..2 {
         let mut child = serve(&["--redis", &lru.url()], &["--redis-allow-eviction"]);
         let (url, _) = started(&mut child, false).await;
-        let client = leasehold::client::Client::connect(url.clone()).await.unwrap();
+        let client = leasehold::client::Client::connect(url.clone())
+            .await
+            .unwrap();
         let guard = client.lease("accepted").acquire().await.unwrap();
         assert!(guard.release().await.unwrap());
         assert_eq!(health(&url).await, ServingStatus::Serving);
@@ -318,7 +326,10 @@ async fn a_redis_switched_to_eviction_stops_new_leases_until_fixed() {
 
     // Switched at run time, and the server's connections cut: it reconnects to a Redis that
     // may evict.
-    let set = redis_cli(redis.port(), &["config", "set", "maxmemory-policy", "allkeys-lru"]);
+    let set = redis_cli(
+        redis.port(),
+        &["config", "set", "maxmemory-policy", "allkeys-lru"],
+    );
     assert_eq!(set, "OK");
     redis_cli(redis.port(), &["client", "kill", "type", "normal"]);
     assert_eq!(health_watch.next(SETTLE).await, ServingStatus::NotServing);
@@ -326,7 +337,10 @@ async fn a_redis_switched_to_eviction_stops_new_leases_until_fixed() {
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert_eq!(reason(&status), "REDIS_MAY_EVICT", "{status:?}");
     let info = status.get_details_error_info().unwrap();
-    assert_eq!(info.metadata.get("policy").map(String::as_str), Some("allkeys-lru"));
+    assert_eq!(
+        info.metadata.get("policy").map(String::as_str),
+        Some("allkeys-lru")
+    );
     assert!(status.message().contains("noeviction"), "{status:?}");
     // A waiter is refused the same way, at once.
     let mut waiter = LeaseStream::acquire(&mut raw, "waiting", 5_000, 60_000, "w").await;
@@ -335,7 +349,10 @@ async fn a_redis_switched_to_eviction_stops_new_leases_until_fixed() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
 
     // Fixed: it serves again, at the next health check.
-    let set = redis_cli(redis.port(), &["config", "set", "maxmemory-policy", "noeviction"]);
+    let set = redis_cli(
+        redis.port(),
+        &["config", "set", "maxmemory-policy", "noeviction"],
+    );
     assert_eq!(set, "OK");
     assert_eq!(health_watch.next(SETTLE).await, ServingStatus::Serving);
     let answer = raw
@@ -386,8 +403,14 @@ async fn a_full_redis_refuses_new_locks_with_resource_exhausted_while_held_lease
     held.acquired().await;
 
     // Filled past maxmemory (noeviction, the default): every write that takes memory is refused.
-    assert_eq!(redis_cli(redis.port(), &["setrange", "ballast", "3000000", "x"]), "3000001");
-    assert_eq!(redis_cli(redis.port(), &["config", "set", "maxmemory", "1mb"]), "OK");
+    assert_eq!(
+        redis_cli(redis.port(), &["setrange", "ballast", "3000000", "x"]),
+        "3000001"
+    );
+    assert_eq!(
+        redis_cli(redis.port(), &["config", "set", "maxmemory", "1mb"]),
+        "OK"
+    );
     assert!(redis_cli(redis.port(), &["set", "probe", "x"]).starts_with("OOM"));
 
     let status = refused_acquisition(&mut raw, "new").await;
