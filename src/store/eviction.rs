@@ -103,15 +103,17 @@ impl Eviction {
         if primaries.is_empty() {
             return; // Not connected now: nothing new to know, and nothing to forget.
         }
-        let mut read = Vec::with_capacity(primaries.len());
-        for server in primaries {
+        // All at once: one slow primary must not hold the others' answers (or the health
+        // check) for its whole timeout.
+        let asked = primaries.into_iter().map(|server| async move {
             let answer = if client.is_clustered() {
                 policy_of(&client.with_cluster_node(server.clone()), timeout).await
             } else {
                 policy_of(client, timeout).await
             };
-            read.push((server.to_string(), answer));
-        }
+            (server.to_string(), answer)
+        });
+        let read = futures_util::future::join_all(asked).await;
         self.record(read);
     }
 
