@@ -380,11 +380,12 @@ impl ReconnectWatcher {
                     warn!(%error, "reconnected to Redis but could not read its run_id; re-checking every lease")
                 }
             }
-            // A new primary (failover, restart) may be configured differently.
+            self.reconnected.send_modify(|count| *count += 1);
+            // A new primary (failover, restart) may be configured differently. Read after the
+            // leases were told, so that their re-check waits for nothing.
             self.eviction
                 .check(&self.client, self.command_timeout)
                 .await;
-            self.reconnected.send_modify(|count| *count += 1);
         }
     }
 }
