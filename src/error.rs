@@ -74,6 +74,21 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// Redis is full (`maxmemory` reached under `noeviction`) and refuses writes: no new lock
+    /// can be written, while held leases keep renewing (a TTL reset takes no memory).
+    #[error(
+        "redis {context}: Redis is out of memory (maxmemory reached) and takes no new locks until memory is freed or maxmemory raised"
+    )]
+    RedisOutOfMemory { context: &'static str },
+
+    /// A Redis node that holds locks has a `maxmemory-policy` that may evict them: no new lease
+    /// is taken on it. The node's address is for the operator (the start refusal and the logs),
+    /// not in the message callers get.
+    #[error(
+        "Redis has maxmemory-policy {policy}, which may evict held locks: this server takes no new leases until it is set to noeviction"
+    )]
+    RedisMayEvict { node: String, policy: String },
+
     /// The connection is down and the command was not queued (a Redlock primary).
     #[error("redis {context}: not connected")]
     NotConnected { context: &'static str },
@@ -169,8 +184,17 @@ impl Error {
         )
     }
 
+    /// A failed Redis call: Redis's refusal to write when full is told apart (see
+    /// [`Error::RedisOutOfMemory`]); anything else keeps Redis's own words.
     pub(crate) fn redis(context: &'static str) -> impl FnOnce(fred::error::Error) -> Self {
-        move |source| Error::Redis { context, source }
+        move |source| {
+            // Redis's words for it, alone or inside a script's error ("... script: <sha>").
+            if source.details().contains("OOM command not allowed") {
+                Error::RedisOutOfMemory { context }
+            } else {
+                Error::Redis { context, source }
+            }
+        }
     }
 }
 
@@ -263,6 +287,13 @@ impl Error {
                 .with("nodes", nodes)
                 .with("needed", needed)
                 .retry_after(Some(RETRY_LATER)),
+            Error::RedisOutOfMemory { .. } => {
+                Details::new(Code::ResourceExhausted, "REDIS_OUT_OF_MEMORY")
+                    .retry_after(Some(RETRY_LATER))
+            }
+            Error::RedisMayEvict { policy, .. } => {
+                Details::new(Code::Unavailable, "REDIS_MAY_EVICT").with("policy", policy)
+            }
             Error::ShuttingDown => Details::new(Code::Unavailable, "SHUTTING_DOWN"),
             Error::HandedOver { grace_ms, .. } => {
                 Details::new(Code::Unavailable, "HANDED_OVER").with("grace_ms", grace_ms)
@@ -361,6 +392,11 @@ mod tests {
                 timeout: Duration::from_secs(1),
             },
             Error::NotConnected { context: "acquire" },
+            Error::RedisOutOfMemory { context: "acquire" },
+            Error::RedisMayEvict {
+                node: "127.0.0.1:6379".into(),
+                policy: "allkeys-lru".into(),
+            },
             Error::NoQuorum {
                 context: "acquire",
                 answered: 1,

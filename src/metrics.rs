@@ -84,6 +84,7 @@ struct Registered {
     redis_reachable: IntGauge,
     redis_nodes: IntGauge,
     redis_nodes_reachable: IntGauge,
+    redis_policy: IntGaugeVec,
     info: IntGaugeVec,
 }
 
@@ -183,6 +184,13 @@ impl Metrics {
                 "leasehold_redis_nodes_reachable",
                 "Of those, how many answered the last health check (Redlock needs a majority).",
             )?,
+            redis_policy: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_redis_maxmemory_policy",
+                    "1 for each Redis node that holds locks, labelled with its maxmemory-policy as last read (unknown: CONFIG and INFO refused, unchecked); anything but noeviction may evict held locks.",
+                ),
+                &["node", "policy"],
+            )?,
             info: IntGaugeVec::new(
                 Opts::new(
                     "leasehold_info",
@@ -193,7 +201,7 @@ impl Metrics {
             registry,
         };
         let r = &registered;
-        let collectors: [Box<dyn prometheus::core::Collector>; 19] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 20] = [
             Box::new(r.leases_held.clone()),
             Box::new(r.waiters.clone()),
             Box::new(r.acquisitions.clone()),
@@ -212,6 +220,7 @@ impl Metrics {
             Box::new(r.redis_reachable.clone()),
             Box::new(r.redis_nodes.clone()),
             Box::new(r.redis_nodes_reachable.clone()),
+            Box::new(r.redis_policy.clone()),
             Box::new(r.info.clone()),
         ];
         for collector in collectors {
@@ -314,6 +323,19 @@ impl Metrics {
             r.redis_nodes.set(i64::try_from(nodes).unwrap_or(i64::MAX));
             r.redis_nodes_reachable
                 .set(i64::try_from(answered).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A Redis node's `maxmemory-policy` changed from `before` to `now` (`None`: the node is
+    /// new, or no longer holds locks).
+    pub fn redis_policy(&self, node: &str, before: Option<&str>, now: Option<&str>) {
+        if let Some(r) = &self.0 {
+            if let Some(before) = before {
+                let _ = r.redis_policy.remove_label_values(&[node, before]);
+            }
+            if let Some(now) = now {
+                r.redis_policy.with_label_values(&[node, now]).set(1);
+            }
         }
     }
 

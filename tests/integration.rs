@@ -12,6 +12,7 @@ mod client;
 mod cluster;
 mod conformance;
 mod election;
+mod eviction;
 mod examples;
 mod faults;
 mod fence;

@@ -77,7 +77,7 @@ async fn health_follows_redis_and_reflection_lists_every_service() {
 }
 
 /// One scrape of `/metrics`: each sample line (`name{labels}`) and its value.
-async fn scrape(addr: &str) -> HashMap<String, f64> {
+pub(crate) async fn scrape(addr: &str) -> HashMap<String, f64> {
     let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     socket
         .write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")

@@ -337,6 +337,11 @@ pub struct ServeArgs {
     /// Redis commands in flight at once; more wait in line (the timeout starts when one is sent).
     #[arg(long, env = "LEASEHOLD_REDIS_MAX_IN_FLIGHT", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
     redis_max_in_flight: usize,
+    /// Serve even where a Redis node's maxmemory-policy is not noeviction, which lets Redis evict
+    /// held locks under memory pressure (refused at start with status 78 otherwise); warned of at
+    /// every start.
+    #[arg(long, env = "LEASEHOLD_REDIS_ALLOW_EVICTION")]
+    redis_allow_eviction: bool,
     /// Address to serve gRPC on.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use leasehold::error::Error;
 use leasehold::lease::waiting::WaitConfig;
 use leasehold::metrics::Metrics;
 use leasehold::server::auth::AuthPolicy;
@@ -16,6 +17,9 @@ use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use super::ServeArgs;
+
+/// Redis is configured so that it may lose held locks (EX_CONFIG).
+pub const EXIT_CONFIG: u8 = 78;
 
 /// Runs the server until a shutdown signal.
 /// How the server reaches Redis, as `leasehold_info` labels it.
@@ -66,7 +70,13 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         password_file: args.redis_password_file.clone(),
         max_in_flight: args.redis_max_in_flight,
         fail_fast: false,
+        allow_eviction: args.redis_allow_eviction,
     };
+    if args.redis_allow_eviction {
+        warn!(
+            "--redis-allow-eviction: serving even where Redis's maxmemory-policy may evict held locks; under memory pressure Redis may drop a held lock and hand it to the next caller"
+        );
+    }
     let store = if args.redlock.is_empty() {
         Store::connect(&redis, &args.key_prefix, metrics).await
     } else {
@@ -74,6 +84,12 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let store = match store {
         Ok(store) => store,
+        Err(Error::RedisMayEvict { node, policy }) => {
+            eprintln!(
+                "leasehold: redis {node} has maxmemory-policy {policy}, which may evict held locks; set it to noeviction (CONFIG SET maxmemory-policy noeviction) or start with --redis-allow-eviction to accept the risk"
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
         Err(err) => {
             eprintln!("leasehold: cannot use Redis at {redis_shown}: {err}");
             return ExitCode::FAILURE;

@@ -1,5 +1,6 @@
 //! gRPC health checking (`grpc.health.v1.Health`) that means something: SERVING while Redis
-//! answers (a majority of Redlock's primaries), NOT_SERVING when it does not, and NOT_SERVING from the moment shutdown begins, so a
+//! answers (a majority of Redlock's primaries), NOT_SERVING when it does not or when its
+//! `maxmemory-policy` may evict held locks, and NOT_SERVING from the moment shutdown begins, so a
 //! load balancer or a Kubernetes probe stops sending new work to a server that cannot hold it.
 
 use std::time::Duration;
@@ -49,20 +50,24 @@ impl HealthMonitor {
                 () = tasks.stopping() => break,
                 _ = ticks.tick() => {}
             }
-            let reachable = tokio::select! {
+            let health = tokio::select! {
                 () = tasks.stopping() => break,
-                (reachable, answered, nodes) = self.store.health() => {
-                    self.store.connection().metrics().redis_health(reachable, answered, nodes);
-                    reachable
-                }
+                health = self.store.health() => health,
             };
-            if serving != Some(reachable) {
-                match reachable {
-                    true => info!("Redis answers: health SERVING"),
+            let metrics = self.store.connection().metrics();
+            metrics.redis_health(health.reachable, health.answered, health.nodes);
+            if serving != Some(health.serving) {
+                match health.serving {
+                    true => info!("Redis answers and cannot evict held locks: health SERVING"),
+                    // The node and its policy were logged (error) when it was read.
+                    false if health.may_evict > 0 => warn!(
+                        may_evict = health.may_evict,
+                        "Redis may evict held locks (maxmemory-policy): health NOT_SERVING, no new leases"
+                    ),
                     false => warn!("Redis does not answer: health NOT_SERVING"),
                 }
-                self.report(status(reachable)).await;
-                serving = Some(reachable);
+                self.report(status(health.serving)).await;
+                serving = Some(health.serving);
             }
         }
         self.report(ServingStatus::NotServing).await;

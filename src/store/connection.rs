@@ -13,6 +13,7 @@ use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::Instant;
 use tracing::{Instrument, info, warn};
 
+use super::eviction::Eviction;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::tasks::Tasks;
@@ -39,6 +40,9 @@ pub struct RedisSettings {
     /// is back: for Redlock's primaries, where a majority answers without the missing node and a
     /// command held for later would land long after its caller gave up.
     pub fail_fast: bool,
+    /// Serve on a Redis whose `maxmemory-policy` may evict held locks (`--redis-allow-eviction`):
+    /// warned of instead of refused (see [`super::eviction`]).
+    pub allow_eviction: bool,
 }
 
 impl RedisSettings {
@@ -51,6 +55,7 @@ impl RedisSettings {
             password_file: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             fail_fast: false,
+            allow_eviction: false,
         }
     }
 
@@ -101,6 +106,8 @@ struct Shared {
     reconnects: watch::Receiver<u64>,
     /// The server's background tasks; the reconnect watcher is one of them.
     tasks: Tasks,
+    /// Each node's `maxmemory-policy`: while one may evict, no new lease is taken on it.
+    eviction: Arc<Eviction>,
 }
 
 impl Connection {
@@ -109,6 +116,9 @@ impl Connection {
     ///
     /// A Redlock primary ([`RedisSettings::fail_fast`]) may be down at start: the server starts
     /// with a majority, and the connection keeps trying in the background.
+    ///
+    /// Refuses ([`Error::RedisMayEvict`]) a Redis whose `maxmemory-policy` may evict held locks,
+    /// unless [`RedisSettings::allow_eviction`].
     pub async fn open(settings: &RedisSettings, metrics: Metrics, tasks: Tasks) -> Result<Self> {
         let command_timeout = settings.command_timeout;
         let mut config = settings.config()?;
@@ -141,6 +151,7 @@ impl Connection {
             client.init().await.map_err(Error::redis("connect"))?;
         }
         let (reconnected, reconnects) = watch::channel(0);
+        let eviction = Arc::new(Eviction::new(settings.allow_eviction, metrics.clone()));
         let connection = Connection(Arc::new(Shared {
             client,
             config,
@@ -150,13 +161,23 @@ impl Connection {
             metrics,
             reconnects,
             tasks,
+            eviction: eviction.clone(),
         }));
         let run_id = match connection.run_id().await {
             Ok(run_id) => run_id,
             Err(_) if settings.fail_fast => "unknown".to_owned(),
+            // INFO renamed or not granted (managed Redis): a restart still shows as a reconnection.
+            Err(Error::Redis { source, .. }) if super::eviction::refused(&source) => {
+                "unknown".to_owned()
+            }
             Err(error) => return Err(error),
         };
         info!(%run_id, "connected to Redis");
+        connection.check_eviction().await;
+        if let Some(refusal) = eviction.refusal() {
+            return Err(refusal);
+        }
+        eviction.started();
         // The watcher keeps only the fred client, not this connection, so it never keeps the
         // connection alive by itself; it ends with the server's shutdown signal.
         let watcher = ReconnectWatcher {
@@ -164,6 +185,7 @@ impl Connection {
             command_timeout,
             run_id,
             reconnected,
+            eviction,
         };
         connection
             .tasks()
@@ -208,6 +230,18 @@ impl Connection {
     /// Changes after every reconnection to Redis: leases re-check their keys then.
     pub fn reconnects(&self) -> watch::Receiver<u64> {
         self.0.reconnects.clone()
+    }
+
+    /// Reads every node's `maxmemory-policy` again (the health check does, every second).
+    pub async fn check_eviction(&self) {
+        let (client, timeout) = (&self.0.client, self.0.command_timeout);
+        self.0.eviction.check(client, timeout).await;
+    }
+
+    /// Why no new lease may be taken on this connection's Redis now: a node whose
+    /// `maxmemory-policy` may evict it (unless `--redis-allow-eviction`).
+    pub fn eviction_refusal(&self) -> Option<Error> {
+        self.0.eviction.refusal()
     }
 
     /// Whether the command connection is up now.
@@ -322,6 +356,7 @@ struct ReconnectWatcher {
     command_timeout: Duration,
     run_id: String,
     reconnected: watch::Sender<u64>,
+    eviction: Arc<Eviction>,
 }
 
 impl ReconnectWatcher {
@@ -346,6 +381,11 @@ impl ReconnectWatcher {
                 }
             }
             self.reconnected.send_modify(|count| *count += 1);
+            // A new primary (failover, restart) may be configured differently. Read after the
+            // leases were told, so that their re-check waits for nothing.
+            self.eviction
+                .check(&self.client, self.command_timeout)
+                .await;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The Redis layer: the connection, and one module per key space with its own Lua scripts.
 //!
 //! - [`connection`]: connect, reconnect (and tell leases), bounded calls, background calls.
+//! - [`eviction`]: whether a node's `maxmemory-policy` may evict held locks.
 //! - [`keys`]: key layout; no name can reach another name's keys or leave the prefix.
 //! - [`locks`]: a lock's keys and scripts (`locks/*.lua`): acquire, extend, release, the line.
 //! - [`elections`]: an election's keys and scripts (`elections/*.lua`): announce, retire.
@@ -13,6 +14,7 @@
 
 pub mod connection;
 pub mod elections;
+pub mod eviction;
 pub mod keys;
 pub mod locks;
 pub mod quorum;
@@ -107,30 +109,33 @@ impl Store {
         self.nodes().is_quorum()
     }
 
-    /// Whether enough of Redis answers a PING to serve (the one Redis, or a majority of
-    /// Redlock's primaries), with how many nodes answered and how many there are.
-    pub async fn health(&self) -> (bool, usize, usize) {
+    /// Whether enough of Redis answers a PING, with a `maxmemory-policy` that cannot evict
+    /// held locks, to serve (the one Redis, or a majority of Redlock's primaries). Each node's
+    /// policy is read again here, so a `CONFIG SET` without a reconnection is seen too.
+    pub async fn health(&self) -> Health {
         let answers = self
             .nodes()
             .gather(
                 |_, connection| async move {
-                    if connection.reachable().await {
-                        Ok(())
-                    } else {
-                        Err(Error::NotConnected { context: "ping" })
+                    if !connection.reachable().await {
+                        return Err(Error::NotConnected { context: "ping" });
                     }
+                    connection.check_eviction().await;
+                    Ok(connection.eviction_refusal().is_none())
                 },
                 // Every node's answer, not just a majority: operators are told of one primary
                 // down before the quorum is short.
                 |_| false,
             )
             .await;
-        let answered = answers.ok.len();
-        (
-            answers.is_majority(answered),
-            answered,
-            self.nodes().all().len(),
-        )
+        let safe = answers.count(|&safe| safe);
+        Health {
+            reachable: answers.is_majority(answers.ok.len()),
+            serving: answers.is_majority(safe),
+            answered: answers.ok.len(),
+            may_evict: answers.ok.len() - safe,
+            nodes: self.nodes().all().len(),
+        }
     }
 
     /// Closes every connection: for the end of `serve`, once every lease has let go.
@@ -139,6 +144,21 @@ impl Store {
             connection.close().await;
         }
     }
+}
+
+/// One health check of the nodes that hold locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// Enough nodes answer (the `leasehold_redis_reachable` metric).
+    pub reachable: bool,
+    /// Enough nodes answer, and may not evict, to take new leases (gRPC health).
+    pub serving: bool,
+    /// Nodes that answered a PING.
+    pub answered: usize,
+    /// Of those, nodes whose `maxmemory-policy` may evict held locks (not allowed).
+    pub may_evict: usize,
+    /// Nodes in all.
+    pub nodes: usize,
 }
 
 fn check_prefix(prefix: &str) -> Result<()> {

@@ -146,6 +146,13 @@ fn spawn_redis(
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// As [`RedisServer::start`], with extra `redis-server` arguments (`--maxmemory-policy
+    /// allkeys-lru`, `--rename-command CONFIG ""`), kept for a restart.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
         for _ in 0..5 {
             let port = free_port();
             let dir = std::env::temp_dir().join(format!(
@@ -153,14 +160,14 @@ impl RedisServer {
                 std::process::id()
             ));
             let ip = [127, 0, 0, 1].into();
-            if let Some(child) = spawn_redis(None, ip, port, &dir, &[]) {
+            if let Some(child) = spawn_redis(None, ip, port, &dir, &extra) {
                 return RedisServer {
                     child,
                     port,
                     dir,
                     ns: None,
                     ip,
-                    extra: Vec::new(),
+                    extra,
                 };
             }
         }
@@ -202,6 +209,13 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Kills Redis (SIGKILL) and starts it again, empty, on the same port with `extra` arguments
+    /// instead of its own (a Redis restarted with another configuration).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|arg| arg.to_string()).collect();
+        self.restart_empty();
     }
 
     /// Kills Redis (SIGKILL) and leaves it down.

@@ -135,6 +135,12 @@ impl Locks {
         arrival: Option<u64>,
     ) -> Result<AcquireOutcome> {
         const CONTEXT: &str = "acquire";
+        // A node that may evict the lock vouches for no new lease: with one Redis the caller
+        // hears why; with Redlock it counts as a failed primary, and a majority of the others
+        // may still grant it.
+        if let Some(refusal) = connection.eviction_refusal() {
+            return Err(refusal);
+        }
         if waiter.first_attempt && waiter.mode == Mode::LOCK {
             let reply: Vec<Value> = connection
                 .eval(
