@@ -124,6 +124,12 @@ broken run-signals-only-its-child cli::a_lost_lease_stops_the_commands_whole_pro
   src/cli/group.rs \
   "match killpg(self.0, signal) {" \
   "match nix::sys::signal::kill(self.0, signal) {"
+# A server that skips the eviction check: it starts and serves on a Redis that may evict held
+# locks (maxmemory-policy allkeys-lru), instead of refusing it with status 78.
+broken eviction-not-checked eviction::serve_refuses_a_redis_that_may_evict_with_status_78_and_one_sentence test \
+  src/store/eviction.rs \
+  "matches!(self, Policy::Read(policy) if policy != NO_EVICTION)" \
+  "false"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its
