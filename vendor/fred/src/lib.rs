@@ -1,3 +1,6 @@
+// Leasehold: a vendored crate, as published; its lints are upstream's, as for any crates.io dependency
+// (cargo caps those of registry crates, not of path ones). See vendor/README.md.
+#![allow(warnings)]
 #![allow(clippy::unnecessary_fallible_conversions)]
 #![allow(clippy::redundant_pattern_matching)]
 #![allow(clippy::mutable_key_type)]

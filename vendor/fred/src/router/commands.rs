@@ -2,7 +2,7 @@ use crate::{
   error::{Error, ErrorKind},
   modules::inner::{ClientInner, CommandReceiver},
   protocol::command::{Command, CommandKind, ResponseSender, RouterCommand},
-  router::{clustered, utils, Router},
+  router::{clustered, connections::Connections, utils, Router},
   runtime::{sleep, OneshotSender, RefCount},
   types::{
     config::{Blocking, Server},
@@ -248,6 +248,15 @@ async fn process_pipeline(
 }
 
 /// Send `ASKING` to the provided server, then retry the provided command.
+///
+/// Leasehold's patch (see vendor/README.md). Upstream 10.1.0 wrote `ASKING` outside the
+/// connection's in-flight queue and read "its" reply straight off the socket, which is the reply
+/// of the oldest command in flight there when there is one (every reply after it then went to
+/// the command before its own, `+OK` included); it then routed the retried command by slot, to
+/// the migrating node again (another `ASK`), and a command out of attempts ended the router task
+/// for good ("Max attempts reached"). Here `ASKING` (its reply skipped) and the command are
+/// queued one after the other on the connection to the `ASK` target, like any other commands,
+/// and a failure fails this command only.
 async fn process_ask(
   inner: &RefCount<ClientInner>,
   router: &mut Router,
@@ -262,25 +271,43 @@ async fn process_ask(
     command.respond_to_caller(Err(e));
     return Ok(());
   }
-  let attempts_remaining = command.attempts_remaining;
-  let asking_result = Box::pin(utils::send_asking_with_policy(
-    inner,
-    router,
-    &server,
-    slot,
-    attempts_remaining,
-  ))
-  .await;
-  if let Err(e) = asking_result {
-    command.respond_to_caller(Err(e.clone()));
-    return Err(e);
+  if client_utils::read_bool_atomic(&command.timed_out) {
+    // nobody waits for it: no `ASKING` without the command it is for
+    return Ok(());
   }
+  if let Err(e) = command.decr_check_attempted() {
+    command.respond_to_caller(Err(e));
+    return Ok(());
+  }
+  let conn = match router.connections.get_connection_mut(&server) {
+    Some(conn) => conn,
+    None => {
+      command.respond_to_caller(Err(Error::new(
+        ErrorKind::Routing,
+        format!("No connection to {} to follow ASK for slot {}.", server, slot),
+      )));
+      return Ok(());
+    },
+  };
 
-  if let Err(error) = write_command_t!(inner, router, command) {
-    _debug!(inner, "Error sending command after ASKING: {:?}", error);
-    Err(error)
-  } else {
-    Ok(())
+  let mut asking = Command::new_asking(slot);
+  asking.cluster_node = Some(server.clone());
+  // sent once, right before its command; never retried alone after a reconnection
+  asking.attempts_remaining = 0;
+  let result = match utils::write_command(inner, conn, asking, false).await {
+    Ok(_) => utils::write_command(inner, conn, command, true).await,
+    Err((err, _)) => Err((err, Some(command))),
+  };
+  match result {
+    Ok(_) => Ok(()),
+    Err((err, command)) => {
+      _debug!(inner, "Error sending command after ASKING: {:?}", err);
+      if let Some(command) = command {
+        finish_or_retry_command(router, command, &err);
+      }
+      utils::drop_connection(inner, router, &server, &err).await;
+      utils::defer_reconnection(inner, router, None, err, false)
+    },
   }
 }
 
@@ -295,11 +322,20 @@ async fn process_moved(
   command.use_replica = false;
   command.hasher = ClusterHash::Custom(slot);
 
-  utils::delay_cluster_sync(inner, router).await?;
-  _debug!(inner, "Syncing cluster after MOVED {} {}", slot, server);
-  if let Err(e) = utils::sync_cluster_with_policy(inner, router).await {
-    command.respond_to_caller(Err(e.clone()));
-    return Err(e);
+  // Leasehold's patch (see vendor/README.md): once a sync has learnt the slot's new owner, the
+  // other commands redirected by the same move follow it without a sync each (upstream synced
+  // once per MOVED, one after another, blocking every other command meanwhile).
+  let known = match router.connections {
+    Connections::Clustered { ref cache, .. } => cache.get_server(slot) == Some(&server),
+    _ => false,
+  };
+  if !known {
+    utils::delay_cluster_sync(inner, router).await?;
+    _debug!(inner, "Syncing cluster after MOVED {} {}", slot, server);
+    if let Err(e) = utils::sync_cluster_with_policy(inner, router).await {
+      command.respond_to_caller(Err(e.clone()));
+      return Err(e);
+    }
   }
   if let Err(e) = command.decr_check_redirections() {
     command.respond_to_caller(Err(e));
