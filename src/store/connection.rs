@@ -199,8 +199,11 @@ impl Connection {
             // background (the first connection retries like a reconnection), none waited for.
             drop(subscriber.connect());
         } else {
-            self.bounded("subscriber connect", subscriber.init())
-                .await?;
+            // A connection set-up, not a command: on a cluster it reaches every node and reads
+            // the slot map, which a loaded machine does not always do within a short command
+            // timeout (300 ms in the fault tests), and failing here stops the server.
+            let limit = self.0.command_timeout.max(SUBSCRIBER_CONNECT_LEAST);
+            bounded(limit, "subscriber connect", subscriber.init()).await?;
         }
         Ok(subscriber)
     }
@@ -460,6 +463,9 @@ async fn bounded<T>(
         Err(_) => Err(Error::RedisTimeout { context, timeout }),
     }
 }
+
+/// The least time a subscriber connection is given to connect (see [`Connection::subscriber`]).
+const SUBSCRIBER_CONNECT_LEAST: Duration = Duration::from_secs(5);
 
 /// The first pause before a script refused with `TRYAGAIN` runs again; it doubles up to
 /// [`TRY_AGAIN_LAST_PAUSE`].
