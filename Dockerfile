@@ -7,6 +7,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY src src
+# fred, patched (see vendor/README.md).
+COPY vendor vendor
 # Declared in Cargo.toml: copied so every declared target exists (it is not built here).
 COPY benches benches
 RUN cargo build --release --locked --bin leasehold

@@ -206,14 +206,14 @@ async fn a_killed_primary_never_leaves_a_silent_overlap_and_its_replica_takes_ov
     }
 }
 
-/// Run by `scripts/robustness.sh`, not CI: on a loaded machine (CI's two cores, or four busy
-/// loops beside it here) it fails in about half the runs through faults of fred 10.1's cluster
-/// client during the move, not ours: its router gives up ("Routing Error: Max attempts reached",
-/// then "channel closed") and every later command times out, or an acquire script's reply comes
-/// back as `["OK"]` (another command's reply). See docs/faults.md.
+/// Each lock's slot moved to another primary under its holder and two waiters: every holder
+/// keeps renewing through the move, each renewal confirmed before the lease ran out (the least
+/// validity left is printed), and the waiters are handed the lock on the new owner by wake-ups. Under load (CI's two cores, or four busy loops beside it),
+/// fred 10.1.0's cluster client failed this in every run: see vendor/README.md.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fred's cluster client fails under load during a slot move: scripts/robustness.sh runs it"]
-async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_holder_silently() {
+async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_holder() {
+    use leasehold::pb::lease_response::Event;
+    const TTL_MS: u32 = 3_000;
     let cluster = RedisCluster::start(3, 0);
     let direct = cluster.client().await;
     let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
@@ -224,54 +224,90 @@ async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_ho
     let mut followers = Vec::new();
     for name in names {
         // A TTL of 3 s renews every second, so renewals run through the move.
-        let mut holder = LeaseStream::acquire(&mut client, name, 3_000, 0, "holder").await;
+        let mut holder = LeaseStream::acquire(&mut client, name, TTL_MS, 0, "holder").await;
         let token = holder.acquired().await.token;
         holders.push((holder, token));
         // The waiters' waits are long; the one behind the head can only be woken.
         for line in [&mut heads, &mut followers] {
-            let mut waiter = LeaseStream::acquire(&mut client, name, 3_000, 30_000, "w").await;
+            let mut waiter = LeaseStream::acquire(&mut client, name, TTL_MS, 30_000, "w").await;
             waiter.waiting().await;
             line.push(waiter);
         }
     }
 
-    for name in names {
-        let (from, slot) = cluster.slot_of(&lock_key(name));
-        let to = cluster
-            .primaries()
-            .into_iter()
-            .find(|port| *port != from)
-            .expect("another primary");
-        cluster.migrate_slot(slot, from, to);
-        assert_eq!(cluster.slot_of(&lock_key(name)).0, to, "{name} moved");
+    // The slots move (redis-cli, on a thread of its own) while every holder's renewals are read
+    // as they come: the least validity left when each renewal was confirmed, until two renewals
+    // have come after the move.
+    let (moved, moved_at) = tokio::sync::watch::channel(None);
+    let moving = tokio::task::spawn_blocking(move || {
+        for name in names {
+            let (from, slot) = cluster.slot_of(&lock_key(name));
+            let to = cluster
+                .primaries()
+                .into_iter()
+                .find(|port| *port != from)
+                .expect("another primary");
+            cluster.migrate_slot(slot, from, to);
+            assert_eq!(cluster.slot_of(&lock_key(name)).0, to, "{name} moved");
+        }
+        moved.send_replace(Some(tokio::time::Instant::now()));
+        cluster
+    });
+    let renewals = holders.iter_mut().zip(names).map(|((holder, _), name)| {
+        let moved_at = moved_at.clone();
+        async move {
+            let mut previous: Option<leasehold::pb::Extended> = None;
+            let mut least_left = i64::MAX;
+            let mut after_the_move = 0;
+            while after_the_move < 2 {
+                match holder.next().await {
+                    Ok(Some(Event::Extended(extended))) => {
+                        // Server times, from the stream's start: the new validity's end less
+                        // how long it runs is when this renewal was confirmed.
+                        let confirmed = extended.valid_to_ms as i64 - extended.valid_for_ms as i64;
+                        if let Some(previous) = &previous {
+                            least_left = least_left.min(previous.valid_to_ms as i64 - confirmed);
+                        }
+                        previous = Some(extended);
+                        if moved_at.borrow().is_some() {
+                            after_the_move += 1;
+                        }
+                    }
+                    other => panic!("{name}: expected renewals, got {other:?}"),
+                }
+            }
+            least_left
+        }
+    });
+    let least_left = within(
+        Duration::from_secs(60),
+        "renewals through the move",
+        futures_util::future::join_all(renewals),
+    )
+    .await;
+    let _cluster = within(Duration::from_secs(30), "the slot moves", moving)
+        .await
+        .expect("slots moved");
+    // Nominally two thirds of the TTL (2 s). With four busy loops beside the test the least
+    // seen was 1.9 s; with builds running too (load average 12 on two cores) 280 ms. fred
+    // 10.1.0 stalled or lost leases here in every run under load.
+    println!("least validity left at a renewal, per lease (ms): {least_left:?}");
+    for (left, name) in least_left.iter().zip(names) {
+        assert!(
+            *left > 0,
+            "{name}: a renewal was confirmed {} ms after the lease ran out",
+            -left
+        );
+    }
+    for ((_, token), name) in holders.iter().zip(names) {
+        assert_eq!(get(&direct, &lock_key(name)).await.as_ref(), Some(token));
     }
 
-    // Each holder still holds (its renewals found the new owner: two more confirmations) or was
-    // told Lost; never believes it holds a key that says otherwise.
-    let mut told_lost = Vec::new();
-    for ((holder, token), name) in holders.iter_mut().zip(names) {
-        let mut confirmed = 0;
-        while confirmed < 2 {
-            match holder.next().await {
-                Ok(Some(leasehold::pb::lease_response::Event::Extended(_))) => confirmed += 1,
-                Ok(Some(leasehold::pb::lease_response::Event::Lost(_))) => break,
-                other => panic!("{name}: expected renewals or Lost, got {other:?}"),
-            }
-        }
-        if confirmed == 2 {
-            assert_eq!(get(&direct, &lock_key(name)).await.as_ref(), Some(&*token));
-        }
-        told_lost.push(confirmed < 2);
-    }
-    // Hand-overs on the new owner: holder -> head -> the one behind, by wake-ups. A holder told
-    // Lost has no stream left to release on: its server let go when it said so.
-    for ((((mut holder, _), mut head), mut follower), lost) in
-        holders.into_iter().zip(heads).zip(followers).zip(told_lost)
+    // Hand-overs on the new owner: holder -> head -> the one behind, by wake-ups.
+    for ((mut holder, _), (mut head, mut follower)) in
+        holders.into_iter().zip(heads.into_iter().zip(followers))
     {
-        if !lost {
-            holder.send(release_request()).await;
-            let _ = holder.next_significant().await;
-        }
+        assert!(holder.release().await);
         head.acquired().await;
         let released_at = tokio::time::Instant::now();
         assert!(head.release().await);
@@ -282,6 +318,116 @@ async fn a_slot_migrated_under_held_leases_and_waiters_loses_no_waiter_and_no_ho
         );
         assert!(follower.release().await);
     }
+}
+
+/// A command redirected by `ASK` (its slot in migration) is sent to the target node behind
+/// `ASKING`, queued after the commands already in flight on that connection: each of them gets
+/// its own reply. fred 10.1.0 read the `ASKING` reply straight off the socket, which was the
+/// reply of the command in flight there, gave the `+OK` to that command, and sent the
+/// redirected one back to the migrating node (see vendor/README.md); a blocked `BZPOPMIN` on
+/// the target keeps a command in flight there for as long as the test needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_in_flight_on_the_ask_target_gets_its_own_reply() {
+    use fred::prelude::*;
+    let cluster = RedisCluster::start(3, 0);
+    let redis = cluster.client().await;
+    // Longer than the client's own 2 s: the pop waits while the test sets up the redirection.
+    let patient = redis.with_options(&Options {
+        timeout: Some(Duration::from_secs(20)),
+        ..Default::default()
+    });
+    let moved = "{asked}:key";
+    let (from, slot) = cluster.slot_of(moved);
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|port| *port != from)
+        .expect("another primary");
+    let waiting = (0..)
+        .map(|i| format!("{{waiting-{i}}}:set"))
+        .find(|key| cluster.slot_of(key).0 == to)
+        .expect("a key on the target");
+    let () = redis
+        .set(moved, "moved value", None, None, false)
+        .await
+        .unwrap();
+    cluster.start_migration(slot, from, to);
+
+    let popper = {
+        let patient = patient.clone();
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            patient
+                .bzpopmin::<Option<(String, String, f64)>, _>(waiting, 15.0)
+                .await
+        })
+    };
+    let blocked = |port| {
+        cluster
+            .run(port, &["info", "clients"])
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("blocked_clients:")?.parse().ok())
+            .unwrap_or(0u32)
+    };
+    within(
+        Duration::from_secs(10),
+        "the pop blocked on the target",
+        async {
+            while blocked(to) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    let getter = {
+        let patient = patient.clone();
+        tokio::spawn(async move { patient.get::<Option<String>, _>(moved).await })
+    };
+    // The migrating node answers ASK; what follows it waits on the target behind the pop, unread.
+    within(
+        Duration::from_secs(10),
+        "ASKING queued on the target",
+        async {
+            loop {
+                let clients = cluster.run(to, &["client", "list"]);
+                let queued = clients.lines().any(|line| {
+                    line.contains("cmd=bzpopmin")
+                        && !line.split_whitespace().any(|field| field == "qbuf=0")
+                });
+                if queued {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        cluster.run(to, &["zadd", &waiting, "1", "member"]),
+        "1",
+        "pushed"
+    );
+
+    let popped = within(Duration::from_secs(10), "the pop", popper)
+        .await
+        .unwrap();
+    assert_eq!(
+        popped.map_err(|error| error.to_string()),
+        Ok(Some((waiting.clone(), "member".to_owned(), 1.0))),
+        "the pop's own reply"
+    );
+    let got = within(Duration::from_secs(10), "the redirected GET", getter)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.map_err(|error| error.to_string()),
+        Ok(Some("moved value".to_owned())),
+        "the GET's own reply, from the target"
+    );
+    // The client goes on once the slot has moved.
+    cluster.finish_migration(slot, to);
+    let after: Option<String> = redis.get(moved).await.unwrap();
+    assert_eq!(after.as_deref(), Some("moved value"));
 }
 
 /// Scripts run by SHA on the primary at `port` so far.
@@ -427,10 +573,8 @@ async fn chaos_servers_and_clients_struck_one_after_another() {
 }
 
 /// The chaos workload, its history checked, while the lock's slot moves to another primary and
-/// back (resharding, as `redis-cli --cluster reshard` does it). Ignored in CI for the reason the
-/// slot-move test above is: fred 10.1's cluster client fails under load during a slot move.
+/// back (resharding, as `redis-cli --cluster reshard` does it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fred's cluster client fails under load during a slot move: scripts/robustness.sh runs it"]
 async fn chaos_the_locks_slot_moved_to_another_primary_and_back() {
     use support::chaos::{Chaos, Cluster, LOCK};
     use tokio::time::Instant;

@@ -221,8 +221,11 @@ impl Connection {
             // background (the first connection retries like a reconnection), none waited for.
             drop(subscriber.connect());
         } else {
-            self.bounded("subscriber connect", subscriber.init())
-                .await?;
+            // A connection set-up, not a command: on a cluster it reaches every node and reads
+            // the slot map, which a loaded machine does not always do within a short command
+            // timeout (300 ms in the fault tests), and failing here stops the server.
+            let limit = self.0.command_timeout.max(SUBSCRIBER_CONNECT_LEAST);
+            bounded(limit, "subscriber connect", subscriber.init()).await?;
         }
         Ok(subscriber)
     }
@@ -268,6 +271,11 @@ impl Connection {
     /// Runs a script by SHA, loading it again if Redis forgot it (restart, `SCRIPT FLUSH`),
     /// within the command timeout.
     ///
+    /// On a cluster, a script refused with `TRYAGAIN` (its keys' slot is moving and they are
+    /// split between the two nodes for now; the script did not run) runs again after a short
+    /// pause, within the same timeout: the move is usually over in milliseconds, and a release
+    /// or a hand-over refused meanwhile would otherwise wait for a TTL.
+    ///
     /// fred's future is boxed: it is large (both `EVALSHA`s and the reload), and every caller's
     /// future up to the gRPC handler would otherwise carry it and copy it at each move (2-4 % of
     /// a unary `Acquire`'s CPU went to those copies).
@@ -278,7 +286,24 @@ impl Connection {
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R> {
-        let call = Box::pin(script.evalsha_with_reload(&self.0.client, keys, args));
+        if !self.0.config.server.is_clustered() {
+            let call = Box::pin(script.evalsha_with_reload(&self.0.client, keys, args));
+            return self.bounded(context, call).await;
+        }
+        let client = &self.0.client;
+        let call = Box::pin(async move {
+            let mut pause = TRY_AGAIN_FIRST_PAUSE;
+            loop {
+                let attempt = script.evalsha_with_reload(client, keys.clone(), args.clone());
+                match attempt.await {
+                    Err(error) if is_try_again(&error) => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(TRY_AGAIN_LAST_PAUSE);
+                    }
+                    answer => return answer,
+                }
+            }
+        });
         self.bounded(context, call).await
     }
 
@@ -477,6 +502,20 @@ async fn bounded<T>(
         Ok(result) => result.map_err(Error::redis(context)),
         Err(_) => Err(Error::RedisTimeout { context, timeout }),
     }
+}
+
+/// The least time a subscriber connection is given to connect (see [`Connection::subscriber`]).
+const SUBSCRIBER_CONNECT_LEAST: Duration = Duration::from_secs(5);
+
+/// The first pause before a script refused with `TRYAGAIN` runs again; it doubles up to
+/// [`TRY_AGAIN_LAST_PAUSE`].
+const TRY_AGAIN_FIRST_PAUSE: Duration = Duration::from_millis(5);
+const TRY_AGAIN_LAST_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether Redis refused a command with `TRYAGAIN`: a cluster slot in migration with the
+/// command's keys on both sides of it. The command did not run.
+fn is_try_again(error: &fred::error::Error) -> bool {
+    error.details().starts_with("TRYAGAIN")
 }
 
 /// After start, lost connections are retried forever (50 ms doubling to 2 s); leases meanwhile

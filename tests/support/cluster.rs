@@ -247,6 +247,14 @@ impl RedisCluster {
     /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, `MIGRATE` of its keys a batch
     /// at a time, then the new owner announced to every primary.
     pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        self.start_migration(slot, from, to);
+        self.finish_migration(slot, to);
+    }
+
+    /// The first half of [`RedisCluster::migrate_slot`]: `slot` IMPORTING on `to`, MIGRATING on
+    /// `from`, and every key of it moved to `to`. `from` still owns the slot and answers `ASK`
+    /// for its keys until [`RedisCluster::finish_migration`].
+    pub fn start_migration(&self, slot: u16, from: u16, to: u16) {
         let slot = slot.to_string();
         let from_id = self.cli(from, &["cluster", "myid"]);
         let to_id = self.cli(to, &["cluster", "myid"]);
@@ -271,12 +279,24 @@ impl RedisCluster {
             let answer = self.cli(from, &args);
             assert!(answer == "OK" || answer == "NOKEY", "MIGRATE: {answer}");
         }
+    }
+
+    /// The second half of [`RedisCluster::migrate_slot`]: `to` announced as `slot`'s owner to
+    /// every primary.
+    pub fn finish_migration(&self, slot: u16, to: u16) {
+        let slot = slot.to_string();
+        let to_id = self.cli(to, &["cluster", "myid"]);
         for port in self.primaries() {
             assert_eq!(
                 self.cli(port, &["cluster", "setslot", &slot, "node", &to_id]),
                 "OK"
             );
         }
+    }
+
+    /// `redis-cli` against the node on `port`, for what the helpers here do not cover.
+    pub fn run(&self, port: u16, args: &[&str]) -> String {
+        self.cli(port, args)
     }
 
     /// How many keys the node on `port` holds.
