@@ -20,14 +20,14 @@ use super::proxy::Proxy;
 use super::sentinel::SentinelsIn;
 use super::{RedisServer, ServerProcess};
 
+mod primitives;
+use primitives::Primitives;
+
 pub const LOCK: &str = "chaos";
-/// The election the candidates contend in, beside the lock.
+/// The election the candidates contend in, beside the lock ([`primitives`]).
 pub const ELECTION: &str = "chaos-election";
 /// A lock the workers never take, to probe the servers' connections.
 const PROBE: &str = "chaos-probe";
-/// Candidates in every run, their ids after the workers' in the history.
-const CANDIDATES: usize = 2;
-const FIRST_CANDIDATE: usize = 100;
 /// Lock TTL: short, so faults play out in a few seconds.
 pub const TTL: Duration = Duration::from_millis(500);
 /// How long a worker keeps the lock per turn.
@@ -298,6 +298,21 @@ pub struct Current {
     pub server: usize,
     pub token: u64,
     pub since: Instant,
+    /// Held on a session rather than a Lease stream of its own.
+    pub on_session: bool,
+}
+
+impl Current {
+    /// By when a holder whose server was killed is told: at once on a Lease stream (it
+    /// breaks); on a session, by the end of its validity (the session client tries to resume
+    /// the whole session first), up to a TTL.
+    pub fn told_when_its_server_dies(&self) -> Duration {
+        if self.on_session {
+            TTL + Duration::from_millis(200)
+        } else {
+            Duration::from_millis(500)
+        }
+    }
 }
 
 #[derive(Default)]
@@ -335,39 +350,53 @@ pub struct Chaos {
     shared: Arc<Shared>,
     stop: CancellationToken,
     workers: Vec<tokio::task::JoinHandle<()>>,
+    /// Every other primitive's workers, beside the lock's.
+    primitives: Option<Primitives>,
     data_loss: bool,
 }
 
+/// Which of the lock's workers hold their turns on sessions rather than Lease streams.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnSessions {
+    None,
+    /// The second half of the workers (one per server with four workers on two).
+    Half,
+    All,
+}
+
 impl Chaos {
+    /// Workers on the lock (the first half on Lease streams, the second on sessions), and
+    /// beside them every other primitive ([`primitives`]) on its own names.
     pub async fn start(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false, CANDIDATES, false).await
+        Chaos::start_with(cluster, workers, false, true, OnSessions::Half).await
     }
 
-    /// As [`Chaos::start`] with no election beside the lock. (With candidates, killing the
-    /// servers' pub/sub connections left the lock unused for 2.5 s: fred failed to resubscribe,
-    /// "wrong number of arguments for 'subscribe'"; a known issue, not yet fixed.)
+    /// The lock alone, on Lease streams. (With an election beside it, killing the servers'
+    /// pub/sub connections left the lock unused for 2.5 s: fred failed to resubscribe, "wrong
+    /// number of arguments for 'subscribe'"; a known issue, not yet fixed.)
     pub async fn start_lock_only(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false, 0, false).await
+        Chaos::start_with(cluster, workers, false, false, OnSessions::None).await
     }
 
-    /// As [`Chaos::start`], each worker's client given every server (through its own proxies,
-    /// its own first), so a lease resumes on another server when its server stops or dies.
+    /// As [`Chaos::start`], the lock's workers on Lease streams, each worker's client given
+    /// every server (through its own proxies, its own first), so a lease resumes on another
+    /// server when its server stops or dies.
     pub async fn start_resuming(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, true, CANDIDATES, false).await
+        Chaos::start_with(cluster, workers, true, true, OnSessions::None).await
     }
 
-    /// As [`Chaos::start`], each worker holding its turns on a session (one per server it
-    /// uses, opened again once it ends) rather than a Lease stream of its own.
+    /// As [`Chaos::start`], every lock worker holding its turns on a session (one per server
+    /// it uses, opened again once it ends) rather than a Lease stream of its own.
     pub async fn start_on_sessions(cluster: Cluster, workers: usize) -> Self {
-        Chaos::start_with(cluster, workers, false, CANDIDATES, true).await
+        Chaos::start_with(cluster, workers, false, true, OnSessions::All).await
     }
 
     async fn start_with(
         cluster: Cluster,
         workers: usize,
         every_server: bool,
-        candidates: usize,
-        on_sessions: bool,
+        others: bool,
+        on_sessions: OnSessions,
     ) -> Self {
         let (current, _) = watch::channel(None);
         let (writes, _) = watch::channel(0);
@@ -406,7 +435,12 @@ impl Chaos {
             let worker = Worker {
                 id,
                 server: id % routes.len(),
-                sessions: on_sessions.then(|| routes.iter().map(|_| None).collect()),
+                sessions: match on_sessions {
+                    OnSessions::None => false,
+                    OnSessions::Half => id >= workers / 2,
+                    OnSessions::All => true,
+                }
+                .then(|| routes.iter().map(|_| None).collect()),
                 routes,
                 counter,
                 shared: shared.clone(),
@@ -414,24 +448,22 @@ impl Chaos {
             };
             handles.push(tokio::spawn(worker.run()));
         }
-        for i in 0..candidates {
-            let server = &cluster.servers[i % cluster.servers.len()];
-            let client = Client::connect(format!("http://{}", server.addr))
-                .await
-                .expect("connect candidate");
-            let candidate = Candidate {
-                id: FIRST_CANDIDATE + i,
-                client,
-                history: shared.history.clone(),
-                stop: stop.clone(),
-            };
-            handles.push(tokio::spawn(candidate.run()));
-        }
+        let primitives = if others {
+            // On the first two servers: enough to strike one and keep the other (2 cores).
+            let servers = cluster.servers.iter().take(2);
+            let urls: Vec<String> = servers.map(ServerProcess::url).collect();
+            let redlock = cluster.mode == "redlock";
+            let resource = &cluster.resource_redis;
+            Some(Primitives::start(&urls, resource, redlock, &stop, &mut handles).await)
+        } else {
+            None
+        };
         Chaos {
             cluster,
             shared,
             stop,
             workers: handles,
+            primitives,
             data_loss: false,
         }
     }
@@ -543,7 +575,7 @@ impl Chaos {
         let at = Instant::now();
         self.handed_over(&holder).await;
         self.cluster.kill_and_restart(holder.server);
-        struck.push((holder, at, Some(Duration::from_millis(500))));
+        struck.push((holder, at, Some(holder.told_when_its_server_dies())));
         self.progress(5).await;
         struck
     }
@@ -641,6 +673,12 @@ impl Chaos {
         };
         let run = format!("{}/{fault}", report.mode);
         report.history.check(&run, 1, self.data_loss);
+        if let Some(primitives) = &self.primitives {
+            let resource = &self.cluster.resource_redis;
+            primitives
+                .check(&run, fault, resource, self.data_loss)
+                .await;
+        }
         report
     }
 }
@@ -682,6 +720,7 @@ impl Worker {
                 server: self.server,
                 token,
                 since: start,
+                on_session: self.sessions.is_some(),
             }));
             let lost = self.turn(&guard, token, start).await;
             let end = lost.as_ref().map_or_else(Instant::now, |(at, _)| *at);
@@ -954,9 +993,14 @@ impl Report {
             .as_deref()
             .expect("the holder was not told it lost the lock");
         let after = hold.end.saturating_duration_since(fault_at);
+        let on = if holder.on_session {
+            "a session"
+        } else {
+            "a Lease stream"
+        };
         assert!(
             after <= bound,
-            "told after {after:?} (bound {bound:?}): {reason}"
+            "told after {after:?} (bound {bound:?}), on {on}: {reason}"
         );
     }
 
@@ -1033,64 +1077,5 @@ impl Report {
             self.final_value,
             self.writes.len()
         );
-    }
-}
-
-/// A candidate in the election beside the lock: it campaigns, leads for a turn (or until told
-/// it lost), resigns, and campaigns again; every step goes into the history.
-struct Candidate {
-    id: usize,
-    client: Client,
-    history: Arc<History>,
-    stop: CancellationToken,
-}
-
-impl Candidate {
-    async fn run(self) {
-        while !self.stop.is_cancelled() {
-            let called = Instant::now();
-            let elected = async {
-                let mut candidate = self
-                    .client
-                    .campaign(ELECTION, format!("candidate-{}", self.id), TTL)
-                    .await?;
-                let term = candidate.elected().await?;
-                Ok::<_, leasehold::client::ClientError>((candidate, term))
-            };
-            let elected = tokio::select! {
-                elected = elected => elected,
-                () = self.stop.cancelled() => break,
-            };
-            let Ok((mut candidate, term)) = elected else {
-                // The server is down or unreachable: it may have elected this candidate and
-                // lost it again, which nobody here can know.
-                let unknown = Outcome::Unknown;
-                self.history
-                    .record(self.id, Kind::Campaign, called, None, unknown, 0, 0);
-                sleep(Duration::from_millis(20)).await;
-                continue;
-            };
-            let since = Instant::now();
-            self.history.record(
-                self.id,
-                Kind::Campaign,
-                called,
-                Some(since),
-                Outcome::Ok,
-                term,
-                0,
-            );
-            let lost = tokio::select! {
-                _ = candidate.lost() => true,
-                () = sleep(HOLD_FOR) => false,
-                () = self.stop.cancelled() => false,
-            };
-            let ended = Instant::now();
-            if !lost {
-                let _ = candidate.resign().await;
-            }
-            self.history
-                .record_end(self.id, Kind::Resign, ended, Instant::now(), term);
-        }
     }
 }
