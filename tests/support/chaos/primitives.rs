@@ -24,7 +24,7 @@ pub const RWLOCK: &str = "chaos-rwlock";
 /// The fenced counter the read-write lock's writers increment.
 const RW_COUNTER: &str = "rw-counter";
 /// How long a worker keeps a permit, a shared or exclusive hold, or a leadership per turn.
-const TURN: Duration = Duration::from_millis(150);
+const TURN: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_secs(3);
 const OP_GAP: Duration = Duration::from_millis(10);
 /// An acquisition's value in a read-write lock's history: a shared hold (the checker's
@@ -108,15 +108,19 @@ pub struct Primitives {
     observed: Arc<Mutex<Vec<Option<u64>>>>,
     /// The observer's last error, for the verdict.
     observer_error: Arc<Mutex<Option<String>>>,
+    /// Whether an observer follows the election.
+    observe: bool,
 }
 
 impl Primitives {
     /// Starts the workers on `servers` (a stream worker and a session worker of each primitive
     /// on each). `redlock`: no semaphore and no election, which the server refuses there.
+    /// `observe`: an observer follows the election too.
     pub async fn start(
         servers: &[String],
         resource: &RedisServer,
         redlock: bool,
+        observe: bool,
         stop: &CancellationToken,
         handles: &mut Vec<JoinHandle<()>>,
     ) -> Self {
@@ -126,65 +130,65 @@ impl Primitives {
             election: (!redlock).then(Arc::default),
             observed: Arc::default(),
             observer_error: Arc::default(),
+            observe: !redlock && observe,
         };
-        let mut shapes = vec![Shape::Shared, Shape::Exclusive];
+        // Where each worker runs: (its server, on a session). Every primitive has a worker on a
+        // stream and one on a session, and each server has both; few workers (2 cores).
+        let mut placements = vec![
+            (Shape::Shared, 0, false),
+            (Shape::Shared, 1, true),
+            (Shape::Exclusive, 0, true),
+            (Shape::Exclusive, 1, false),
+        ];
         if !redlock {
-            shapes.insert(0, Shape::Permit);
+            placements.extend([
+                (Shape::Permit, 0, false),
+                (Shape::Permit, 1, true),
+                (Shape::Permit, 1, false),
+            ]);
         }
-        for shape in shapes {
+        let url = |server: usize| servers[server].clone();
+        for (id, (shape, server, on_session)) in placements.into_iter().enumerate() {
             let record = match (shape, &primitives.semaphore) {
                 (Shape::Permit, Some(record)) => record.clone(),
                 _ => primitives.rwlock.clone(),
             };
-            for (i, url) in servers.iter().enumerate() {
-                for on_session in [false, true] {
-                    let client = Client::connect(url.clone()).await.expect("connect worker");
-                    let counter = match shape {
-                        Shape::Exclusive => Some(
-                            FencedKey::new(resource.client().await, RW_COUNTER)
-                                .await
-                                .expect("fenced counter"),
-                        ),
-                        _ => None,
-                    };
-                    let worker = Holder {
-                        // Unique within its history: the read-write lock's writers after its readers.
-                        id: usize::from(shape == Shape::Exclusive) * 100
-                            + i * 2
-                            + usize::from(on_session),
-                        shape,
-                        client,
-                        session: on_session.then_some(None),
-                        record: record.clone(),
-                        counter,
-                        stop: stop.clone(),
-                    };
-                    handles.push(tokio::spawn(worker.run()));
-                }
-            }
+            let counter = match shape {
+                Shape::Exclusive => Some(
+                    FencedKey::new(resource.client().await, RW_COUNTER)
+                        .await
+                        .expect("fenced counter"),
+                ),
+                _ => None,
+            };
+            let worker = Holder {
+                id,
+                shape,
+                client: Client::connect(url(server)).await.expect("connect worker"),
+                session: on_session.then_some(None),
+                record,
+                counter,
+                stop: stop.clone(),
+            };
+            handles.push(tokio::spawn(worker.run()));
         }
         let Some(election) = &primitives.election else {
             return primitives;
         };
-        for (i, url) in servers.iter().enumerate() {
-            let client = Client::connect(url.clone())
-                .await
-                .expect("connect candidate");
-            let candidate = StreamCandidate {
-                id: i,
-                client: client.clone(),
-                record: election.clone(),
-                stop: stop.clone(),
-            };
-            handles.push(tokio::spawn(candidate.run()));
-            let candidate = SessionCandidate {
-                id: servers.len() + i,
-                client,
-                record: election.clone(),
-                stop: stop.clone(),
-            };
-            handles.push(tokio::spawn(candidate.run()));
-        }
+        let candidate = StreamCandidate {
+            id: 0,
+            client: Client::connect(url(0)).await.expect("connect candidate"),
+            record: election.clone(),
+            stop: stop.clone(),
+        };
+        handles.push(tokio::spawn(candidate.run()));
+        let candidate = SessionCandidate {
+            id: 1,
+            client: Client::connect(url(1)).await.expect("connect candidate"),
+            record: election.clone(),
+            stop: stop.clone(),
+        };
+        handles.push(tokio::spawn(candidate.run()));
         // The observer knows every server, so it follows the election on another when its own
         // fails.
         let client = Client::connect(servers.join(","))
@@ -196,7 +200,9 @@ impl Primitives {
             error: primitives.observer_error.clone(),
             stop: stop.clone(),
         };
-        handles.push(tokio::spawn(observer.run()));
+        if observe {
+            handles.push(tokio::spawn(observer.run()));
+        }
         primitives
     }
 
@@ -229,7 +235,7 @@ impl Primitives {
             terms.len()
         );
         assert!(
-            terms.len() >= 2,
+            terms.len() >= 2 || !self.observe,
             "{fault}: the observer saw {} leaders: {observed:?} (last error: {:?})",
             terms.len(),
             lock(&self.observer_error)
@@ -350,7 +356,13 @@ impl Holder {
             } else {
                 Kind::Release
             };
-            let _ = guard.release().await;
+            let what = format!(
+                "release of {:?} {} on a session: {}",
+                self.shape,
+                self.id,
+                self.session.is_some()
+            );
+            settled(&what, guard.release()).await;
             history.record_end(self.id, kind, believed_until, Instant::now(), token);
         }
     }
@@ -518,7 +530,7 @@ impl StreamCandidate {
             let ended = Instant::now();
             self.record.believed(since, ended, 1);
             if !lost {
-                let _ = candidate.resign().await;
+                settled("resign", candidate.resign()).await;
             }
             history.record_end(self.id, Kind::Resign, ended, Instant::now(), term);
         }
@@ -590,7 +602,7 @@ impl SessionCandidate {
             let ended = Instant::now();
             self.record.believed(since, ended, 1);
             if !lost {
-                let _ = leader.resign().await;
+                settled("session resign", leader.resign()).await;
             }
             history.record_end(self.id, Kind::Resign, ended, Instant::now(), term);
         }
@@ -634,5 +646,16 @@ impl Observer {
                 }
             }
         }
+    }
+}
+
+/// Awaits a release or resignation, whose answer the history does not need (the belief ended
+/// before it was sent), for at most 5 s: one that hangs is reported, not waited for.
+async fn settled<T>(what: &str, call: impl std::future::Future<Output = T>) {
+    if tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .is_err()
+    {
+        eprintln!("HUNG {what}: no answer within 5 s");
     }
 }
