@@ -598,7 +598,8 @@ impl Chaos {
     }
 
     /// The nemesis for a forward clock jump on Redis (Kleppmann's case against Redlock): the
-    /// lock key's remaining TTL cut to 1 ms where it lives (on every Redlock primary: a jump on
+    /// lock key's remaining TTL cut to 1 ms where it lives (and every other key with a TTL, the
+    /// other primitives', outside a cluster) (on every Redlock primary: a jump on
     /// a majority of them; on the slot's primary of a cluster). Returns how many keys it cut.
     pub async fn expire_lock_key_early(&self) -> usize {
         use fred::prelude::ClientLike;
@@ -615,12 +616,34 @@ impl Chaos {
             }
         }
         let mut cut = 0;
-        for redis in direct {
+        for redis in &direct {
             let expired: i64 = redis
                 .custom(fred::cmd!("PEXPIRE"), vec![key.clone(), "1".into()])
                 .await
                 .unwrap_or(0);
             cut += usize::try_from(expired).unwrap_or(0);
+        }
+        // The other primitives' keys that expire (holds, permits, sessions, the leadership)
+        // go too, as a jump of Redis's clock would take them; their fencing counters never
+        // expire and stay. Not on a cluster: its keys live on three primaries.
+        if self.primitives.is_some() && self.cluster.redis_cluster.is_none() {
+            for redis in &direct {
+                let keys: Vec<String> = redis
+                    .custom(fred::cmd!("KEYS"), vec!["leasehold:*".to_owned()])
+                    .await
+                    .unwrap_or_default();
+                for other in keys.into_iter().filter(|k| *k != key) {
+                    let ttl: i64 = redis
+                        .custom(fred::cmd!("PTTL"), vec![other.clone()])
+                        .await
+                        .unwrap_or(-1);
+                    if ttl > 0 {
+                        let _: Result<i64, _> = redis
+                            .custom(fred::cmd!("PEXPIRE"), vec![other, "1".to_owned()])
+                            .await;
+                    }
+                }
+            }
         }
         cut
     }
@@ -670,6 +693,9 @@ impl Chaos {
     /// Stops the workers and returns what they did, once the checker has passed the recorded
     /// history of run `<mode>/<fault>` (its verdict comes first: it is the one that names a bug).
     pub async fn finish(self, fault: &'static str) -> Report {
+        if let Some(primitives) = &self.primitives {
+            primitives.enough().await;
+        }
         super::stop_workers(&self.stop, self.workers).await;
         let counter = FencedKey::new(self.cluster.resource_redis.client().await, "counter")
             .await
@@ -692,9 +718,7 @@ impl Chaos {
         report.history.check(&run, 1, self.data_loss);
         if let Some(primitives) = &self.primitives {
             let resource = &self.cluster.resource_redis;
-            primitives
-                .check(&run, fault, resource, self.data_loss)
-                .await;
+            primitives.check(&run, resource, self.data_loss).await;
         }
         report
     }

@@ -32,6 +32,8 @@ const OP_GAP: Duration = Duration::from_millis(10);
 const SHARED: u64 = 1;
 /// An exclusive hold's weight in the figures' sweep: more than every shared hold together.
 const EXCLUSIVE_WEIGHT: usize = 1_000;
+/// The fewest holds (or leaderships) of each primitive a run must see to judge it.
+const ENOUGH: usize = 3;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Shape {
@@ -54,6 +56,8 @@ struct Belief {
 struct Record {
     history: Arc<History>,
     beliefs: Mutex<Vec<Belief>>,
+    /// How many beliefs have ended, to await enough work to judge.
+    ended: tokio::sync::watch::Sender<usize>,
     /// The read-write lock's accepted increments: (token, value written).
     writes: Mutex<Vec<(u64, u64)>>,
     refused: Mutex<usize>,
@@ -62,6 +66,16 @@ struct Record {
 impl Record {
     fn believed(&self, start: Instant, end: Instant, weight: usize) {
         lock(&self.beliefs).push(Belief { start, end, weight });
+        self.ended.send_modify(|n| *n += 1);
+    }
+
+    /// Waits (at most 15 s) until `count` beliefs have ended in all.
+    async fn ended(&self, count: usize, primitive: &str) {
+        let mut ended = self.ended.subscribe();
+        tokio::time::timeout(Duration::from_secs(15), ended.wait_for(|n| *n >= count))
+            .await
+            .unwrap_or_else(|_| panic!("{primitive}: fewer than {count} holds within 15 s"))
+            .expect("the record is here");
     }
 
     /// The longest time nobody held (or led) between two beliefs, and the longest time more
@@ -206,9 +220,21 @@ impl Primitives {
         primitives
     }
 
+    /// Waits until each primitive changed hands a few times in all (bounded): enough to judge.
+    pub async fn enough(&self) {
+        if let Some(semaphore) = &self.semaphore {
+            semaphore.ended(ENOUGH, "semaphore").await;
+        }
+        self.rwlock.ended(ENOUGH, "rwlock").await;
+        if let Some(election) = &self.election {
+            election.ended(ENOUGH, "election").await;
+        }
+    }
+
     /// Checks each primitive's history by its model (as run `<run>/<primitive>`), the read-write
     /// lock's fenced counter and the observer's view, and prints a `FIGURE` line for each.
-    pub async fn check(&self, run: &str, fault: &str, resource: &RedisServer, data_loss: bool) {
+    pub async fn check(&self, run: &str, resource: &RedisServer, data_loss: bool) {
+        let fault = run;
         if let Some(semaphore) = &self.semaphore {
             semaphore
                 .history
@@ -227,15 +253,18 @@ impl Primitives {
             .history
             .check(&format!("{run}/election"), 1, data_loss);
         figure(fault, "election", election, 1);
+        if !self.observe {
+            return;
+        }
         let observed = lock(&self.observed).clone();
         let terms: Vec<u64> = observed.iter().flatten().copied().collect();
         println!(
-            "FIGURE fault={fault} primitive=observer states={} leaders={}",
+            "FIGURE run={fault} primitive=observer states={} leaders={}",
             observed.len(),
             terms.len()
         );
         assert!(
-            terms.len() >= 2 || !self.observe,
+            terms.len() >= 2,
             "{fault}: the observer saw {} leaders: {observed:?} (last error: {:?})",
             terms.len(),
             lock(&self.observer_error)
@@ -259,7 +288,7 @@ impl Primitives {
         writes.sort_by_key(|&(_, value)| value);
         let refused = *lock(&self.rwlock.refused);
         println!(
-            "FIGURE fault={fault} primitive=rwlock-writes writes={} stale_refused={refused}",
+            "FIGURE run={fault} primitive=rwlock-writes writes={} stale_refused={refused}",
             writes.len()
         );
         assert!(
@@ -282,12 +311,12 @@ impl Primitives {
 fn figure(fault: &str, primitive: &str, record: &Record, capacity: usize) {
     let (beliefs, idle, overlap) = record.figures(capacity);
     println!(
-        "FIGURE fault={fault} primitive={primitive} beliefs={beliefs} longest_idle_ms={} overlap_ms={}",
+        "FIGURE run={fault} primitive={primitive} beliefs={beliefs} longest_idle_ms={} overlap_ms={}",
         idle.as_millis(),
         overlap.as_millis()
     );
     assert!(
-        beliefs >= 3,
+        beliefs >= ENOUGH,
         "{fault}: {primitive} held only {beliefs} times: too little to judge"
     );
 }
