@@ -58,6 +58,8 @@ struct Record {
     beliefs: Mutex<Vec<Belief>>,
     /// How many beliefs have ended, to await enough work to judge.
     ended: tokio::sync::watch::Sender<usize>,
+    /// How many increments the read-write lock's writers made, likewise.
+    written: tokio::sync::watch::Sender<usize>,
     /// The read-write lock's accepted increments: (token, value written).
     writes: Mutex<Vec<(u64, u64)>>,
     refused: Mutex<usize>,
@@ -75,6 +77,15 @@ impl Record {
         tokio::time::timeout(Duration::from_secs(15), ended.wait_for(|n| *n >= count))
             .await
             .unwrap_or_else(|_| panic!("{primitive}: fewer than {count} holds within 15 s"))
+            .expect("the record is here");
+    }
+
+    /// Waits (at most 15 s) until the writers made `count` increments in all.
+    async fn written(&self, count: usize) {
+        let mut written = self.written.subscribe();
+        tokio::time::timeout(Duration::from_secs(15), written.wait_for(|n| *n >= count))
+            .await
+            .unwrap_or_else(|_| panic!("rwlock: fewer than {count} writes within 15 s"))
             .expect("the record is here");
     }
 
@@ -226,6 +237,8 @@ impl Primitives {
             semaphore.ended(ENOUGH, "semaphore").await;
         }
         self.rwlock.ended(ENOUGH, "rwlock").await;
+        // Readers alone can make the holds: the writers must have written too.
+        self.rwlock.written(ENOUGH).await;
         if let Some(election) = &self.election {
             election.ended(ENOUGH, "election").await;
         }
@@ -292,7 +305,7 @@ impl Primitives {
             writes.len()
         );
         assert!(
-            writes.len() >= 3,
+            writes.len() >= ENOUGH,
             "{fault}: too few writes: {}",
             writes.len()
         );
@@ -493,6 +506,7 @@ impl Holder {
                 return Some(Instant::now());
             }
             lock(&self.record.writes).push((token, value + 1));
+            self.record.written.send_modify(|n| *n += 1);
             tokio::select! {
                 () = sleep(OP_GAP) => {}
                 _ = guard.lost() => return Some(Instant::now()),
