@@ -16,18 +16,18 @@ func checkAll(h *History, timeout time.Duration, dir string) []result {
 	exclusive := !h.DataLoss
 	models := []modelCheck{
 		{name: "register", model: registerModel, ops: registerOps(h), mustPass: true},
-		{name: "tokens", model: tokensModel, ops: grantOps(h, Acquire), mustPass: true},
+		tokensCheck(h),
 	}
 	if campaigns := grantOps(h, Campaign); len(campaigns) > 0 {
 		models = append(models, modelCheck{name: "terms", model: termsModel, ops: campaigns, mustPass: true})
 	}
 	models = append(models,
-		modelCheck{name: holdsName(h.LockLimit), model: holdsModel(h.LockLimit), ops: changeOps(h, Acquire, Release, Lost), mustPass: exclusive},
+		lockCheck(h, exclusive),
 		modelCheck{name: "election", model: electionModel, ops: changeOps(h, Campaign, Resign), mustPass: exclusive},
 	)
 	var results []result
 	for _, m := range models {
 		results = append(results, m.run(h.Run, timeout, dir))
 	}
-	return append(results, holding.check(h, h.LockLimit), leading.check(h, 1))
+	return append(results, lockOverlap(h), leading.check(h, 1))
 }
