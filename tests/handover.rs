@@ -84,25 +84,40 @@ fn start_job(replicas: &Replicas, done: &std::path::Path) -> tokio::process::Chi
             "job",
             "--",
         ])
-        .args([
-            "sh",
-            "-c",
-            &format!("until [ -e {} ]; do sleep 0.05; done", done.display()),
-        ])
+        .args(["sh", "-c", &job_script(done)])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-/// Waits for the job's lease to be taken (its key exists).
-async fn job_started(direct: &fred::prelude::Client) {
-    within(EVENT_TIMEOUT, "the job's lease", async {
-        while get(direct, &lock_key("job")).await.is_none() {
+/// The job's command: says it started (`started` beside `done`), then runs until `done` exists.
+fn job_script(done: &std::path::Path) -> String {
+    format!(
+        ": > {}; until [ -e {} ]; do sleep 0.05; done",
+        started(done).display(),
+        done.display()
+    )
+}
+
+fn started(done: &std::path::Path) -> std::path::PathBuf {
+    done.with_file_name("started")
+}
+
+/// Waits for the job's command to run: `run` starts it only once told `acquired`. (The key
+/// alone is not enough: a server killed between taking the key and answering leaves a client
+/// that never heard it holds the lease, and cannot resume it.)
+async fn job_started(direct: &fred::prelude::Client, done: &std::path::Path) {
+    within(EVENT_TIMEOUT, "the job's command", async {
+        while !started(done).exists() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
+    assert!(
+        get(direct, &lock_key("job")).await.is_some(),
+        "the job runs without its lease"
+    );
 }
 
 async fn job_exits_zero(mut job: tokio::process::Child, done: &std::path::Path) {
@@ -151,7 +166,7 @@ async fn a_rolling_restart_of_every_replica_loses_no_lease_leadership_or_job() {
     let dir = tempdir();
     let done = dir.join("done");
     let job = start_job(&replicas, &done);
-    job_started(&direct).await;
+    job_started(&direct, &done).await;
 
     for i in 0..3 {
         let status = replicas.stop(i).await;
@@ -195,7 +210,7 @@ async fn killing_two_of_three_replicas_loses_no_lease_or_job() {
     let dir = tempdir();
     let done = dir.join("done");
     let job = start_job(&replicas, &done);
-    job_started(&direct).await;
+    job_started(&direct, &done).await;
 
     replicas.kill(0);
     replicas.kill(1);
@@ -349,10 +364,10 @@ async fn a_name_with_several_addresses_is_every_replica() {
     std::fs::write(&hosts, "127.0.0.1 replicas.test\n127.0.0.2 replicas.test\n").unwrap();
     let done = dir.join("done");
     let script = format!(
-        "mount --bind {} /etc/hosts && exec {} run --server http://replicas.test:{port} --ttl 2s job -- sh -c 'until [ -e {} ]; do sleep 0.05; done'",
+        "mount --bind {} /etc/hosts && exec {} run --server http://replicas.test:{port} --ttl 2s job -- sh -c '{}'",
         hosts.display(),
         env!("CARGO_BIN_EXE_leasehold"),
-        done.display()
+        job_script(&done)
     );
     let job = tokio::process::Command::new("unshare")
         .args(["--mount", "sh", "-c", &script])
@@ -360,7 +375,7 @@ async fn a_name_with_several_addresses_is_every_replica() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    job_started(&direct).await;
+    job_started(&direct, &done).await;
     let token = get(&direct, &lock_key("job")).await;
     for (i, addr) in addrs.iter().enumerate() {
         let status = servers[i].stop().await;

@@ -756,7 +756,9 @@ impl Chaos {
             fault,
         };
         let run = format!("{}/{fault}", report.mode);
-        let data_loss = self.data_loss.then_some(super::history::renewal_period(TTL));
+        let data_loss = self
+            .data_loss
+            .then_some(super::history::renewal_period(TTL));
         report.history.check(&run, 1, data_loss);
         if let Some(primitives) = &self.primitives {
             let resource = &self.cluster.resource_redis;
