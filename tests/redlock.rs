@@ -559,3 +559,50 @@ async fn chaos_the_lock_key_expires_early_under_the_holder() {
         .run_key_expired_early(TTL + Duration::from_millis(200))
         .await;
 }
+
+/// A session refuses on Redlock what the unary and stream paths refuse there (a campaign, a
+/// semaphore), with the same status and message, each as a `failed` of its own lease: the
+/// session and its other leases go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_refuses_campaigns_and_semaphores_on_redlock_as_the_other_paths_do() {
+    let primaries = primaries();
+    let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
+    let client = leasehold::client::Client::connect(server.url())
+        .await
+        .expect("connect");
+    let status_of = |outcome: Result<_, leasehold::client::ClientError>| match outcome {
+        Err(leasehold::client::ClientError::Status(status)) => status,
+        Err(other) => panic!("expected a refusal, got {other:?}"),
+        Ok(_) => panic!("expected a refusal, got a lease"),
+    };
+    let unary_election = status_of(client.leader("jobs").await.map(|_| ()));
+    let unary_semaphore = status_of(client.lease("pool").limit(3).acquire().await.map(|_| ()));
+    let session = client
+        .session()
+        .ttl(Duration::from_secs(5))
+        .open()
+        .await
+        .expect("open");
+    let held = session.lock("job").acquire().await.expect("a lock");
+    let campaign = status_of(session.campaign("jobs", b"a".to_vec()).await.map(|_| ()));
+    let semaphore = status_of(session.lock("pool").limit(3).acquire().await.map(|_| ()));
+    for (session_path, other_path) in [(&campaign, &unary_election), (&semaphore, &unary_semaphore)]
+    {
+        assert_eq!(
+            session_path.code(),
+            Code::FailedPrecondition,
+            "{session_path:?}"
+        );
+        assert_eq!(session_path.code(), other_path.code());
+        assert_eq!(session_path.message(), other_path.message());
+        assert!(
+            session_path.message().contains("Redlock")
+                || session_path.message().contains("redlock")
+        );
+    }
+    assert!(!session.is_ended());
+    assert!(!held.is_lost());
+    let another = session.lock("other").acquire().await.expect("another lock");
+    assert!(another.release().await.expect("release"));
+    assert!(held.release().await.expect("release"));
+}

@@ -375,3 +375,94 @@ async fn a_session_whose_renewals_cannot_be_confirmed_is_lost_whole() {
     // Nothing follows the session's loss: the stream ends.
     assert!(matches!(session.next().await, Ok(None)));
 }
+
+/// Bytes received and not yet read on the connections a server listening on `port` accepted
+/// (`ss`'s Recv-Q): what a frozen server has been sent since it froze.
+fn unread_bytes(port: u16) -> u64 {
+    let filter = format!("sport = :{port}");
+    let out = std::process::Command::new("ss")
+        .args(["-tnH", "state", "established", &filter])
+        .output()
+        .expect("run ss");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_flight_when_its_server_stops_or_crashes_is_answered_from_the_resumed_session()
+{
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    for crash in [false, true] {
+        let mut replicas = Replicas::start(&redis, 2, &[]);
+        let client = Client::connect(replicas.urls()).await.unwrap();
+        let session = client
+            .session()
+            .ttl(Duration::from_secs(3))
+            .open()
+            .await
+            .unwrap();
+        let lease = session.lock("job").acquire().await.unwrap();
+        let leader = session.campaign("jobs", b"a".to_vec()).await.unwrap();
+        let port = replicas.servers[0].addr.port();
+        // Frozen, the server reads nothing: the release and the resignation reach its socket
+        // and wait there while it stops or dies.
+        signal(replicas.servers[0].pid(), "STOP");
+        let before = unread_bytes(port);
+        let releasing = tokio::spawn(lease.release());
+        let resigning = tokio::spawn(leader.resign());
+        within(EVENT_TIMEOUT, "the release at the frozen server", async {
+            while unread_bytes(port) <= before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        if crash {
+            replicas.kill(0);
+        } else {
+            signal(replicas.servers[0].pid(), "TERM");
+            signal(replicas.servers[0].pid(), "CONT");
+        }
+        let released = within(EVENT_TIMEOUT, "release()", releasing).await.unwrap();
+        let resigned = within(EVENT_TIMEOUT, "resign()", resigning).await.unwrap();
+        assert!(released.unwrap(), "crash: {crash}");
+        assert!(resigned.unwrap(), "crash: {crash}");
+        assert_eq!(get(&direct, &lock_key("job")).await, None, "crash: {crash}");
+        // The session goes on, on the other server.
+        assert!(!session.is_ended());
+        let again = session.lock("job").acquire().await.unwrap();
+        assert!(again.release().await.unwrap());
+        within(EVENT_TIMEOUT, "close()", session.close())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_no_server_answers_ends_with_the_leases_validity() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_millis(800);
+    let session = client.session().ttl(ttl).open().await.unwrap();
+    let lease = session.lock("job").acquire().await.unwrap();
+    let valid_until = lease.valid_until();
+    signal(server.pid(), "STOP");
+    let error = within(EVENT_TIMEOUT, "release()", lease.release())
+        .await
+        .unwrap_err();
+    let late = Instant::now().saturating_duration_since(valid_until);
+    signal(server.pid(), "CONT");
+    assert!(
+        error
+            .to_string()
+            .contains("not confirmed before the lease's validity ran out"),
+        "{error}"
+    );
+    assert!(
+        late < Duration::from_millis(200),
+        "answered {late:?} after the validity"
+    );
+}

@@ -341,15 +341,44 @@ impl SessionLease {
         *self.valid.borrow()
     }
 
-    /// Releases the lease and waits for the server to confirm. `Ok(false)`: it was already lost.
+    /// Releases the lease and waits for the server to confirm. `Ok(false)`: it was not held by
+    /// then (lost; or released by a server that stopped before its answer arrived). A release
+    /// in flight when the session's server stops or crashes is carried out on the resumed
+    /// session. The wait never outlasts the lease's validity: unconfirmed by then, it ends with
+    /// an error saying so (the lease is no longer held by then either way).
     pub async fn release(mut self) -> Result<bool, ClientError> {
         self.released = true;
-        let (reply, answer) = oneshot::channel();
+        let (reply, mut answer) = oneshot::channel();
         let _ = self.commands.send(Command::Release(self.id, Some(reply)));
-        answer
-            .await
-            .map_err(|_| ClientError::Protocol("the session ended before the release".into()))
+        if self.is_lost() {
+            return Ok(false);
+        }
+        // The validity moves only if the lease is resumed on another server meanwhile (the task
+        // stops vouching for a lease being released).
+        let mut valid = self.valid.clone();
+        let mut following = true;
+        loop {
+            let until = *valid.borrow_and_update();
+            tokio::select! {
+                biased;
+                answer = &mut answer => {
+                    return answer.unwrap_or_else(|_| {
+                        Err(ClientError::Protocol("the session ended before the release".into()))
+                    });
+                }
+                changed = valid.changed(), if following => following = changed.is_ok(),
+                () = sleep_until(until) => return Err(unconfirmed_release()),
+            }
+        }
     }
+}
+
+/// A release not confirmed before the lease's validity ran out.
+fn unconfirmed_release() -> ClientError {
+    ClientError::Protocol(
+        "the release was not confirmed before the lease's validity ran out (the lease is no longer held by then)"
+            .into(),
+    )
 }
 
 impl Drop for SessionLease {
@@ -408,7 +437,7 @@ impl SessionLeader {
 enum Command {
     /// The entry of this id changed: tell the server.
     Sync(u64),
-    Release(u64, Option<oneshot::Sender<bool>>),
+    Release(u64, Option<Releasing>),
     Proclaim(u64, Vec<u8>, oneshot::Sender<Result<(), ClientError>>),
     /// Release everything and end (with how many were held).
     Close(Option<oneshot::Sender<u32>>),
@@ -452,9 +481,15 @@ struct Held {
     state: watch::Sender<LeaseState>,
     /// Asked for again by its token on the current stream, not yet confirmed there.
     resuming: bool,
-    releasing: Option<oneshot::Sender<bool>>,
+    /// Its holder let it go: released on the current stream once held there (a release in
+    /// flight when a stream breaks is sent again once the lease is resumed on the next).
+    letting_go: bool,
+    releasing: Option<Releasing>,
     proclaiming: Option<oneshot::Sender<Result<(), ClientError>>>,
 }
+
+/// Whoever waits for a release's answer.
+type Releasing = oneshot::Sender<Result<bool, ClientError>>;
 
 struct Shared {
     state: Mutex<State>,
@@ -485,6 +520,28 @@ impl Held {
     fn vouch(&mut self, valid_until: Instant) {
         self.valid_until = valid_until;
         self.valid.send_replace(valid_until);
+    }
+
+    /// The lease ended as `state` says: its holder is told, and whoever waits on it answered
+    /// (a release with `released`).
+    fn end(self, state: LeaseState, released: Result<bool, ClientError>) {
+        self.state.send_replace(state);
+        if let Some(reply) = self.releasing {
+            let _ = reply.send(released);
+        }
+        if let Some(reply) = self.proclaiming {
+            let _ = reply.send(Err(ClientError::Protocol("the leadership is lost".into())));
+        }
+    }
+
+    /// The lease's validity ran out unconfirmed: lost, by this process's clock.
+    fn expired(self, reason: String) {
+        let released = if self.releasing.is_some() {
+            Err(unconfirmed_release())
+        } else {
+            Ok(false)
+        };
+        self.end(LeaseState::Lost(reason), released);
     }
 }
 
@@ -569,12 +626,7 @@ impl Task {
                         "the session ended: {reason}"
                     ))));
                 }
-                Phase::Held(held) => {
-                    held.state.send_replace(LeaseState::Lost(reason.clone()));
-                    if let Some(releasing) = held.releasing {
-                        let _ = releasing.send(false);
-                    }
-                }
+                Phase::Held(held) => held.end(LeaseState::Lost(reason.clone()), Ok(false)),
             }
         }
         state.ended = Some(reason.clone());
@@ -668,16 +720,25 @@ impl Task {
         stream.send(action);
     }
 
-    fn release(&mut self, stream: &Stream, id: u64, reply: Option<oneshot::Sender<bool>>) {
+    fn release(&mut self, stream: &Stream, id: u64, reply: Option<Releasing>) {
         let mut state = lock(&self.shared);
         let Some(entry) = state.leases.get_mut(&id) else {
             if let Some(reply) = reply {
-                let _ = reply.send(false);
+                let _ = reply.send(Ok(false));
             }
             return;
         };
         match &mut entry.phase {
-            Phase::Held(held) => held.releasing = reply.or(held.releasing.take()),
+            Phase::Held(held) => {
+                held.releasing = reply.or(held.releasing.take());
+                held.letting_go = true;
+                // Being taken back on this stream: released once it is (a release before the
+                // resume is confirmed would find nothing to release there, and the resume
+                // would then hold it again).
+                if held.resuming {
+                    return;
+                }
+            }
             Phase::Pending(_) => {
                 // Given up: nobody waits for it any more.
                 state.leases.remove(&id);
@@ -739,11 +800,23 @@ impl Task {
                                 "resumed with fencing token {} (was {}), or too late to believe",
                                 acquired.fencing_token, held.fencing_token
                             );
-                            held.state.send_replace(LeaseState::Lost(reason));
-                            state.leases.remove(&id);
+                            if let Some(Entry {
+                                phase: Phase::Held(held),
+                                ..
+                            }) = state.leases.remove(&id)
+                            {
+                                held.end(LeaseState::Lost(reason), Ok(false));
+                            }
                             stream.send(Action::Release(pb::SessionRelease { id }));
                         } else {
                             held.vouch(valid_until);
+                            // The resume published the newest value.
+                            if let Some(reply) = held.proclaiming.take() {
+                                let _ = reply.send(Ok(()));
+                            }
+                            if held.letting_go {
+                                stream.send(Action::Release(pb::SessionRelease { id }));
+                            }
                         }
                     }
                     Phase::Pending(_) if stale => {
@@ -770,6 +843,7 @@ impl Task {
                             valid,
                             state: tell,
                             resuming: false,
+                            letting_go: false,
                             releasing: None,
                             proclaiming: None,
                         });
@@ -792,8 +866,10 @@ impl Task {
             Event::KeptAlive(kept) => {
                 let valid_until = vouched_until(stream.opened, kept.valid_for_ms, kept.valid_to_ms);
                 for entry in state.leases.values_mut() {
+                    // A lease being released is not renewed once the server has its release.
                     if let Phase::Held(held) = &mut entry.phase
                         && !held.resuming
+                        && !held.letting_go
                     {
                         held.vouch(valid_until);
                     }
@@ -815,12 +891,8 @@ impl Task {
                     ..
                 }) = state.leases.remove(&released.id)
                 {
-                    held.state.send_replace(LeaseState::Released {
-                        was_held: released.was_held,
-                    });
-                    if let Some(reply) = held.releasing {
-                        let _ = reply.send(released.was_held);
-                    }
+                    let was_held = released.was_held;
+                    held.end(LeaseState::Released { was_held }, Ok(was_held));
                 }
             }
             Event::LeaseLost(lost) => {
@@ -829,14 +901,7 @@ impl Task {
                     ..
                 }) = state.leases.remove(&lost.id)
                 {
-                    held.state.send_replace(LeaseState::Lost(lost.reason));
-                    if let Some(reply) = held.releasing {
-                        let _ = reply.send(false);
-                    }
-                    if let Some(reply) = held.proclaiming {
-                        let _ =
-                            reply.send(Err(ClientError::Protocol("the leadership is lost".into())));
-                    }
+                    held.end(LeaseState::Lost(lost.reason), Ok(false));
                 }
             }
             Event::Failed(failed) => {
@@ -859,11 +924,19 @@ impl Task {
                             let _ = reply.send(Err(status.into()));
                         }
                     }
+                    // Not held any more: lost, or released by the server whose answer to a release
+                    // the broken stream lost.
                     Some(Phase::Held(held)) if held.resuming => {
-                        held.state.send_replace(LeaseState::Lost(format!(
-                            "could not resume the lease: {status}"
-                        )));
-                        state.leases.remove(&failed.id);
+                        if let Some(Entry {
+                            phase: Phase::Held(held),
+                            ..
+                        }) = state.leases.remove(&failed.id)
+                        {
+                            held.end(
+                                LeaseState::Lost(format!("could not resume the lease: {status}")),
+                                Ok(false),
+                            );
+                        }
                     }
                     Some(Phase::Held(held)) => {
                         if let Some(reply) = held.proclaiming.take() {
@@ -876,11 +949,7 @@ impl Task {
             Event::Closed(closed) => {
                 for (_, entry) in state.leases.drain() {
                     if let Phase::Held(held) = entry.phase {
-                        held.state
-                            .send_replace(LeaseState::Released { was_held: true });
-                        if let Some(reply) = held.releasing {
-                            let _ = reply.send(true);
-                        }
+                        held.end(LeaseState::Released { was_held: true }, Ok(true));
                     }
                 }
                 if let Some(Some(reply)) = closing.take() {
@@ -901,27 +970,9 @@ impl Task {
     /// Leases whose validity ran out unconfirmed are lost by this process's clock (and let go,
     /// in case the server still holds them).
     fn expire(&mut self, stream: &Stream) {
-        let now = Instant::now();
-        let mut state = lock(&self.shared);
-        let expired: Vec<u64> = state
-            .leases
-            .iter()
-            .filter_map(|(&id, entry)| match &entry.phase {
-                Phase::Held(held) if held.valid_until <= now => Some(id),
-                _ => None,
-            })
-            .collect();
-        for id in expired {
-            if let Some(Entry {
-                phase: Phase::Held(held),
-                ..
-            }) = state.leases.remove(&id)
-            {
-                held.state.send_replace(LeaseState::Lost(
-                    "no renewal confirmed before the lease ran out (server silent)".into(),
-                ));
-                stream.send(Action::Release(pb::SessionRelease { id }));
-            }
+        let reason = "no renewal confirmed before the lease ran out (server silent)";
+        for id in expire_due(&self.shared, reason) {
+            stream.send(Action::Release(pb::SessionRelease { id }));
         }
     }
 
@@ -953,17 +1004,8 @@ impl Task {
             }
             sleep_until((Instant::now() + RETRY).min(until)).await;
             // Leases whose validity ran out meanwhile are lost, not resumed.
-            let now = Instant::now();
-            let mut state = lock(&self.shared);
-            state.leases.retain(|_, entry| match &entry.phase {
-                Phase::Held(held) if held.valid_until <= now => {
-                    held.state.send_replace(LeaseState::Lost(format!(
-                        "could not resume before the lease's validity ran out: {broke}"
-                    )));
-                    false
-                }
-                _ => true,
-            });
+            let reason = format!("could not resume before the lease's validity ran out: {broke}");
+            expire_due(&self.shared, &reason);
         }
     }
 
@@ -982,6 +1024,31 @@ fn held_validities(shared: &Shared) -> Vec<Instant> {
             Phase::Pending(_) => None,
         })
         .collect()
+}
+
+/// Held leases whose validity ran out unconfirmed are lost for `reason` (a release waiting on
+/// one is answered as unconfirmed); their ids.
+fn expire_due(shared: &Shared, reason: &str) -> Vec<u64> {
+    let now = Instant::now();
+    let mut state = lock(shared);
+    let due: Vec<u64> = state
+        .leases
+        .iter()
+        .filter_map(|(&id, entry)| match &entry.phase {
+            Phase::Held(held) if held.valid_until <= now => Some(id),
+            _ => None,
+        })
+        .collect();
+    for &id in &due {
+        if let Some(Entry {
+            phase: Phase::Held(held),
+            ..
+        }) = state.leases.remove(&id)
+        {
+            held.expired(reason.to_owned());
+        }
+    }
+    due
 }
 
 fn far_future() -> Instant {

@@ -34,16 +34,8 @@ impl ElectionServer {
         Ok(ElectionServer { streams, observers })
     }
 
-    /// Elections keep their announcements in one Redis; on Redlock's primaries there is no
-    /// one Redis to trust with them, so they are refused rather than quietly weaker.
     fn available(&self) -> Result<(), Status> {
-        if self.streams.store.is_redlock() {
-            return Err(Error::FailedPrecondition(
-                "elections are not available with --redlock; run them on a server with --redis (single, Sentinel or Cluster)".into(),
-            )
-            .into());
-        }
-        Ok(())
+        available(&self.streams.store).map_err(Status::from)
     }
 
     fn elections(&self) -> &Elections {
@@ -53,6 +45,18 @@ impl ElectionServer {
     fn tasks(&self) -> &Tasks {
         self.streams.tasks()
     }
+}
+
+/// Elections keep their announcements in one Redis; on Redlock's primaries there is no one
+/// Redis to trust with them, so they are refused rather than quietly weaker: on every path that
+/// runs one (this service, and a session's `campaign`).
+pub fn available(store: &crate::store::Store) -> Result<(), Error> {
+    if store.is_redlock() {
+        return Err(Error::FailedPrecondition(
+            "elections are not available with --redlock; run them on a server with --redis (single, Sentinel or Cluster)".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn observed(snapshot: &Snapshot) -> pb::ObserveResponse {

@@ -396,6 +396,7 @@ impl Session {
 
     /// Checks a campaign and starts waiting in its election's line.
     fn start_campaign(&mut self, campaign: pb::SessionCampaign, terms: &Terms) -> Result<()> {
+        super::election::available(&self.streams.store)?;
         let (spec, stream) = Campaign::open(pb::CampaignStart {
             election: campaign.election,
             value: campaign.value,

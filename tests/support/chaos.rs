@@ -476,8 +476,7 @@ impl Chaos {
             // No observer in the rolling restart: with one following the election, the lock's
             // holder lost its lease through the restart in 3 runs of 3 ("server silent"), and
             // kept it in 3 of 3 without (a stopping server kept by an open Observe?).
-            // Their clients know one server each: with every server, their sessions resuming on
-            // the others too, the lock's holder missed its own resumption more often (2 cores).
+            // Their clients know every server, their sessions resuming on the others too.
             let observe = !every_server;
             let primitives =
                 Primitives::start(&urls, resource, redlock, observe, &stop, &mut handles);

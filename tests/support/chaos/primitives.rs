@@ -172,7 +172,13 @@ impl Primitives {
                 (Shape::Permit, 1, false),
             ]);
         }
-        let url = |server: usize| servers[server].clone();
+        // Each client knows every server, its own first, as a resuming client does: a session
+        // resumes on another, and a release in flight then is carried out there.
+        let url = |server: usize| {
+            let n = servers.len();
+            let urls: Vec<&str> = (0..n).map(|i| servers[(server + i) % n].as_str()).collect();
+            urls.join(",")
+        };
         for (id, (shape, server, on_session)) in placements.into_iter().enumerate() {
             let record = match (shape, &primitives.semaphore) {
                 (Shape::Permit, Some(record)) => record.clone(),
@@ -693,7 +699,8 @@ impl Observer {
 }
 
 /// Awaits a release or resignation, whose answer the history does not need (the belief ended
-/// before it was sent), for at most 5 s: one that hangs is reported, not waited for.
+/// before it was sent), for at most 5 s: one that hangs is reported, not waited for (a session's
+/// ends with the lease's validity, a TTL here, so `HUNG` is a bug).
 async fn settled<T>(what: &str, call: impl std::future::Future<Output = T>) {
     if tokio::time::timeout(Duration::from_secs(5), call)
         .await
