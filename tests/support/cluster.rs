@@ -49,34 +49,9 @@ impl RedisCluster {
         ));
         let mut nodes = Vec::new();
         for (port, bus) in ports {
-            let node_dir = dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).expect("node dir");
-            let child = command_in(ns, "redis-server")
-                .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
-                .args(["--protected-mode", if ns.is_some() { "no" } else { "yes" }])
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ])
-                .args(["--cluster-node-timeout", "2000"])
-                // A bus port of its own: the default (port + 10,000) is past 65,535 for half
-                // the ephemeral range, and may be another test's port.
-                .args(["--cluster-port", &bus.to_string()])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            nodes.push((port, child));
+            nodes.push(Self::start_node(ns, ip, (port, bus), &dir));
         }
         let cluster = RedisCluster { nodes, dir, ip };
-        for (port, _) in &cluster.nodes {
-            cluster.until(*port, &["ping"], |out| out == "PONG");
-        }
         let addresses: Vec<String> = cluster
             .nodes
             .iter()
@@ -104,6 +79,62 @@ impl RedisCluster {
             });
         }
         cluster
+    }
+
+    /// One node on `(port, bus port)`, answering PING. On loopback, a node that exits at once
+    /// (a port chosen free, then taken by another test or an outgoing connection before Redis
+    /// bound it) is started again on other free ports, as [`super::RedisServer`] does; in a
+    /// namespace its ports are its own and a failure is final.
+    fn start_node(
+        ns: Option<&str>,
+        ip: std::net::IpAddr,
+        (mut port, mut bus): (u16, u16),
+        dir: &std::path::Path,
+    ) -> (u16, Child) {
+        for _ in 0..5 {
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let mut child = command_in(ns, "redis-server")
+                .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
+                .args(["--protected-mode", if ns.is_some() { "no" } else { "yes" }])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "2000"])
+                // A bus port of its own: the default (port + 10,000) is past 65,535 for half
+                // the ephemeral range, and may be another test's port.
+                .args(["--cluster-port", &bus.to_string()])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let exited = loop {
+                if redis_cli_at(ip, port, &["ping"]) == "PONG" {
+                    return (port, child);
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let _ = child.kill();
+            let _ = child.wait();
+            if ns.is_some() || !exited {
+                break;
+            }
+            (port, bus) = (free_port(), free_port());
+        }
+        panic!("redis cluster node {port} (bus {bus}) never answered PING");
     }
 
     /// `redis-cli` against the node on `port`, its output trimmed.
