@@ -473,15 +473,9 @@ impl Chaos {
             let urls: Vec<String> = servers.map(ServerProcess::url).collect();
             let redlock = cluster.mode == "redlock";
             let resource = &cluster.resource_redis;
-            // No observer in the rolling restart: with one following the election, the lock's
-            // holder lost its lease through the restart in 3 runs of 3 ("server silent"), and
-            // kept it in 3 of 3 without (a stopping server kept by an open Observe?).
             // Their clients know one server each: with every server, their sessions resuming on
             // the others too, the lock's holder missed its own resumption more often (2 cores).
-            let observe = !every_server;
-            let primitives =
-                Primitives::start(&urls, resource, redlock, observe, &stop, &mut handles);
-            Some(primitives.await)
+            Some(Primitives::start(&urls, resource, redlock, &stop, &mut handles).await)
         } else {
             None
         };
@@ -756,7 +750,9 @@ impl Chaos {
             fault,
         };
         let run = format!("{}/{fault}", report.mode);
-        let data_loss = self.data_loss.then_some(super::history::renewal_period(TTL));
+        let data_loss = self
+            .data_loss
+            .then_some(super::history::renewal_period(TTL));
         report.history.check(&run, 1, data_loss);
         if let Some(primitives) = &self.primitives {
             let resource = &self.cluster.resource_redis;
