@@ -393,3 +393,81 @@ async fn a_name_with_several_addresses_is_every_replica() {
     job_exits_zero(job, &done).await;
     assert_eq!(get(&direct, &lock_key("job")).await, None);
 }
+
+/// A client that holds a lease and follows an election on one connection, through a deploy's
+/// stop of its server (SIGTERM, a drain far longer than the test): the server ends the
+/// `Observe` stream as it hands the lease over and exits at once (an open `Observe` does not
+/// hold its drain), the lease resumes on the other replica within its 500 ms TTL, and the
+/// observation follows the election there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_lets_a_client_that_observes_move_on_with_its_lease() {
+    let ttl = Duration::from_millis(500);
+    let redis = RedisServer::start();
+    let mut replicas = Replicas::start(&redis, 2, &["--drain", "10s"]);
+    // One client, replica 0 first: the lease and the observation share its connection.
+    let client = Client::connect(replicas.urls()).await.unwrap();
+    let guard = client.lease("held").ttl(ttl).acquire().await.unwrap();
+    let leader_client = Client::connect(replicas.servers[1].url()).await.unwrap();
+    let mut candidate = leader_client
+        .campaign("scheduler", "host-a", TTL)
+        .await
+        .unwrap();
+    let term = candidate.elected().await.unwrap();
+    let mut observation = client.observe("scheduler").await.unwrap();
+    let first = within(EVENT_TIMEOUT, "the first observation", observation.next())
+        .await
+        .unwrap();
+    assert_eq!(first.map(|leader| leader.term), Some(term));
+    let (changes_tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
+    let observer = tokio::spawn(async move {
+        loop {
+            let state = observation.next().await;
+            let failed = state.is_err();
+            let _ = changes_tx.send(state.map_err(|error| error.to_string()));
+            if failed {
+                return;
+            }
+        }
+    });
+
+    let stopped_at = Instant::now();
+    signal(replicas.servers[0].pid(), "TERM");
+    let status = replicas.servers[0]
+        .exited_within(Duration::from_secs(5))
+        .await
+        .expect("the server did not exit within 5 s of SIGTERM (drain 10 s): a call held it");
+    assert!(status.success(), "replica 0 exited {status:?}");
+    let exited_after = stopped_at.elapsed();
+
+    // Past the lease's whole TTL since the stop: not resumed, it would be lost by now.
+    sleep_until(stopped_at + ttl * 2).await;
+    if guard.is_lost() {
+        panic!("the lease was lost: {}", guard.lost().await);
+    }
+    let outages = guard.outages();
+    assert_eq!(outages.len(), 1, "resumes: {outages:?}");
+    assert!(
+        outages[0].duration() < ttl,
+        "the lease was between servers for {:?}",
+        outages[0].duration()
+    );
+
+    // The observation follows the election on replica 1 now: the leader's resignation shows.
+    assert!(
+        candidate.resign().await.unwrap(),
+        "the leader was not leading"
+    );
+    let change = within(EVENT_TIMEOUT, "the resignation observed", changes.recv())
+        .await
+        .expect("the observer ended");
+    assert_eq!(
+        change,
+        Ok(None),
+        "after the stop (exited after {exited_after:?})"
+    );
+    assert!(
+        guard.release().await.unwrap(),
+        "the lease was not held at release"
+    );
+    observer.abort();
+}

@@ -473,14 +473,9 @@ impl Chaos {
             let urls: Vec<String> = servers.map(ServerProcess::url).collect();
             let redlock = cluster.mode == "redlock";
             let resource = &cluster.resource_redis;
-            // No observer in the rolling restart: with one following the election, the lock's
-            // holder lost its lease through the restart in 3 runs of 3 ("server silent"), and
-            // kept it in 3 of 3 without (a stopping server kept by an open Observe?).
-            // Their clients know every server, their sessions resuming on the others too.
-            let observe = !every_server;
-            let primitives =
-                Primitives::start(&urls, resource, redlock, observe, &stop, &mut handles);
-            Some(primitives.await)
+            // Their clients know every server, their sessions resuming on the others too; an
+            // observer follows the election in every run, the rolling restart included.
+            Some(Primitives::start(&urls, resource, redlock, &stop, &mut handles).await)
         } else {
             None
         };

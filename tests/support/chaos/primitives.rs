@@ -133,19 +133,15 @@ pub struct Primitives {
     observed: Arc<Mutex<Vec<Option<u64>>>>,
     /// The observer's last error, for the verdict.
     observer_error: Arc<Mutex<Option<String>>>,
-    /// Whether an observer follows the election.
-    observe: bool,
 }
 
 impl Primitives {
     /// Starts the workers on `servers` (a stream worker and a session worker of each primitive
     /// on each). `redlock`: no semaphore and no election, which the server refuses there.
-    /// `observe`: an observer follows the election too.
     pub async fn start(
         servers: &[String],
         resource: &RedisServer,
         redlock: bool,
-        observe: bool,
         stop: &CancellationToken,
         handles: &mut Vec<JoinHandle<()>>,
     ) -> Self {
@@ -155,7 +151,6 @@ impl Primitives {
             election: (!redlock).then(Arc::default),
             observed: Arc::default(),
             observer_error: Arc::default(),
-            observe: !redlock && observe,
         };
         // Where each worker runs: (its server, on a session). Every primitive has a worker on a
         // stream and one on a session, and each server has both; few workers (2 cores).
@@ -231,9 +226,7 @@ impl Primitives {
             error: primitives.observer_error.clone(),
             stop: stop.clone(),
         };
-        if observe {
-            handles.push(tokio::spawn(observer.run()));
-        }
+        handles.push(tokio::spawn(observer.run()));
         primitives
     }
 
@@ -272,9 +265,6 @@ impl Primitives {
             .history
             .check(&format!("{run}/election"), 1, data_loss);
         figure(fault, "election", election, 1);
-        if !self.observe {
-            return;
-        }
         let observed = lock(&self.observed).clone();
         let terms: Vec<u64> = observed.iter().flatten().copied().collect();
         println!(
