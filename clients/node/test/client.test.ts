@@ -68,7 +68,7 @@ describe("client", { concurrency: 4 }, () => {
     const { address, redisPort } = await startServer(t);
     const c = connect(address);
     t.after(() => c.close());
-    const reason = await c.using("job", { ttl: 300 }, async (signal) => {
+    const reason = await c.using("job", { ttl: 1500 }, async (signal) => {
       assert.equal(await redisCli(redisPort, "EXISTS", lockKey("job")), "1");
       await redisCli(redisPort, "DEL", lockKey("job"));
       assert.ok(await abortsWithin(signal, 10_000));
