@@ -1,49 +1,8 @@
-// Package leasehold holds Leasehold locks from Go, over the Lease stream, or many of them on one
-// Session stream.
-//
-//	conn, _ := leasehold.Dial("10.0.0.1:50051,10.0.0.2:50051", leasehold.DialOptions{})
-//	lease, err := leasehold.Acquire(ctx, conn, "nightly-report", leasehold.Options{TTL: 10 * time.Second})
-//	if err != nil { ... } // errors.Is(err, leasehold.ErrNotAcquired) when the lock stays taken
-//	defer lease.Release()
-//	select {
-//	case <-lease.Lost(): // stop work: lease.LostReason() says why
-//	case <-work(lease.FencingToken):
-//	}
-//
-// A held lease outlives its server: when its stream breaks (the server shut down for a deploy,
-// crashed, or the connection failed) the lease is resumed on a server that answers, with the
-// same token and fencing token, without a word to the caller. Options.NoResume turns that off.
-//
-// Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
-// cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
-// out by this process's clock.
-//
-// A process that holds many locks (one per shard, per customer, per job) holds them on one
-// Session instead, as etcd's concurrency package hangs mutexes and elections on one session:
-// one stream, renewed and confirmed as one, resumed as one when its server goes away.
-//
-//	session, _ := leasehold.NewSession(ctx, conn, leasehold.SessionOptions{TTL: 10 * time.Second})
-//	defer session.Close() // releases every lease still held on it
-//	lease, err := session.Acquire(ctx, "shard-7", leasehold.LockOptions{Wait: time.Second})
-//	if err != nil { ... } // the errors Acquire gives: ErrNotAcquired, *Refusal
-//	defer lease.Release()
-//	select {
-//	case <-lease.Lost(): // this lease alone (lease.LostReason()); session.Lost() for all of them
-//	case <-work(lease.FencingToken):
-//	}
-//	leader, err := session.Campaign(ctx, "scheduler", []byte("host-a")) // waits until it leads
-//
-// An error the server answers with its details is a *Refusal: the reason (LOCK_HELD,
-// WAIT_EXPIRED, ...), the holder, when to retry and the other named values, as fields
-// (errors.As), never to be parsed from the message.
 package leasehold
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -82,15 +41,11 @@ type Lease struct {
 	FencingToken uint64
 	Token        string
 
-	conn    grpc.ClientConnInterface
-	ctx     context.Context // every stream of the lease lives under it: the caller's context
-	stop    context.CancelFunc
-	name    string
-	ttlMs   uint32
-	graceMs uint32
-	resume  bool
-
-	belief // Lost, LostReason, ValidUntil
+	// The Lease stream that holds it, resumed when it breaks, and what this process believes of
+	// it (Lost, LostReason, ValidUntil). Every stream lives under the caller's context.
+	*holder[pb.LeaseRequest, pb.LeaseResponse]
+	stop context.CancelFunc // ends the caller's context, as given to Acquire
+	name string
 
 	done         chan struct{} // the lease's goroutine ended: released, or lost and let go
 	releaseAsked chan struct{}
@@ -100,13 +55,6 @@ type Lease struct {
 	wasHeld    bool
 	releaseErr error
 }
-
-// Lease streams, resumption and release between streams are bounded by these.
-const (
-	releaseTimeout = 10 * time.Second
-	firstBackoff   = 20 * time.Millisecond
-	maxBackoff     = 500 * time.Millisecond
-)
 
 // Acquire takes the lock `name`, waiting up to opts.Wait. Cancelling ctx releases the lease.
 // When the lock stays taken the error is a *Refusal (reason LOCK_HELD or WAIT_EXPIRED, the
@@ -122,21 +70,25 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 		grace = opts.TTL
 	}
 	ctx, stop := context.WithCancel(ctx)
+	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
 	l := &Lease{
-		conn: conn, ctx: ctx, stop: stop, name: name,
-		ttlMs: millis(opts.TTL), graceMs: millis(grace), resume: !opts.NoResume,
-		belief: newBelief(), done: make(chan struct{}), releaseAsked: make(chan struct{}),
+		holder: &holder[pb.LeaseRequest, pb.LeaseResponse]{
+			kind: kind, words: leaseWords, conn: conn, ctx: ctx, streams: ctx, resume: !opts.NoResume,
+			belief: newBelief(),
+		},
+		stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{}),
 	}
 	streamCtx, cancel := context.WithCancel(ctx)
-	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseAcquire{
-		Name: name, TtlMs: l.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
-		Limit: opts.Limit, Mode: mode(opts.Shared), ResumeGraceMs: l.graceMs, ResumeToken: opts.ResumeToken,
-	}, time.Time{})
+	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
+		Name: name, TtlMs: kind.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
+		Limit: opts.Limit, Mode: mode(opts.Shared), ResumeGraceMs: kind.graceMs, ResumeToken: opts.ResumeToken,
+	}}}, time.Time{})
 	if err != nil {
 		stop()
 		return nil, refusal(err)
 	}
-	l.FencingToken, l.Token = acquired.FencingToken, acquired.Token
+	l.token, l.fencingToken = acquired.token, acquired.fencingToken
+	l.FencingToken, l.Token = acquired.fencingToken, acquired.token
 	go l.run(att)
 	return l, nil
 }
@@ -150,98 +102,51 @@ func mode(shared bool) pb.LeaseMode {
 	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
 }
 
+// leaseStream is the Lease stream, as the held-stream core sees it.
+type leaseStream struct {
+	name    string
+	ttlMs   uint32
+	graceMs uint32
+}
+
+var leaseWords = heldWords{
+	what: "lease", stream: "lease", fence: "fencing token",
+	stale: "acquired, but the news arrived after its validity had run out",
+}
+
+func (leaseStream) openStream(ctx context.Context, conn grpc.ClientConnInterface) (pb.LockService_LeaseClient, error) {
+	return pb.NewLockServiceClient(conn).Lease(ctx)
+}
+
+func (k leaseStream) resumeRequest(token string) *pb.LeaseRequest {
+	return &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
+		Name: k.name, TtlMs: k.ttlMs, ResumeGraceMs: k.graceMs, ResumeToken: token,
+	}}}
+}
+
+func (leaseStream) hear(msg *pb.LeaseResponse) heard {
+	switch event := msg.Event.(type) {
+	case *pb.LeaseResponse_Acquired:
+		a := event.Acquired
+		return heard{kind: heardHeld, token: a.Token, fencingToken: a.FencingToken, validForMs: a.ValidForMs, validToMs: a.ValidToMs}
+	case *pb.LeaseResponse_Extended:
+		return heard{kind: heardExtended, validForMs: event.Extended.ValidForMs, validToMs: event.Extended.ValidToMs}
+	case *pb.LeaseResponse_Lost:
+		return heard{kind: heardLost, reason: event.Lost.Reason}
+	case *pb.LeaseResponse_Released:
+		return heard{kind: heardDone, wasHeld: event.Released.WasHeld}
+	}
+	return heard{}
+}
+
 func (l *Lease) released(wasHeld bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.wasHeld, l.releaseErr = wasHeld, refusal(err)
 }
 
-// reader reads a stream on a goroutine of its own: every message to events, then how the
-// stream ended (one error) to failed. It stops when ctx ends.
-type reader[T any] struct {
-	events chan T
-	failed chan error
-}
-
-func read[T any](ctx context.Context, recv func() (T, error)) reader[T] {
-	r := reader[T]{events: make(chan T), failed: make(chan error, 1)}
-	go func() {
-		for {
-			msg, err := recv()
-			if err != nil {
-				r.failed <- err
-				return
-			}
-			select {
-			case r.events <- msg:
-			case <-ctx.Done():
-				r.failed <- status.FromContextError(ctx.Err()).Err()
-				return
-			}
-		}
-	}()
-	return r
-}
-
-// attachment is one Lease stream holding the lease.
-type attachment struct {
-	reader[*pb.LeaseResponse]
-	stream pb.LockService_LeaseClient
-	cancel context.CancelFunc
-	opened time.Time // just before the stream was opened: what valid_to_ms counts from
-}
-
-// lostError: the server answered `lost` instead of `acquired`.
-type lostError string
-
-func (e lostError) Error() string { return string(e) }
-
-// attach opens a Lease stream in ctx (which cancel ends), sends `request` and waits for
-// `acquired` (until `until`, unless it is zero), which it returns with the stream, now read by
-// a goroutine of its own. An `acquired` whose validity has already run out when it arrives is
-// no lease: the stream is cancelled and the error is a staleError.
-func (l *Lease) attach(ctx context.Context, cancel context.CancelFunc, request *pb.LeaseAcquire, until time.Time) (*attachment, *pb.Acquired, error) {
-	if !until.IsZero() {
-		// Not a deadline of the stream's context: a resumed stream lives on past it.
-		expire := time.AfterFunc(time.Until(until), cancel)
-		defer expire.Stop()
-	}
-	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
-	stream, err := pb.NewLockServiceClient(l.conn).Lease(ctx)
-	if err == nil {
-		err = stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: request}})
-		if errors.Is(err, io.EOF) {
-			err = nil // the stream ended: Recv says how
-		}
-	}
-	for err == nil {
-		var msg *pb.LeaseResponse
-		msg, err = stream.Recv()
-		if err != nil {
-			break
-		}
-		if acquired := msg.GetAcquired(); acquired != nil {
-			received := time.Now()
-			until := vouchedUntil(opened, received, acquired.ValidForMs, acquired.ValidToMs)
-			if !until.After(received) {
-				// Held up on its way (a healed partition): the lease may be someone else's by
-				// now. Cancelling the stream lets go of it (or keeps it only for its grace).
-				err = staleError("acquired, but the news arrived after its validity had run out")
-				break
-			}
-			l.vouched(until)
-			return &attachment{read(ctx, stream.Recv), stream, cancel, opened}, acquired, nil
-		}
-		if lost := msg.GetLost(); lost != nil {
-			err = lostError(lost.Reason)
-		}
-	}
-	cancel()
-	return nil, nil, err
-}
-
 // run follows the lease until it is released or lost, resuming it when its stream breaks.
-func (l *Lease) run(att *attachment) {
+func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 	defer close(l.done)
 	defer l.stop()
 	defer func() {
@@ -257,15 +162,13 @@ func (l *Lease) run(att *attachment) {
 	for {
 		select {
 		case msg := <-att.events:
-			switch {
-			case msg.GetExtended() != nil:
-				extended := msg.GetExtended()
-				l.vouched(vouchedUntil(att.opened, time.Now(), extended.ValidForMs, extended.ValidToMs))
-				timer.Reset(time.Until(l.ValidUntil()))
-			case msg.GetLost() != nil:
-				l.lose(msg.GetLost().Reason)
-			case msg.GetReleased() != nil:
-				l.released(msg.GetReleased().WasHeld, nil)
+			switch heard := l.kind.hear(msg); heard.kind {
+			case heardExtended:
+				timer.Reset(time.Until(l.renewed(att.opened, heard)))
+			case heardLost:
+				l.lose(heard.reason)
+			case heardDone:
+				l.released(heard.wasHeld, nil)
 				return
 			}
 		case err := <-att.failed:
@@ -288,13 +191,20 @@ func (l *Lease) run(att *attachment) {
 				l.released(false, sendErr)
 				return
 			}
-			var releaseNow bool
-			att, releaseNow = l.resumeAfter(err, &releaseAsked)
-			if att == nil {
+			var how resumption
+			att, how = l.resumeAfter(err, &releaseAsked)
+			switch how {
+			case resumeStopped:
+				l.released(l.releaseBetweenStreams())
+				return
+			case resumeCancelled:
+				l.releaseBestEffort()
+				return
+			case resumeLost:
 				return
 			}
 			timer.Reset(time.Until(l.ValidUntil()))
-			if releaseNow {
+			if how == resumedStopping {
 				releasing = true
 				sendErr = l.sendRelease(att)
 			}
@@ -310,7 +220,7 @@ func (l *Lease) run(att *attachment) {
 
 // sendRelease asks the server to release the lease; the stream then ends with `released`
 // (or breaks, which run sees).
-func (l *Lease) sendRelease(att *attachment) error {
+func (l *Lease) sendRelease(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) error {
 	err := att.stream.Send(&pb.LeaseRequest{Action: &pb.LeaseRequest_Release{Release: &pb.LeaseRelease{}}})
 	if err == nil {
 		err = att.stream.CloseSend()
@@ -322,120 +232,6 @@ func (l *Lease) sendRelease(att *attachment) error {
 // cancellation, or an answer such as NOT_FOUND or PERMISSION_DENIED.
 func (l *Lease) broken(err error) bool {
 	return l.ctx.Err() == nil && transient(err)
-}
-
-func transient(err error) bool {
-	var lost lostError
-	if errors.As(err, &lost) || errors.Is(err, ErrStale) {
-		return false // the server's answer, or one too late to believe: not a broken stream
-	}
-	if errors.Is(err, io.EOF) {
-		return true // the stream ended without `released` or `lost`
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.Unknown, codes.Internal, codes.Canceled, codes.DeadlineExceeded:
-		return true
-	}
-	return false
-}
-
-// describe words an error for a lost reason.
-func describe(err error) string {
-	if errors.Is(err, io.EOF) {
-		return "the stream ended"
-	}
-	if s, ok := status.FromError(err); ok {
-		return s.Code().String() + ": " + s.Message()
-	}
-	return err.Error()
-}
-
-// jitter is a random wait between half the delay and the delay.
-func jitter(delay time.Duration) time.Duration { return delay/2 + rand.N(delay/2+1) }
-
-// resumeAfter reattaches the lease on a new stream (any server the connection reaches), trying
-// again with backoff and jitter until the lease's validity runs out. It returns the new stream,
-// and whether a release was asked for meanwhile (to send on it), or nil once the lease is lost
-// or released.
-func (l *Lease) resumeAfter(cause error, releaseAsked *<-chan struct{}) (*attachment, bool) {
-	request := &pb.LeaseAcquire{Name: l.name, TtlMs: l.ttlMs, ResumeGraceMs: l.graceMs, ResumeToken: l.Token}
-	last := cause
-	delay := firstBackoff
-	for {
-		until := l.ValidUntil()
-		if !time.Now().Before(until) {
-			l.lose("could not resume before the lease's validity ran out: " + describe(last))
-			return nil, false
-		}
-		type result struct {
-			att      *attachment
-			acquired *pb.Acquired
-			err      error
-		}
-		attempt := make(chan result, 1)
-		ctx, cancel := context.WithCancel(l.ctx)
-		go func() {
-			att, acquired, err := l.attach(ctx, cancel, request, until)
-			attempt <- result{att, acquired, err}
-		}()
-		var r result
-		releaseNow := false
-		select {
-		case r = <-attempt:
-		case <-*releaseAsked:
-			// Asked while the attempt is under way: give it a moment to finish (then release on
-			// its stream), else abandon it and release by the token.
-			*releaseAsked = nil
-			releaseNow = true
-			select {
-			case r = <-attempt:
-			case <-time.After(time.Second):
-				cancel()
-				r = <-attempt
-			}
-		}
-		if r.err == nil {
-			if r.acquired.FencingToken != l.FencingToken || r.acquired.Token != l.Token {
-				r.att.cancel()
-				l.lose(fmt.Sprintf("resumed with fencing token %d instead of %d", r.acquired.FencingToken, l.FencingToken))
-				return nil, false
-			}
-			return r.att, releaseNow
-		}
-		if releaseNow {
-			l.released(l.releaseBetweenStreams())
-			return nil, false
-		}
-		if l.ctx.Err() != nil {
-			l.lose("lease stream ended: " + l.ctx.Err().Error())
-			l.releaseBestEffort()
-			return nil, false
-		}
-		var lost lostError
-		if errors.As(r.err, &lost) {
-			l.lose(string(lost))
-			return nil, false
-		}
-		if !transient(r.err) {
-			l.lose("could not resume the lease: " + describe(r.err))
-			return nil, false
-		}
-		if time.Now().Before(until) || status.Code(r.err) != codes.Canceled {
-			last = r.err // else the attempt was cut at the validity: the error before says more
-		}
-		wait := time.NewTimer(min(jitter(delay), time.Until(until)))
-		delay = min(2*delay, maxBackoff)
-		select {
-		case <-wait.C:
-		case <-l.ctx.Done():
-			wait.Stop()
-		case <-*releaseAsked:
-			wait.Stop()
-			*releaseAsked = nil
-			l.released(l.releaseBetweenStreams())
-			return nil, false
-		}
-	}
 }
 
 // releaseBetweenStreams releases the lease by its token with the unary Release call, on any
