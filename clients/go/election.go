@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
@@ -47,27 +45,25 @@ type CampaignOptions struct {
 // that off: the server then reports no renewals, and a broken stream ends the leadership. A candidate still waiting in line when its
 // stream breaks ends with the error (Elected returns it): campaign again.
 type Candidate struct {
-	conn     grpc.ClientConnInterface
-	ctx      context.Context
+	// The Campaign stream that holds the candidacy, resumed when it breaks while leading, and
+	// until when the leadership is believed. Its ctx is the caller's; its streams are not
+	// cancelled with it (run resigns first).
+	held     *holder[pb.CampaignRequest, pb.CampaignResponse]
 	cancel   context.CancelFunc
 	election string
 	ttlMs    uint32
 	graceMs  uint32
-	resume   bool
 
 	requests chan candidateRequest
 	elected  chan struct{}
 	done     chan struct{}
 
-	mu         sync.Mutex
-	term       uint64
-	token      string
-	value      []byte
-	validUntil time.Time
-	reason     string // why the candidacy ended
-	err        error  // the error it ended with, if it did
-	outcome    outcome
-	wasLeader  bool
+	mu        sync.Mutex
+	value     []byte
+	reason    string // why the candidacy ended
+	err       error  // the error it ended with, if it did
+	outcome   outcome
+	wasLeader bool
 }
 
 // outcome is how a candidacy ended.
@@ -86,13 +82,8 @@ type candidateRequest struct {
 	reply  chan error
 }
 
-// campaignAttachment is one Campaign stream of a candidate.
-type campaignAttachment struct {
-	reader[*pb.CampaignResponse]
-	stream pb.ElectionService_CampaignClient
-	cancel context.CancelFunc
-	opened time.Time // just before the stream was opened: what valid_to_ms counts from
-}
+// campaignWords name a leadership in what its candidate is told.
+var campaignWords = heldWords{what: "leadership", stream: "campaign", fence: "term", stale: staleElected}
 
 // Campaign joins `election` as a candidate publishing `value` and returns at once; Elected waits
 // in line. ttl bounds how long the election stays leaderless if this process's server dies while
@@ -108,42 +99,48 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Candidate{
-		conn: conn, ctx: ctx, cancel: cancel, election: election,
-		ttlMs: millis(ttl), graceMs: millis(grace), resume: !o.NoResume, value: value,
+		cancel: cancel, election: election, ttlMs: millis(ttl), graceMs: millis(grace), value: value,
 		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
 	}
-	// Not cancelled with ctx: run resigns first (see Candidate).
-	streamCtx, streamCancel := context.WithCancel(context.WithoutCancel(ctx))
-	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
-	stream, err := pb.NewElectionServiceClient(conn).Campaign(streamCtx)
-	if err == nil {
-		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: c.start("")}})
+	c.held = &holder[pb.CampaignRequest, pb.CampaignResponse]{
+		kind: c, words: campaignWords, conn: conn, ctx: ctx, streams: context.WithoutCancel(ctx),
+		resume: !o.NoResume, belief: newBelief(),
 	}
-	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended, Recv says how
+	// Not cancelled with ctx: run resigns first (see Candidate).
+	streamCtx, streamCancel := context.WithCancel(c.held.streams)
+	stream, opened, err := c.held.dial(streamCtx, c.resumeRequest(""))
+	if err != nil {
 		streamCancel()
 		cancel()
 		return nil, refusal(err)
 	}
-	go c.run(&campaignAttachment{read(streamCtx, stream.Recv), stream, streamCancel, opened})
+	go c.run(&heldStream[pb.CampaignRequest, pb.CampaignResponse]{read(streamCtx, stream.Recv), stream, streamCancel, opened})
 	return c, nil
 }
 
-func (c *Candidate) start(resumeToken string) *pb.CampaignStart {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return &pb.CampaignStart{
-		Election: c.election, Value: c.value, TtlMs: c.ttlMs,
-		ResumeToken: resumeToken, ResumeGraceMs: c.graceMs,
-	}
+func (c *Candidate) openStream(ctx context.Context, conn grpc.ClientConnInterface) (pb.ElectionService_CampaignClient, error) {
+	return pb.NewElectionServiceClient(conn).Campaign(ctx)
 }
 
-// vouched records until when the server now vouches for the leadership (see vouchedUntil),
-// and returns it.
-func (c *Candidate) vouched(until time.Time) time.Time {
+// resumeRequest starts the candidacy (resumeToken ""), or resumes its leadership, with the latest
+// value asked for.
+func (c *Candidate) resumeRequest(resumeToken string) *pb.CampaignRequest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.validUntil = until
-	return c.validUntil
+	return &pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: &pb.CampaignStart{
+		Election: c.election, Value: c.value, TtlMs: c.ttlMs,
+		ResumeToken: resumeToken, ResumeGraceMs: c.graceMs,
+	}}}
+}
+
+func (c *Candidate) hear(msg *pb.CampaignResponse) heard {
+	if e := msg.GetElected(); e != nil {
+		return heard{kind: heardHeld, token: e.Token, fencingToken: e.Term, validForMs: e.ValidForMs, validToMs: e.ValidToMs}
+	}
+	if r := msg.GetResigned(); r != nil {
+		return heard{kind: heardDone, wasHeld: r.WasLeader}
+	}
+	return hearShared(msg) // extended, lost; proclaimed is the candidate's own
 }
 
 // end records how the candidacy ended.
@@ -155,6 +152,7 @@ func (c *Candidate) end(how outcome, reason string, err error, wasLeader bool) {
 
 // loseLeadership records a lost leadership.
 func (c *Candidate) loseLeadership(reason string) {
+	c.held.lose(reason)
 	c.end(lost, reason, errors.New("leasehold: leadership lost: "+reason), false)
 }
 
@@ -173,7 +171,8 @@ func (c *Candidate) ended() error {
 }
 
 // run follows the candidacy until it ends, resuming the leadership when its stream breaks.
-func (c *Candidate) run(att *campaignAttachment) {
+func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]) {
+	h := c.held
 	var proclaims []chan error // sent, not yet proclaimed
 	defer close(c.done)
 	defer func() {
@@ -187,7 +186,7 @@ func (c *Candidate) run(att *campaignAttachment) {
 	timer.Stop()
 	defer timer.Stop()
 	leading, resigning := false, false
-	cancelled := c.ctx.Done()
+	cancelled := h.ctx.Done()
 	var answerWait <-chan time.Time // armed once the caller cancelled
 	resign := func() {
 		resigning = true
@@ -196,62 +195,55 @@ func (c *Candidate) run(att *campaignAttachment) {
 	for {
 		select {
 		case msg := <-att.events:
-			switch event := msg.Event.(type) {
-			case *pb.CampaignResponse_Elected:
+			switch heard := c.hear(msg); heard.kind {
+			case heardHeld:
 				if leading {
 					continue
 				}
-				received := time.Now()
-				until := vouchedUntil(att.opened, received, event.Elected.ValidForMs, event.Elected.ValidToMs)
-				if !until.After(received) {
+				if !h.believe(att.opened, heard) {
 					// Held up on its way (a healed partition): another may lead by now. Not
 					// elected, and the stream is cancelled on return.
 					c.end(lost, staleElected, fmt.Errorf("leasehold: leadership lost: %w", staleError(staleElected)), false)
 					return
 				}
 				leading = true
-				c.mu.Lock()
-				c.term, c.token = event.Elected.Term, event.Elected.Token
-				c.mu.Unlock()
-				c.vouched(until)
-				if c.resume && c.graceMs > 0 {
-					timer.Reset(time.Until(until))
+				h.token, h.fencingToken = heard.token, heard.fencingToken
+				if h.resume && c.graceMs > 0 {
+					timer.Reset(time.Until(h.ValidUntil()))
 				}
 				close(c.elected)
-			case *pb.CampaignResponse_Extended:
-				extended := event.Extended
-				timer.Reset(time.Until(c.vouched(vouchedUntil(att.opened, time.Now(), extended.ValidForMs, extended.ValidToMs))))
-			case *pb.CampaignResponse_Proclaimed:
-				if len(proclaims) > 0 {
+			case heardExtended:
+				timer.Reset(time.Until(h.renewed(att.opened, heard)))
+			case heardLost:
+				c.loseLeadership(heard.reason)
+				return
+			case heardDone:
+				// Elected still reports a cancelled context as such.
+				c.end(resigned, "resigned", h.ctx.Err(), heard.wasHeld)
+				return
+			default:
+				if msg.GetProclaimed() != nil && len(proclaims) > 0 {
 					proclaims[0] <- nil
 					proclaims = proclaims[1:]
 				}
-			case *pb.CampaignResponse_Lost:
-				c.loseLeadership(event.Lost.Reason)
-				return
-			case *pb.CampaignResponse_Resigned:
-				// Elected still reports a cancelled context as such.
-				c.end(resigned, "resigned", c.ctx.Err(), event.Resigned.WasLeader)
-				return
 			}
 		case err := <-att.failed:
 			att.cancel()
-			if !leading || !c.resume || c.ctx.Err() != nil || !transient(err) {
+			if !leading || !h.resume || h.ctx.Err() != nil || !transient(err) {
 				if errors.Is(err, io.EOF) {
 					err = errors.New("leasehold: campaign stream ended")
 				}
 				c.end(failed, err.Error(), err, false)
 				return
 			}
-			next := c.resumeAfter(err)
+			// A resign waits for the resume: nothing stops it but the validity and the context.
+			next, _ := h.resumeAfter(err, new(<-chan struct{}))
 			if next == nil {
+				c.loseLeadership(h.LostReason())
 				return
 			}
 			att = next
-			c.mu.Lock()
-			until := c.validUntil
-			c.mu.Unlock()
-			timer.Reset(time.Until(until))
+			timer.Reset(time.Until(h.ValidUntil()))
 			// The resumed start published the latest value asked for.
 			for _, reply := range proclaims {
 				reply <- nil
@@ -267,7 +259,7 @@ func (c *Candidate) run(att *campaignAttachment) {
 			}
 			answerWait = time.After(time.Duration(c.ttlMs) * time.Millisecond)
 		case <-answerWait:
-			c.end(failed, "cancelled; no answer to its resign within the ttl", c.ctx.Err(), false)
+			c.end(failed, "cancelled; no answer to its resign within the ttl", h.ctx.Err(), false)
 			return
 		case <-timer.C:
 			c.loseLeadership("no renewal confirmed before the leadership ran out (server silent)")
@@ -287,100 +279,6 @@ func (c *Candidate) run(att *campaignAttachment) {
 	}
 }
 
-// resumeAfter reattaches the leadership on a new stream (any server the connection reaches),
-// trying again with backoff and jitter until its validity runs out. It returns the new stream,
-// or nil once the leadership is lost (recorded by end).
-func (c *Candidate) resumeAfter(cause error) *campaignAttachment {
-	c.mu.Lock()
-	term, token := c.term, c.token
-	c.mu.Unlock()
-	last := cause
-	delay := firstBackoff
-	lose := func(reason string) *campaignAttachment {
-		c.loseLeadership(reason)
-		return nil
-	}
-	for {
-		c.mu.Lock()
-		until := c.validUntil
-		c.mu.Unlock()
-		if !time.Now().Before(until) {
-			return lose("could not resume before the leadership's validity ran out: " + describe(last))
-		}
-		att, elected, err := c.attach(c.start(token), until)
-		if err == nil {
-			if elected.Term != term {
-				att.cancel()
-				return lose(fmt.Sprintf("resumed with term %d instead of %d", elected.Term, term))
-			}
-			return att
-		}
-		if c.ctx.Err() != nil {
-			return lose("campaign stream ended: " + c.ctx.Err().Error())
-		}
-		var lost lostError
-		if errors.As(err, &lost) {
-			return lose(string(lost))
-		}
-		if !transient(err) {
-			return lose("could not resume the leadership: " + describe(err))
-		}
-		if time.Now().Before(until) || status.Code(err) != codes.Canceled {
-			last = err // else the attempt was cut at the validity: the error before says more
-		}
-		wait := time.NewTimer(min(jitter(delay), time.Until(until)))
-		delay = min(2*delay, maxBackoff)
-		select {
-		case <-wait.C:
-		case <-c.ctx.Done():
-			wait.Stop()
-		}
-	}
-}
-
-// attach opens a Campaign stream, sends `start` and waits for `elected` until `until`. An
-// `elected` whose validity has already run out when it arrives is no leadership: the stream is
-// cancelled and the error is a staleError.
-func (c *Candidate) attach(start *pb.CampaignStart, until time.Time) (*campaignAttachment, *pb.Elected, error) {
-	// Not cancelled with c.ctx once attached: run resigns first (see Candidate). Until then the
-	// caller's cancel ends the attempt.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(c.ctx))
-	expire := time.AfterFunc(time.Until(until), cancel) // not a deadline: the stream lives on
-	defer expire.Stop()
-	attaching := context.AfterFunc(c.ctx, cancel)
-	defer attaching()
-	opened := time.Now() // valid_to_ms counts from the server's receipt, which is later
-	stream, err := pb.NewElectionServiceClient(c.conn).Campaign(ctx)
-	if err == nil {
-		err = stream.Send(&pb.CampaignRequest{Action: &pb.CampaignRequest_Start{Start: start}})
-		if errors.Is(err, io.EOF) {
-			err = nil // the stream ended: Recv says how
-		}
-	}
-	for err == nil {
-		var msg *pb.CampaignResponse
-		msg, err = stream.Recv()
-		if err != nil {
-			break
-		}
-		if elected := msg.GetElected(); elected != nil {
-			received := time.Now()
-			validUntil := vouchedUntil(opened, received, elected.ValidForMs, elected.ValidToMs)
-			if !validUntil.After(received) {
-				err = staleError(staleElected) // held up on its way: the resume failed
-				break
-			}
-			c.vouched(validUntil)
-			return &campaignAttachment{read(ctx, stream.Recv), stream, cancel, opened}, elected, nil
-		}
-		if lost := msg.GetLost(); lost != nil {
-			err = lostError(lost.Reason)
-		}
-	}
-	cancel()
-	return nil, nil, err
-}
-
 // Elected waits until this candidate leads and returns its term. An `elected` that arrives
 // after the validity it gives has run out (held up on its way, as by a healed partition) is no
 // leadership: the candidacy ends as lost, and the error satisfies errors.Is(err, ErrStale).
@@ -394,9 +292,7 @@ func (c *Candidate) Elected() (uint64, error) {
 			return 0, c.ended()
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.term, nil
+	return c.held.fencingToken, nil // set before elected was closed, never changed
 }
 
 // Proclaim publishes a new value while leading.
@@ -423,11 +319,7 @@ func (c *Candidate) Lost() string {
 // (zero before it was elected): the candidate believes in it no longer than this without another
 // confirmation (a renewal, or a resume elsewhere), and is lost then at the latest. Without a
 // resume grace the server reports no renewals: this is then the validity of `elected` alone.
-func (c *Candidate) ValidUntil() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.validUntil
-}
+func (c *Candidate) ValidUntil() time.Time { return c.held.ValidUntil() }
 
 // Done is closed when the candidacy has ended: leadership lost (Lost says why), resigned, or
 // the stream failed.

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
 )
 
 // Held streams, resumption and release between streams are bounded by these.
@@ -46,6 +48,20 @@ const (
 	heardLost                      // lost; the stream ends
 	heardDone                      // released, resigned; the stream ends
 )
+
+// hearShared reads the messages every held stream has: `extended` and `lost`.
+func hearShared(msg interface {
+	GetExtended() *pb.Extended
+	GetLost() *pb.Lost
+}) heard {
+	if e := msg.GetExtended(); e != nil {
+		return heard{kind: heardExtended, validForMs: e.ValidForMs, validToMs: e.ValidToMs}
+	}
+	if l := msg.GetLost(); l != nil {
+		return heard{kind: heardLost, reason: l.Reason}
+	}
+	return heard{}
+}
 
 // heldKind is what differs between the kinds of things held on a stream: which stream, the
 // request that resumes it, and what its messages mean.

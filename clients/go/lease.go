@@ -125,18 +125,13 @@ func (k leaseStream) resumeRequest(token string) *pb.LeaseRequest {
 }
 
 func (leaseStream) hear(msg *pb.LeaseResponse) heard {
-	switch event := msg.Event.(type) {
-	case *pb.LeaseResponse_Acquired:
-		a := event.Acquired
+	if a := msg.GetAcquired(); a != nil {
 		return heard{kind: heardHeld, token: a.Token, fencingToken: a.FencingToken, validForMs: a.ValidForMs, validToMs: a.ValidToMs}
-	case *pb.LeaseResponse_Extended:
-		return heard{kind: heardExtended, validForMs: event.Extended.ValidForMs, validToMs: event.Extended.ValidToMs}
-	case *pb.LeaseResponse_Lost:
-		return heard{kind: heardLost, reason: event.Lost.Reason}
-	case *pb.LeaseResponse_Released:
-		return heard{kind: heardDone, wasHeld: event.Released.WasHeld}
 	}
-	return heard{}
+	if r := msg.GetReleased(); r != nil {
+		return heard{kind: heardDone, wasHeld: r.WasHeld}
+	}
+	return hearShared(msg) // extended, lost; waiting says nothing to a holder
 }
 
 func (l *Lease) released(wasHeld bool, err error) {
