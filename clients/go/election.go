@@ -102,10 +102,9 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 		cancel: cancel, election: election, ttlMs: millis(ttl), graceMs: millis(grace), value: value,
 		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
 	}
-	c.held = &holder[pb.CampaignRequest, pb.CampaignResponse]{
-		kind: c, words: campaignWords, conn: conn, ctx: ctx, streams: context.WithoutCancel(ctx),
-		resume: !o.NoResume, belief: newBelief(),
-	}
+	// Renewals are confirmed (and the leadership ended by this process's clock) with a grace.
+	resume := !o.NoResume
+	c.held = newHolder(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0)
 	// Not cancelled with ctx: run resigns first (see Candidate).
 	streamCtx, streamCancel := context.WithCancel(c.held.streams)
 	stream, opened, err := c.held.dial(streamCtx, c.resumeRequest(""))
@@ -182,9 +181,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 	}()
 	defer c.cancel()
 	defer func() { att.cancel() }()
-	timer := time.NewTimer(time.Hour) // armed while leading with a grace (extended then arrives)
-	timer.Stop()
-	defer timer.Stop()
+	defer h.expiry.Stop()
 	leading, resigning := false, false
 	cancelled := h.ctx.Done()
 	var answerWait <-chan time.Time // armed once the caller cancelled
@@ -208,12 +205,9 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 				}
 				leading = true
 				h.token, h.fencingToken = heard.token, heard.fencingToken
-				if h.resume && c.graceMs > 0 {
-					timer.Reset(time.Until(h.ValidUntil()))
-				}
 				close(c.elected)
 			case heardExtended:
-				timer.Reset(time.Until(h.renewed(att.opened, heard)))
+				h.renewed(att.opened, heard)
 			case heardLost:
 				c.loseLeadership(heard.reason)
 				return
@@ -243,7 +237,6 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 				return
 			}
 			att = next
-			timer.Reset(time.Until(h.ValidUntil()))
 			// The resumed start published the latest value asked for.
 			for _, reply := range proclaims {
 				reply <- nil
@@ -261,7 +254,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 		case <-answerWait:
 			c.end(failed, "cancelled; no answer to its resign within the ttl", h.ctx.Err(), false)
 			return
-		case <-timer.C:
+		case <-h.expiry.C:
 			c.loseLeadership("no renewal confirmed before the leadership ran out (server silent)")
 			return
 		case request := <-c.requests:

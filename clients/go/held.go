@@ -89,10 +89,24 @@ type holder[Req, Res any] struct {
 	ctx     context.Context // the caller's: its end ends every attempt to attach
 	streams context.Context // the parent of every stream once attached
 	resume  bool
+	// clocked: a hold's news arms expiry, since the server confirms every renewal (a lease; a
+	// leadership with a resume grace). Without, the server alone watches it: a timer would end
+	// it falsely.
+	clocked bool
+	expiry  *time.Timer // fires when the validity last vouched for runs out
 
 	token        string
 	fencingToken uint64
 	belief       // Lost, LostReason, ValidUntil
+}
+
+func newHolder[Req, Res any](kind heldKind[Req, Res], words heldWords, conn grpc.ClientConnInterface, ctx, streams context.Context, resume, clocked bool) *holder[Req, Res] {
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	return &holder[Req, Res]{
+		kind: kind, words: words, conn: conn, ctx: ctx, streams: streams, resume: resume,
+		clocked: clocked, expiry: expiry, belief: newBelief(),
+	}
 }
 
 // heldStream is one stream holding it, read by a goroutine of its own.
@@ -168,16 +182,19 @@ func (h *holder[Req, Res]) believe(opened time.Time, heard heard) bool {
 		return false
 	}
 	h.vouched(until)
+	if h.clocked {
+		h.expiry.Reset(time.Until(until))
+	}
 	return true
 }
 
-// renewed takes the validity a renewal (extended) received now vouches for, and returns it.
-// Unlike a hold's news, a late one is taken as it is: the validity it gives, already past, ends
-// the belief at once.
-func (h *holder[Req, Res]) renewed(opened time.Time, heard heard) time.Time {
+// renewed takes the validity a renewal (extended) received now vouches for, and arms expiry for
+// its end. Unlike a hold's news, a late one is taken as it is: the validity it gives, already
+// past, ends the belief at once.
+func (h *holder[Req, Res]) renewed(opened time.Time, heard heard) {
 	until := vouchedUntil(opened, time.Now(), heard.validForMs, heard.validToMs)
 	h.vouched(until)
-	return until
+	h.expiry.Reset(time.Until(until))
 }
 
 // resumption is how resumeAfter ended.

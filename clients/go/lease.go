@@ -71,13 +71,9 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}
 	ctx, stop := context.WithCancel(ctx)
 	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
-	l := &Lease{
-		holder: &holder[pb.LeaseRequest, pb.LeaseResponse]{
-			kind: kind, words: leaseWords, conn: conn, ctx: ctx, streams: ctx, resume: !opts.NoResume,
-			belief: newBelief(),
-		},
-		stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{}),
-	}
+	l := &Lease{stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
+	// Its streams live under ctx; every renewal is confirmed, so it is clocked.
+	l.holder = newHolder(kind, leaseWords, conn, ctx, ctx, !opts.NoResume, true)
 	streamCtx, cancel := context.WithCancel(ctx)
 	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
 		Name: name, TtlMs: kind.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
@@ -149,8 +145,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			att.cancel()
 		}
 	}()
-	timer := time.NewTimer(time.Until(l.ValidUntil()))
-	defer timer.Stop()
+	defer l.expiry.Stop()
 	var releaseAsked <-chan struct{} = l.releaseAsked
 	releasing := false
 	var sendErr error
@@ -159,7 +154,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 		case msg := <-att.events:
 			switch heard := l.kind.hear(msg); heard.kind {
 			case heardExtended:
-				timer.Reset(time.Until(l.renewed(att.opened, heard)))
+				l.renewed(att.opened, heard)
 			case heardLost:
 				l.lose(heard.reason)
 			case heardDone:
@@ -198,12 +193,11 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			case resumeLost:
 				return
 			}
-			timer.Reset(time.Until(l.ValidUntil()))
 			if how == resumedStopping {
 				releasing = true
 				sendErr = l.sendRelease(att)
 			}
-		case <-timer.C:
+		case <-l.expiry.C:
 			l.lose("no renewal confirmed before the lease ran out (server silent)")
 		case <-releaseAsked:
 			releaseAsked = nil
