@@ -48,7 +48,7 @@ type Candidate struct {
 	// The Campaign stream that holds the candidacy, resumed when it breaks while leading, and
 	// until when the leadership is believed. Its ctx is the caller's; its streams are not
 	// cancelled with it (run resigns first).
-	held     *holder[pb.CampaignRequest, pb.CampaignResponse]
+	held     holder[pb.CampaignRequest, pb.CampaignResponse]
 	cancel   context.CancelFunc
 	election string
 	ttlMs    uint32
@@ -104,7 +104,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 	}
 	// Renewals are confirmed (and the leadership ended by this process's clock) with a grace.
 	resume := !o.NoResume
-	c.held = newHolder(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0)
+	c.held.init(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0, &belief{lost: make(chan struct{})})
 	// Not cancelled with ctx: run resigns first (see Candidate).
 	streamCtx, streamCancel := context.WithCancel(c.held.streams)
 	stream, opened, err := c.held.dial(streamCtx, c.resumeRequest(""))
@@ -171,7 +171,7 @@ func (c *Candidate) ended() error {
 
 // run follows the candidacy until it ends, resuming the leadership when its stream breaks.
 func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]) {
-	h := c.held
+	h := &c.held
 	var proclaims []chan error // sent, not yet proclaimed
 	defer close(c.done)
 	defer func() {

@@ -97,16 +97,14 @@ type holder[Req, Res any] struct {
 
 	token        string
 	fencingToken uint64
-	belief       // Lost, LostReason, ValidUntil
+	*belief      // the holder's: a Lease's own (its Lost, LostReason, ValidUntil)
 }
 
-func newHolder[Req, Res any](kind heldKind[Req, Res], words heldWords, conn grpc.ClientConnInterface, ctx, streams context.Context, resume, clocked bool) *holder[Req, Res] {
-	expiry := time.NewTimer(time.Hour)
-	expiry.Stop()
-	return &holder[Req, Res]{
-		kind: kind, words: words, conn: conn, ctx: ctx, streams: streams, resume: resume,
-		clocked: clocked, expiry: expiry, belief: newBelief(),
-	}
+// init readies a holder not yet held, believing in it by b.
+func (h *holder[Req, Res]) init(kind heldKind[Req, Res], words heldWords, conn grpc.ClientConnInterface, ctx, streams context.Context, resume, clocked bool, b *belief) {
+	h.kind, h.words, h.conn, h.ctx, h.streams, h.resume, h.clocked, h.belief = kind, words, conn, ctx, streams, resume, clocked, b
+	h.expiry = time.NewTimer(time.Hour)
+	h.expiry.Stop()
 }
 
 // heldStream is one stream holding it, read by a goroutine of its own.

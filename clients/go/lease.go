@@ -41,9 +41,10 @@ type Lease struct {
 	FencingToken uint64
 	Token        string
 
-	// The Lease stream that holds it, resumed when it breaks, and what this process believes of
-	// it (Lost, LostReason, ValidUntil). Every stream lives under the caller's context.
-	*holder[pb.LeaseRequest, pb.LeaseResponse]
+	belief // Lost, LostReason, ValidUntil
+	// The Lease stream that holds it, resumed when it breaks. Every stream lives under the
+	// caller's context.
+	held leaseHolder
 	stop context.CancelFunc // ends the caller's context, as given to Acquire
 	name string
 
@@ -71,11 +72,11 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}
 	ctx, stop := context.WithCancel(ctx)
 	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
-	l := &Lease{stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
+	l := &Lease{belief: newBelief(), stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
 	// Its streams live under ctx; every renewal is confirmed, so it is clocked.
-	l.holder = newHolder(kind, leaseWords, conn, ctx, ctx, !opts.NoResume, true)
+	l.held.init(kind, leaseWords, conn, ctx, ctx, !opts.NoResume, true, &l.belief)
 	streamCtx, cancel := context.WithCancel(ctx)
-	att, acquired, err := l.attach(streamCtx, cancel, &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
+	att, acquired, err := l.held.attach(streamCtx, cancel, &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
 		Name: name, TtlMs: kind.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
 		Limit: opts.Limit, Mode: mode(opts.Shared), ResumeGraceMs: kind.graceMs, ResumeToken: opts.ResumeToken,
 	}}}, time.Time{})
@@ -83,7 +84,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 		stop()
 		return nil, refusal(err)
 	}
-	l.token, l.fencingToken = acquired.token, acquired.fencingToken
+	l.held.token, l.held.fencingToken = acquired.token, acquired.fencingToken
 	l.FencingToken, l.Token = acquired.fencingToken, acquired.token
 	go l.run(att)
 	return l, nil
@@ -97,6 +98,9 @@ func mode(shared bool) pb.LeaseMode {
 	}
 	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
 }
+
+// leaseHolder is the held-stream core holding a lease.
+type leaseHolder = holder[pb.LeaseRequest, pb.LeaseResponse]
 
 // leaseStream is the Lease stream, as the held-stream core sees it.
 type leaseStream struct {
@@ -145,16 +149,16 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			att.cancel()
 		}
 	}()
-	defer l.expiry.Stop()
+	defer l.held.expiry.Stop()
 	var releaseAsked <-chan struct{} = l.releaseAsked
 	releasing := false
 	var sendErr error
 	for {
 		select {
 		case msg := <-att.events:
-			switch heard := l.kind.hear(msg); heard.kind {
+			switch heard := l.held.kind.hear(msg); heard.kind {
 			case heardExtended:
-				l.renewed(att.opened, heard)
+				l.held.renewed(att.opened, heard)
 			case heardLost:
 				l.lose(heard.reason)
 			case heardDone:
@@ -163,7 +167,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			}
 		case err := <-att.failed:
 			att.cancel()
-			broken := l.resume && l.broken(err)
+			broken := l.held.resume && l.broken(err)
 			switch {
 			case l.isLost():
 				l.released(false, sendErr)
@@ -172,7 +176,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 				l.released(l.releaseBetweenStreams())
 				return
 			case !broken:
-				if l.resume && l.ctx.Err() != nil {
+				if l.held.resume && l.held.ctx.Err() != nil {
 					// The caller cancelled: the server keeps a resumable lease whose stream
 					// ends without a release (it cannot tell a cancel from a dead connection).
 					l.releaseBestEffort()
@@ -182,7 +186,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 				return
 			}
 			var how resumption
-			att, how = l.resumeAfter(err, &releaseAsked)
+			att, how = l.held.resumeAfter(err, &releaseAsked)
 			switch how {
 			case resumeStopped:
 				l.released(l.releaseBetweenStreams())
@@ -197,7 +201,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 				releasing = true
 				sendErr = l.sendRelease(att)
 			}
-		case <-l.expiry.C:
+		case <-l.held.expiry.C:
 			l.lose("no renewal confirmed before the lease ran out (server silent)")
 		case <-releaseAsked:
 			releaseAsked = nil
@@ -220,15 +224,15 @@ func (l *Lease) sendRelease(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) 
 // broken tells a stream that broke (resumable) from one that ended for good: the caller's
 // cancellation, or an answer such as NOT_FOUND or PERMISSION_DENIED.
 func (l *Lease) broken(err error) bool {
-	return l.ctx.Err() == nil && transient(err)
+	return l.held.ctx.Err() == nil && transient(err)
 }
 
 // releaseBetweenStreams releases the lease by its token with the unary Release call, on any
 // server the connection reaches, within releaseTimeout.
 func (l *Lease) releaseBetweenStreams() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.held.ctx), releaseTimeout)
 	defer cancel()
-	client := pb.NewLockServiceClient(l.conn)
+	client := pb.NewLockServiceClient(l.held.conn)
 	delay := firstBackoff
 	for {
 		answer, err := client.Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token}, grpc.WaitForReady(true))
@@ -250,9 +254,9 @@ func (l *Lease) releaseBetweenStreams() (bool, error) {
 // releaseBestEffort frees a lease whose caller cancelled it while it was between streams (as
 // the server does for a cancelled stream), briefly, without reporting.
 func (l *Lease) releaseBestEffort() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.held.ctx), time.Second)
 	defer cancel()
-	_, _ = pb.NewLockServiceClient(l.conn).Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token})
+	_, _ = pb.NewLockServiceClient(l.held.conn).Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token})
 }
 
 // Release gives the lock up and reports whether it was still held. Between two streams of a
