@@ -93,10 +93,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 	if len(opts) > 0 {
 		o = opts[len(opts)-1]
 	}
-	grace := o.ResumeGrace
-	if grace == 0 && !o.NoResume {
-		grace = ttl
-	}
+	grace := resumeGrace(o.ResumeGrace, ttl, o.NoResume)
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Candidate{
 		cancel: cancel, election: election, ttlMs: millis(ttl), graceMs: millis(grace), value: value,

@@ -44,7 +44,7 @@ type Lease struct {
 	belief // Lost, LostReason, ValidUntil
 	// The Lease stream that holds it, resumed when it breaks. Every stream lives under the
 	// caller's context.
-	held leaseHolder
+	held holder[pb.LeaseRequest, pb.LeaseResponse]
 	stop context.CancelFunc // ends the caller's context, as given to Acquire
 	name string
 
@@ -66,10 +66,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	if opts.TTL == 0 {
 		opts.TTL = 30 * time.Second
 	}
-	grace := opts.ResumeGrace
-	if grace == 0 && !opts.NoResume {
-		grace = opts.TTL
-	}
+	grace := resumeGrace(opts.ResumeGrace, opts.TTL, opts.NoResume)
 	ctx, stop := context.WithCancel(ctx)
 	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
 	l := &Lease{belief: newBelief(), stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
@@ -98,9 +95,6 @@ func mode(shared bool) pb.LeaseMode {
 	}
 	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
 }
-
-// leaseHolder is the held-stream core holding a lease.
-type leaseHolder = holder[pb.LeaseRequest, pb.LeaseResponse]
 
 // leaseStream is the Lease stream, as the held-stream core sees it.
 type leaseStream struct {

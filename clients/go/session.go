@@ -141,10 +141,7 @@ func NewSession(ctx context.Context, conn grpc.ClientConnInterface, opts Session
 	if opts.TTL == 0 {
 		opts.TTL = 30 * time.Second
 	}
-	grace := opts.ResumeGrace
-	if grace == 0 && !opts.NoResume {
-		grace = opts.TTL
-	}
+	grace := resumeGrace(opts.ResumeGrace, opts.TTL, opts.NoResume)
 	streamCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Session{
 		conn: conn, ctx: ctx, streamCtx: streamCtx, stop: stop,

@@ -43,6 +43,15 @@ func vouchedUntil(opened, received time.Time, validForMs uint32, validToMs uint6
 	return until
 }
 
+// resumeGrace is the grace asked for: the one given, else the TTL when resumption is on (the
+// server may then keep the lease that long for its client to resume), else none.
+func resumeGrace(given, ttl time.Duration, noResume bool) time.Duration {
+	if given == 0 && !noResume {
+		return ttl
+	}
+	return given
+}
+
 // belief is what this process believes of a lease (or a leadership) it holds: until when the
 // server last vouched for it, and whether, and why, it can no longer be trusted. A Lease, a
 // SessionLease and a SessionLeader each embed one, which gives them Lost, LostReason and
