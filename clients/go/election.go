@@ -220,7 +220,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 			}
 		case err := <-att.failed:
 			att.cancel()
-			if !leading || !h.resume || h.ctx.Err() != nil || !transient(err) {
+			if !leading || !h.broken(err) {
 				if errors.Is(err, io.EOF) {
 					err = errors.New("leasehold: campaign stream ended")
 				}

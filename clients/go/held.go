@@ -195,6 +195,12 @@ func (h *holder[Req, Res]) renewed(opened time.Time, heard heard) {
 	h.expiry.Reset(time.Until(until))
 }
 
+// broken tells a stream that broke, to be resumed, from one that ended for good: resumption is
+// off, the caller's context ended, or the server answered (NOT_FOUND, PERMISSION_DENIED, ...).
+func (h *holder[Req, Res]) broken(err error) bool {
+	return h.resume && h.ctx.Err() == nil && transient(err)
+}
+
 // resumption is how resumeAfter ended.
 type resumption int
 

@@ -161,7 +161,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			}
 		case err := <-att.failed:
 			att.cancel()
-			broken := l.held.resume && l.broken(err)
+			broken := l.held.broken(err)
 			switch {
 			case l.isLost():
 				l.released(false, sendErr)
@@ -213,12 +213,6 @@ func (l *Lease) sendRelease(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) 
 		err = att.stream.CloseSend()
 	}
 	return err
-}
-
-// broken tells a stream that broke (resumable) from one that ended for good: the caller's
-// cancellation, or an answer such as NOT_FOUND or PERMISSION_DENIED.
-func (l *Lease) broken(err error) bool {
-	return l.held.ctx.Err() == nil && transient(err)
 }
 
 // releaseBetweenStreams releases the lease by its token with the unary Release call, on any
