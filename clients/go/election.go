@@ -99,10 +99,11 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 		cancel: cancel, election: election, ttlMs: millis(ttl), graceMs: millis(grace), value: value,
 		requests: make(chan candidateRequest), elected: make(chan struct{}), done: make(chan struct{}),
 	}
-	// Renewals are confirmed (and the leadership ended by this process's clock) with a grace.
+	// Its streams are not cancelled with ctx: run resigns first (see Candidate). Renewals are
+	// confirmed (and the leadership ended by this process's clock) with a grace only.
 	resume := !o.NoResume
-	c.held.init(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0, &belief{lost: make(chan struct{})})
-	// Not cancelled with ctx: run resigns first (see Candidate).
+	c.held.init(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0,
+		&belief{lost: make(chan struct{})})
 	streamCtx, streamCancel := context.WithCancel(c.held.streams)
 	stream, opened, err := c.held.dial(streamCtx, c.resumeRequest(""))
 	if err != nil {
@@ -189,28 +190,28 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 	for {
 		select {
 		case msg := <-att.events:
-			switch heard := c.hear(msg); heard.kind {
+			switch news := c.hear(msg); news.kind {
 			case heardHeld:
 				if leading {
 					continue
 				}
-				if !h.believe(att.opened, heard) {
+				if !h.believe(att.opened, news) {
 					// Held up on its way (a healed partition): another may lead by now. Not
 					// elected, and the stream is cancelled on return.
 					c.end(lost, staleElected, fmt.Errorf("leasehold: leadership lost: %w", staleError(staleElected)), false)
 					return
 				}
 				leading = true
-				h.token, h.fencingToken = heard.token, heard.fencingToken
+				h.token, h.fencingToken = news.token, news.fencingToken
 				close(c.elected)
 			case heardExtended:
-				h.renewed(att.opened, heard)
+				h.renewed(att.opened, news)
 			case heardLost:
-				c.loseLeadership(heard.reason)
+				c.loseLeadership(news.reason)
 				return
 			case heardDone:
 				// Elected still reports a cancelled context as such.
-				c.end(resigned, "resigned", h.ctx.Err(), heard.wasHeld)
+				c.end(resigned, "resigned", h.ctx.Err(), news.wasHeld)
 				return
 			default:
 				if msg.GetProclaimed() != nil && len(proclaims) > 0 {

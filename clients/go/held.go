@@ -154,17 +154,16 @@ func (h *holder[Req, Res]) attach(ctx context.Context, cancel context.CancelFunc
 		if err != nil {
 			break
 		}
-		switch heard := h.kind.hear(msg); heard.kind {
+		switch news := h.kind.hear(msg); news.kind {
 		case heardHeld:
-			if !h.believe(opened, heard) {
-				// Held up on its way (a healed partition): it may be someone else's by now.
-				// Cancelling the stream lets go of it (or keeps it only for its grace).
-				err = staleError(h.words.stale)
-				break
+			if h.believe(opened, news) {
+				return &heldStream[Req, Res]{read(ctx, stream.Recv), stream, cancel, opened}, news, nil
 			}
-			return &heldStream[Req, Res]{read(ctx, stream.Recv), stream, cancel, opened}, heard, nil
+			// Held up on its way (a healed partition): it may be someone else's by now.
+			// Cancelling the stream lets go of it (or keeps it only for its grace).
+			err = staleError(h.words.stale)
 		case heardLost:
-			err = lostError(heard.reason)
+			err = lostError(news.reason)
 		}
 	}
 	cancel()
@@ -173,9 +172,9 @@ func (h *holder[Req, Res]) attach(ctx context.Context, cancel context.CancelFunc
 
 // believe takes the validity a message received now on a stream opened at `opened` vouches for
 // (acquired, elected, extended), unless it has already run out: false then.
-func (h *holder[Req, Res]) believe(opened time.Time, heard heard) bool {
+func (h *holder[Req, Res]) believe(opened time.Time, news heard) bool {
 	received := time.Now()
-	until := vouchedUntil(opened, received, heard.validForMs, heard.validToMs)
+	until := vouchedUntil(opened, received, news.validForMs, news.validToMs)
 	if !until.After(received) {
 		return false
 	}
@@ -189,8 +188,8 @@ func (h *holder[Req, Res]) believe(opened time.Time, heard heard) bool {
 // renewed takes the validity a renewal (extended) received now vouches for, and arms expiry for
 // its end. Unlike a hold's news, a late one is taken as it is: the validity it gives, already
 // past, ends the belief at once.
-func (h *holder[Req, Res]) renewed(opened time.Time, heard heard) {
-	until := vouchedUntil(opened, time.Now(), heard.validForMs, heard.validToMs)
+func (h *holder[Req, Res]) renewed(opened time.Time, news heard) {
+	until := vouchedUntil(opened, time.Now(), news.validForMs, news.validToMs)
 	h.vouched(until)
 	h.expiry.Reset(time.Until(until))
 }

@@ -150,13 +150,13 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 	for {
 		select {
 		case msg := <-att.events:
-			switch heard := l.held.kind.hear(msg); heard.kind {
+			switch news := l.held.kind.hear(msg); news.kind {
 			case heardExtended:
-				l.held.renewed(att.opened, heard)
+				l.held.renewed(att.opened, news)
 			case heardLost:
-				l.lose(heard.reason)
+				l.lose(news.reason)
 			case heardDone:
-				l.released(heard.wasHeld, nil)
+				l.released(news.wasHeld, nil)
 				return
 			}
 		case err := <-att.failed:
