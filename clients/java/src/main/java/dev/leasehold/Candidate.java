@@ -322,7 +322,7 @@ public final class Candidate extends HeldStream<CampaignRequest, CampaignRespons
 
   @Override
   void startAgain() {
-    resetBackoff();
+    Resumption.wake(channel);
     open(campaign(null));
   }
 

@@ -20,6 +20,14 @@ final class Completions {
     this.lock = lock;
   }
 
+  /** An entry point: runs {@code step} holding the lock, then what it deferred, without. */
+  void locked(Runnable step) {
+    synchronized (lock) {
+      step.run();
+    }
+    flush();
+  }
+
   /** Holds the lock. Runs {@code task} at the next {@link #flush()}. */
   void later(Runnable task) {
     tasks.add(task);

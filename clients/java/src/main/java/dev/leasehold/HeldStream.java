@@ -1,6 +1,5 @@
 package dev.leasehold;
 
-import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.stub.ClientResponseObserver;
@@ -129,7 +128,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
 
   /** A resume is due: by default, open it. */
   void resumeAgain() {
-    resetBackoff();
+    Resumption.wake(channel);
     open(resumeRequest());
   }
 
@@ -141,13 +140,6 @@ abstract class HeldStream<Req, Resp> extends Holding {
     stream = next;
     call(next);
     next.send(first);
-  }
-
-  /** Tries every server again now, not at the channel's pace, if none answered lately. */
-  final void resetBackoff() {
-    if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
-      channel.resetConnectBackoff();
-    }
   }
 
   /** Lets go on {@code on}: the stop request, then the half-close. */
@@ -276,7 +268,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
   // ---- What happens on its own: attempts, the validity's end, the stream's end. ----
 
   private void attempt() {
-    synchronized (this) {
+    completions.locked(() -> {
       retry = null;
       if (stream != null || (state != State.STARTING && state != State.RESUMING)) {
         return;
@@ -286,12 +278,11 @@ abstract class HeldStream<Req, Resp> extends Holding {
       } else {
         resumeAgain();
       }
-    }
-    completions.flush();
+    });
   }
 
   private void onDeadline() {
-    synchronized (this) {
+    completions.locked(() -> {
       if (!validity.ranOut()) {
         return; // Re-armed meanwhile.
       }
@@ -309,23 +300,21 @@ abstract class HeldStream<Req, Resp> extends Holding {
         }
         case STARTING, ENDED -> {}
       }
-    }
-    completions.flush();
+    });
   }
 
   private void onEvent(Stream from, Resp event) {
-    synchronized (this) {
+    completions.locked(() -> {
       if (from != stream) {
         return; // A stream given up on.
       }
       onMessage(from, event);
-    }
-    completions.flush();
+    });
   }
 
   /** {@code status} null: the stream ended without a status, after no last word. */
   private void onEnd(Stream from, Status status, Throwable error) {
-    synchronized (this) {
+    completions.locked(() -> {
       if (from != stream) {
         return;
       }
@@ -337,8 +326,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
         case STOPPING -> stopEnded(status, error);
         case ENDED -> null;
       });
-    }
-    completions.flush();
+    });
   }
 
   private String heldEnded(Status status, Throwable error) {

@@ -1,6 +1,9 @@
 package dev.leasehold;
 
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * What every held thing shares, on its own stream ({@link Lease}, {@link Candidate}) or on a
@@ -33,5 +36,20 @@ abstract class Holding {
     }
     lostKnown = true;
     return letGo ? null : reason;
+  }
+
+  /**
+   * Not holding the lock. Waits up to {@code waitMs} for {@code released}, the answer to letting
+   * go: whether it was still held (and not lost meanwhile); false if no answer came.
+   */
+  final boolean stillHeld(CompletableFuture<Boolean> released, long waitMs) {
+    try {
+      return released.get(waitMs, TimeUnit.MILLISECONDS) && !lost.isDone();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    } catch (ExecutionException | TimeoutException e) {
+      return false;
+    }
   }
 }

@@ -10,7 +10,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import leasehold.v1.Lock.Acquired;
 import leasehold.v1.Lock.Extended;
 import leasehold.v1.Lock.LeaseAcquire;
@@ -153,14 +152,7 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
     if (unary) {
       releaseUnary(unhooked);
     }
-    try {
-      return released.get(RELEASE_WAIT.toMillis(), TimeUnit.MILLISECONDS) && !lost.isDone();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return false;
-    } catch (ExecutionException | TimeoutException e) {
-      return false;
-    }
+    return stillHeld(released, RELEASE_WAIT.toMillis());
   }
 
   @Override

@@ -1,7 +1,6 @@
 package dev.leasehold;
 
 import com.google.protobuf.ByteString;
-import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -275,23 +274,20 @@ final class SessionLink {
   }
 
   private void attempt() {
-    synchronized (this) {
+    completions.locked(() -> {
       retry = null;
       boolean resuming = state == State.RESUMING || (state == State.CLOSING && !closeSent);
       if (stream != null || !resuming) {
         return;
       }
-      if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
-        channel.resetConnectBackoff(); // Try every server again now, not at the channel's pace.
-      }
+      Resumption.wake(channel);
       resumes++;
       openStream();
-    }
-    completions.flush();
+    });
   }
 
   private void onDeadline() {
-    synchronized (this) {
+    completions.locked(() -> {
       if (!validity.ranOut()) {
         return; // Re-armed meanwhile.
       }
@@ -301,12 +297,11 @@ final class SessionLink {
         }
       }
       rearm();
-    }
-    completions.flush();
+    });
   }
 
   private void onEvent(Stream from, SessionResponse event) {
-    synchronized (this) {
+    completions.locked(() -> {
       if (from != stream) {
         return; // A stream given up on.
       }
@@ -384,13 +379,12 @@ final class SessionLink {
         default -> {} // waiting: nothing to do.
       }
       maybeSendClose();
-    }
-    completions.flush();
+    });
   }
 
   /** {@code status} null: the stream ended without a status, after no last word. */
   private void onEnd(Stream from, Status status, Throwable error) {
-    synchronized (this) {
+    completions.locked(() -> {
       if (from != stream) {
         return;
       }
@@ -437,8 +431,7 @@ final class SessionLink {
         }
         case ENDED -> {}
       }
-    }
-    completions.flush();
+    });
   }
 
   /** Holds this. When the current run of failed attempts began (now if none). */

@@ -331,14 +331,7 @@ final class SessionMember extends Holding {
       }
     }
     link.completions.flush();
-    try {
-      return released.get(link.answerWaitMs(), TimeUnit.MILLISECONDS) && !lost.isDone();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return false;
-    } catch (ExecutionException | TimeoutException e) {
-      return false;
-    }
+    return stillHeld(released, link.answerWaitMs());
   }
 
   /** Publishes {@code bytes}, a leadership's new value; waits for the server. */
