@@ -5,9 +5,6 @@ import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.lang.System.Logger.Level;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -26,8 +23,9 @@ import leasehold.v1.SessionServiceGrpc.SessionServiceStub;
 /**
  * A {@link Session}'s link to the servers: one stream at a time, opened again on another server
  * when it breaks (within the resume grace), the session's one validity timer, the close, and the
- * stream's messages routed to the leases on it ({@link SessionMember}). What each message means
- * for one lease is decided there; here, what it means for the session.
+ * stream's messages routed to the leases on it ({@link SessionMembers}, each a {@link
+ * SessionMember}). What each message means for one lease is decided there; here, what it means
+ * for the session.
  *
  * <p>Every field, and every member's, is guarded by this object; every method that says "Holds
  * this" is called holding it. Futures complete through {@link #completions}, once it is let go.
@@ -61,8 +59,7 @@ final class SessionLink {
   // Guarded by this.
   private State state = State.OPEN;
   private Stream stream;
-  private final Map<Long, SessionMember> members = new LinkedHashMap<>();
-  private long nextId = 1;
+  private final SessionMembers members = new SessionMembers();
   private ScheduledFuture<?> retry;
   private Resumption resumption;
   /** When the stream broke, of the run of failed attempts under way. */
@@ -125,8 +122,9 @@ final class SessionLink {
             : new IllegalStateException("the session is " + (lost.isDone()
                 ? "lost: " + lost.getNow("") : "closed"));
       }
-      member = new SessionMember(this, nextId++, name, acquire == null, acquire, waitMs, value);
-      members.put(member.id, member);
+      member = new SessionMember(this, members.nextId(), name, acquire == null, acquire, waitMs,
+          value);
+      members.add(member);
       if (stream != null) {
         member.sendOn(stream);
       }
@@ -145,7 +143,7 @@ final class SessionLink {
 
   /** Holds this. {@code member} is off the session. */
   void remove(SessionMember member) {
-    members.remove(member.id);
+    members.remove(member);
   }
 
   /** Releases every lease and ends the session, waiting for the server (bounded). */
@@ -153,13 +151,7 @@ final class SessionLink {
     synchronized (this) {
       if (state != State.ENDED && state != State.CLOSING) {
         state = State.CLOSING;
-        for (SessionMember member : new ArrayList<>(members.values())) {
-          member.letGo = true;
-          if (member.state == SessionMember.State.WAITING) { // Stops waiting with the session.
-            member.end(false);
-            member.failAcquire(new IllegalStateException("the session was closed"));
-          }
-        }
+        members.closing();
         if (stream == null && retry == null) {
           endSession(null, null);
         } else {
@@ -191,12 +183,7 @@ final class SessionLink {
     closeSent = false;
     stub.session(next);
     next.send(SessionRequest.newBuilder().setOpen(open).build());
-    for (SessionMember member : members.values()) {
-      if (member.on == null && (member.state == SessionMember.State.WAITING
-          || member.state == SessionMember.State.RESUMING)) {
-        member.sendOn(next);
-      }
-    }
+    members.sendWaiting(next);
     maybeSendClose();
   }
 
@@ -205,10 +192,8 @@ final class SessionLink {
     if (state != State.CLOSING || stream == null || closeSent) {
       return;
     }
-    for (SessionMember member : members.values()) {
-      if (member.state == SessionMember.State.RESUMING && member.on == stream) {
-        return; // Closed once it is back (or failed), so that the close releases it.
-      }
+    if (members.resuming(stream)) {
+      return; // Closed once it is back (or failed), so that the close releases it.
     }
     closeSent = true;
     stream.send(SessionRequest.newBuilder().setClose(SessionClose.getDefaultInstance()).build());
@@ -217,21 +202,7 @@ final class SessionLink {
 
   /** Holds this. Arms the session's one timer for the earliest validity of a held lease. */
   private void rearm() {
-    long earliest = 0;
-    boolean any = false;
-    for (SessionMember member : members.values()) {
-      if (member.vouched()) {
-        if (!any || member.validUntilNanos - earliest < 0) {
-          earliest = member.validUntilNanos;
-        }
-        any = true;
-      }
-    }
-    if (any) {
-      validity.arm(earliest);
-    } else {
-      validity.stop();
-    }
+    members.arm(validity);
   }
 
   /**
@@ -249,15 +220,7 @@ final class SessionLink {
       gone.cancel(reason != null ? reason : "session closed");
     }
     endError = error;
-    String loss = reason == null ? "the session ended" : reason;
-    for (SessionMember member : new ArrayList<>(members.values())) {
-      if (member.token != null) {
-        member.lose("the session was lost: " + loss);
-      }
-      member.end(false);
-      member.failAcquire(error != null ? error : new IllegalStateException(
-          "the session " + (reason == null ? "was closed" : "was lost: " + reason)));
-    }
+    members.endAll(reason, error);
     if (reason != null && !closing) {
       LOG.log(Level.WARNING, "session lost: {0}", reason);
       completions.later(() -> lost.complete(reason));
@@ -291,11 +254,7 @@ final class SessionLink {
       if (!validity.ranOut()) {
         return; // Re-armed meanwhile.
       }
-      for (SessionMember member : new ArrayList<>(members.values())) {
-        if (member.vouched() && ValidityClock.passed(member.validUntilNanos)) {
-          member.expire(lastError);
-        }
-      }
+      members.expire(lastError);
       rearm();
     });
   }
@@ -324,13 +283,7 @@ final class SessionLink {
           SessionKeptAlive kept = event.getKeptAlive();
           long until = ValidityClock.vouchedUntil(
               from.openedNanos, kept.getValidForMs(), kept.getValidToMs());
-          for (SessionMember member : members.values()) {
-            // Vouches for every lease acquired on this stream before it.
-            if (member.vouched() && member.on == from
-                && member.state != SessionMember.State.RESUMING) {
-              member.validUntilNanos = until;
-            }
-          }
+          members.keptAlive(from, until);
           rearm();
         }
         case PROCLAIMED -> {
@@ -362,10 +315,7 @@ final class SessionLink {
         }
         case CLOSED -> {
           int released = event.getClosed().getReleased();
-          for (SessionMember member : new ArrayList<>(members.values())) {
-            member.end(member.token != null && !member.lostKnown);
-            member.failAcquire(new IllegalStateException("the session was closed"));
-          }
+          members.closed();
           state = State.ENDED;
           stream = null;
           validity.stop();
@@ -444,11 +394,7 @@ final class SessionLink {
 
   /** Holds this. The leases of a broken stream wait for the next one. */
   private void detach(Stream from) {
-    for (SessionMember member : new ArrayList<>(members.values())) {
-      if (member.on == from) {
-        member.detach();
-      }
-    }
+    members.detach(from);
     rearm();
   }
 
