@@ -95,7 +95,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
   /** Why a stale {@code acquired} or {@code elected} is no lease. */
   abstract String stale();
 
-  /** Why a resume answered with {@code token} and {@code fencingToken} is another lease; null if not. */
+  /** Why a resume answered with {@code token}, {@code fencingToken} is another lease, or null. */
   String mismatch(String token, long fencingToken) {
     if (fencingToken != this.fencingToken || !token.equals(this.token)) {
       return "the " + what + " was resumed as another acquisition (fencing token " + fencingToken
@@ -156,6 +156,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
     }
   }
 
+  /** Logs a loss the user may not be listening for (resuming failed). */
   final void warn(String loss) {
     log.log(Level.WARNING, "{0}: {1}", subject, loss);
   }

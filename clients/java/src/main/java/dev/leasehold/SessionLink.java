@@ -169,7 +169,8 @@ final class SessionLink {
     }
     synchronized (this) {
       if (state != State.ENDED) {
-        LOG.log(Level.WARNING, "session: not closed within the wait; its leases expire by their TTL");
+        LOG.log(Level.WARNING,
+            "session: not closed within the wait; its leases expire by their TTL");
         endSession(null, null);
       }
     }
