@@ -5,10 +5,12 @@ import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.ErrorInfo;
 import com.google.rpc.RetryInfo;
 import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Optional;
+import leasehold.v1.Session.SessionFailed;
 
 /**
  * What the server says about a refused call for programs, read from gRPC's standard rich details
@@ -16,7 +18,8 @@ import java.util.Optional;
  * ErrorInfo} of domain {@code leasehold} and, where a retry makes sense, a {@code RetryInfo}), as
  * docs/errors.md lists them. Never from the message, which may be reworded.
  *
- * <p>{@link #failure} is the one place a server's status becomes this client's exception.
+ * <p>{@link #failure(Throwable)} is the one place a server's status becomes this client's
+ * exception; {@link #failure(SessionFailed)} makes a session's {@code failed} answer such a status.
  *
  * @param reason the stable reason ({@code LOCK_HELD}, {@code WAIT_EXPIRED}, ...); empty when the
  *     status carried no details of ours (a transport error, or a server older than the details)
@@ -74,5 +77,23 @@ record ErrorDetails(String reason, Map<String, String> metadata, Optional<Durati
           details.metadata());
     }
     return error instanceof RuntimeException runtime ? runtime : new IllegalStateException(error);
+  }
+
+  /**
+   * A session's {@code failed} answer as the exception a Lease stream's status would have been:
+   * the serialized {@code google.rpc.Status} (with its ErrorInfo and RetryInfo) in the trailers,
+   * where {@link #of} reads them.
+   */
+  static StatusRuntimeException failure(SessionFailed failed) {
+    com.google.rpc.Status.Builder status = com.google.rpc.Status.newBuilder();
+    if (!failed.getStatus().isEmpty()) {
+      try {
+        status.mergeFrom(failed.getStatus());
+      } catch (InvalidProtocolBufferException unreadable) {
+        status.clear(); // Details we cannot read are details we do not have.
+      }
+    }
+    status.setCode(failed.getCode()).setMessage(failed.getMessage());
+    return StatusProto.toStatusRuntimeException(status.build());
   }
 }

@@ -1,17 +1,15 @@
 package dev.leasehold;
 
-import io.grpc.ConnectivityState;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
+import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import leasehold.v1.Lock.Acquired;
 import leasehold.v1.Lock.Extended;
 import leasehold.v1.Lock.LeaseAcquire;
@@ -36,63 +34,34 @@ import leasehold.v1.LockServiceGrpc.LockServiceStub;
  * same lease back (same token, same fencing token), retrying with backoff until the validity the
  * server last confirmed runs out. Nothing is reported unless that fails; then {@link #lost()}
  * completes, no later than that validity's end.
+ *
+ * <p>What it shares with a {@link Candidate} (the stream, the validity, resuming, the loss) lives
+ * in {@link HeldStream}; here are what a lock asks and how it lets go.
  */
-public final class Lease implements AutoCloseable {
+public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(Lease.class.getName());
-  private static final String SILENT =
-      "no renewal confirmed before the lease ran out (server silent)";
   private static final String STALE =
       "acquired, but the news arrived after its validity had run out";
   private static final Duration RELEASE_DEADLINE = Duration.ofSeconds(5);
   private static final Duration RELEASE_WAIT = Duration.ofSeconds(10);
 
-  private enum State {
-    /** The first stream is taking the lock. */
-    ACQUIRING,
-    /** A stream holds the lease. */
-    HELD,
-    /** Between streams: an attempt to resume is scheduled or under way. */
-    RESUMING,
-    /** The user released: a release is on its way (on the stream, or unary). */
-    RELEASING,
-    /** Nothing more will happen. */
-    ENDED
-  }
-
-  private final ManagedChannel channel;
   private final LockServiceStub stub;
-  private final ScheduledExecutorService clock;
   private final LeaseAcquire request;
-  private final boolean autoResume;
   private final CompletableFuture<LeaseResponse> acquired = new CompletableFuture<>();
-  private final CompletableFuture<String> lost = new CompletableFuture<>();
   private final CompletableFuture<Boolean> released = new CompletableFuture<>();
   private final long startedNanos = System.nanoTime();
 
   // Guarded by this.
-  private State state = State.ACQUIRING;
-  private Stream stream;
-  private final ValidityClock validity;
-  private ScheduledFuture<?> retry;
-  private Resumption resumption;
-  private String lastError = "";
-  private boolean releaseRequested;
-  private boolean lostKnown;
-  private int resumes;
   private int acquireAttempts = 1;
-  private long fencingToken;
-  private String token;
 
   Lease(ManagedChannel channel, ScheduledExecutorService clock, LeaseAcquire request,
       boolean autoResume) throws NotAcquiredException {
-    this.channel = channel;
+    super(channel, clock, autoResume && request.getResumeGraceMs() > 0, "lease", "lease",
+        "lease " + request.getName());
     this.stub = LockServiceGrpc.newStub(channel);
-    this.clock = clock;
-    this.validity = new ValidityClock(clock, this::onDeadline);
     this.request = request;
-    this.autoResume = autoResume && request.getResumeGraceMs() > 0;
     synchronized (this) {
-      open(request);
+      open(LeaseRequest.newBuilder().setAcquire(request).build());
     }
     try {
       acquired.get();
@@ -113,17 +82,13 @@ public final class Lease implements AutoCloseable {
   }
 
   /** The fencing token of this acquisition: pass it to the resource the lock protects. */
-  public long fencingToken() {
-    synchronized (this) {
-      return fencingToken;
-    }
+  public synchronized long fencingToken() {
+    return fencingToken;
   }
 
   /** The acquisition's secret, for the unary Extend and Release calls. Never log it. */
-  public String token() {
-    synchronized (this) {
-      return token;
-    }
+  public synchronized String token() {
+    return token;
   }
 
   /** Whether the lock is known to be lost already. */
@@ -143,7 +108,11 @@ public final class Lease implements AutoCloseable {
 
   /** The lease's state, for tests: ACQUIRING, HELD, RESUMING, RELEASING or ENDED. */
   synchronized String state() {
-    return state.name();
+    return switch (state) {
+      case STARTING -> "ACQUIRING";
+      case STOPPING -> "RELEASING";
+      default -> state.name();
+    };
   }
 
   /** How many times this lease was resumed on a new stream. */
@@ -164,33 +133,26 @@ public final class Lease implements AutoCloseable {
     Stream unhooked = null;
     boolean unary = false;
     synchronized (this) {
-      releaseRequested = true;
+      letGo = true;
       switch (state) {
         case HELD -> {
-          state = State.RELEASING;
-          stream.release();
+          state = State.STOPPING;
+          sendStop(stream);
         }
         case RESUMING -> {
-          state = State.RELEASING;
+          state = State.STOPPING;
           cancelRetry();
           unhooked = stream; // An attempt under way: ignored from now on, cancelled below.
           stream = null;
           unary = true;
         }
-        case ACQUIRING, RELEASING, ENDED -> {}
+        case STARTING, STOPPING, ENDED -> {}
       }
     }
     if (unary) {
       releaseUnary(unhooked);
     }
-    try {
-      return released.get(RELEASE_WAIT.toMillis(), TimeUnit.MILLISECONDS) && !lost.isDone();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return false;
-    } catch (ExecutionException | TimeoutException e) {
-      return false;
-    }
+    return stillHeld(released, RELEASE_WAIT.toMillis());
   }
 
   @Override
@@ -198,281 +160,113 @@ public final class Lease implements AutoCloseable {
     release();
   }
 
-  /** Opens a stream asking for {@code acquire}; it becomes the current one. Holds this. */
-  private Stream open(LeaseAcquire acquire) {
-    Stream next = new Stream(System.nanoTime()); // Before the server can see it.
-    stream = next;
-    stub.lease(next);
-    next.requests.onNext(LeaseRequest.newBuilder().setAcquire(acquire).build());
-    return next;
+  @Override
+  void call(ClientResponseObserver<LeaseRequest, LeaseResponse> observer) {
+    stub.lease(observer);
   }
 
-  /** Holds this. */
-  private void arm(long validUntilNanos) {
-    validity.arm(validUntilNanos);
+  @Override
+  LeaseRequest resumeRequest() {
+    return LeaseRequest.newBuilder()
+        .setAcquire(request.toBuilder().setResumeToken(token)).build();
   }
 
-  /** Holds this. */
-  private void stopClock() {
-    validity.stop();
+  @Override
+  LeaseRequest stopRequest() {
+    return LeaseRequest.newBuilder().setRelease(LeaseRelease.getDefaultInstance()).build();
   }
 
-  /** Holds this. */
-  private void cancelRetry() {
-    retry = Resumption.cancel(retry);
+  @Override
+  String stale() {
+    return STALE;
   }
 
-  /**
-   * Holds this. Notes that the lease is lost (if {@code reason} is not null) and returns the
-   * reason to report, or null when the user released first.
-   */
-  private String lossOf(String reason) {
-    if (reason == null) {
-      return null;
+  @Override
+  void onMessage(Stream from, LeaseResponse event) {
+    switch (event.getEventCase()) {
+      case ACQUIRED -> {
+        Acquired answer = event.getAcquired();
+        tell(held(from, event, answer.getToken(), answer.getFencingToken(),
+            answer.getValidForMs(), answer.getValidToMs()));
+      }
+      case EXTENDED -> {
+        Extended extended = event.getExtended();
+        extended(from, extended.getValidForMs(), extended.getValidToMs());
+      }
+      case LOST -> tell(lossOf(event.getLost().getReason())); // The stream ends next.
+      case RELEASED -> {
+        state = State.ENDED;
+        validity.stop();
+        stream = null;
+        boolean wasHeld = event.getReleased().getWasHeld();
+        completions.later(() -> released.complete(wasHeld));
+      }
+      default -> {}
     }
-    lostKnown = true;
-    return releaseRequested ? null : reason;
   }
 
-  /** Completes the futures outside the lock (their callbacks run here, and may call us). */
-  private void settle(String lossReason, Boolean releaseResult) {
-    if (releaseResult != null) {
-      released.complete(releaseResult);
-    }
-    if (lossReason != null) {
-      lost.complete(lossReason);
-    }
+  @Override
+  void onHeld(LeaseResponse event) {
+    completions.later(() -> acquired.complete(event));
   }
 
-  /** Holds this. Schedules the next resume attempt, or gives up if the client is closed. */
-  private String scheduleAttempt(long delayMs) {
-    retry = channel.isShutdown() ? null : Resumption.schedule(clock, this::attempt, delayMs);
-    if (retry == null) {
+  @Override
+  String onStaleStart() {
+    completions.later(() -> acquired.completeExceptionally(new IllegalStateException(STALE)));
+    return null;
+  }
+
+  @Override
+  void onResumed(Stream on) {
+    debug("resumed (fencing token {1})", fencingToken);
+  }
+
+  @Override
+  void onEnded(String reason, Throwable failure) {
+    completions.later(() -> released.complete(false));
+  }
+
+  @Override
+  String startEnded(Status status, Throwable error) {
+    // A server going away (or answering UNAVAILABLE) before the lock was ours: try a fresh
+    // acquire on another for what is left of the wait, or at least three times. (A waiter that
+    // moves loses its place in line.)
+    long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startedNanos);
+    boolean again = false;
+    if (autoResume && status != null && status.getCode() == Status.Code.UNAVAILABLE
+        && (elapsedMs < request.getWaitMs() || acquireAttempts < 3)
+        && !channel.isShutdown()) {
+      if (resumption == null) {
+        resumption = Resumption.start();
+      }
+      again = retryIn(resumption.nextDelayMs());
+    }
+    if (!again) {
       state = State.ENDED;
-      stopClock();
-      return "could not resume the lease: the client was closed";
+      Throwable failure = error != null
+          ? error
+          : new IllegalStateException("the server ended the lease stream before acquired");
+      completions.later(() -> acquired.completeExceptionally(failure));
     }
     return null;
   }
 
-  private void attempt() {
-    synchronized (this) {
-      retry = null;
-      if (state != State.RESUMING || stream != null) {
-        return;
-      }
-      if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
-        channel.resetConnectBackoff(); // Try every server again now, not at the channel's pace.
-      }
-      open(request.toBuilder().setResumeToken(token).build());
-    }
+  @Override
+  void startAgain() {
+    acquireAttempts++;
+    long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startedNanos);
+    open(LeaseRequest.newBuilder().setAcquire(request.toBuilder()
+        .setWaitMs((int) Math.max(0, request.getWaitMs() - elapsedMs))).build());
   }
 
-  private void retryAcquire() {
-    synchronized (this) {
-      retry = null;
-      if (state != State.ACQUIRING || stream != null) {
-        return;
-      }
-      acquireAttempts++;
-      long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startedNanos);
-      open(request.toBuilder()
-          .setWaitMs((int) Math.max(0, request.getWaitMs() - elapsedMs)).build());
+  @Override
+  String stopEnded(Status status, Throwable error) {
+    // The stream broke before the server confirmed the release: release by token instead.
+    if (autoResume && Resumption.breaks(status)) {
+      completions.later(() -> releaseUnary(null));
+      return null;
     }
-  }
-
-  private void onDeadline() {
-    String loss = null;
-    Boolean releaseResult = null;
-    synchronized (this) {
-      if (!validity.ranOut()) {
-        return; // Re-armed meanwhile.
-      }
-      switch (state) {
-        case HELD, RELEASING -> loss = lossOf(SILENT); // The stream stays; it may still end well.
-        case RESUMING -> {
-          state = State.ENDED;
-          cancelRetry();
-          if (stream != null) {
-            stream.cancel("the lease's validity ran out while resuming");
-            stream = null;
-          }
-          loss = lossOf("could not resume before the lease's validity ran out: " + lastError);
-          releaseResult = false;
-          LOG.log(Level.WARNING, "lease {0}: {1}", request.getName(), loss);
-        }
-        case ACQUIRING, ENDED -> {}
-      }
-    }
-    settle(loss, releaseResult);
-  }
-
-  private void onEvent(Stream from, LeaseResponse event) {
-    String loss = null;
-    Boolean releaseResult = null;
-    Throwable acquireError = null;
-    boolean first = false;
-    synchronized (this) {
-      if (from != stream) {
-        return; // A stream given up on.
-      }
-      switch (event.getEventCase()) {
-        case ACQUIRED -> {
-          Acquired answer = event.getAcquired();
-          long until = ValidityClock.vouchedUntil(
-              from.openedNanos, answer.getValidForMs(), answer.getValidToMs());
-          // Held up on its way (a healed partition): the lease may be someone else's by now, so
-          // it is not one. Cancelling the stream lets go of it (or keeps it only for its grace).
-          boolean stale = ValidityClock.passed(until);
-          if (state == State.ACQUIRING && stale) {
-            state = State.ENDED;
-            stream = null;
-            from.cancel(STALE);
-            acquireError = new IllegalStateException(STALE);
-          } else if (state == State.ACQUIRING) {
-            token = answer.getToken();
-            fencingToken = answer.getFencingToken();
-            state = State.HELD;
-            resumption = null;
-            arm(until);
-            first = true;
-          } else if (state == State.RESUMING && stale) {
-            state = State.ENDED;
-            cancelRetry();
-            stopClock();
-            stream = null;
-            from.cancel(STALE);
-            loss = lossOf("could not resume the lease: " + STALE);
-            releaseResult = false;
-            LOG.log(Level.WARNING, "lease {0}: {1}", request.getName(), loss);
-          } else if (state == State.RESUMING) {
-            if (answer.getFencingToken() != fencingToken || !answer.getToken().equals(token)) {
-              state = State.ENDED;
-              stopClock();
-              stream = null;
-              from.cancel("resumed as another acquisition");
-              loss = lossOf("the lease was resumed as another acquisition (fencing token "
-                  + answer.getFencingToken() + ", not " + fencingToken + ")");
-              releaseResult = false;
-            } else {
-              state = State.HELD;
-              resumes++;
-              resumption = null;
-              arm(until);
-              LOG.log(Level.DEBUG, "lease {0}: resumed (fencing token {1})",
-                  request.getName(), fencingToken);
-            }
-          }
-        }
-        case EXTENDED -> {
-          if (state == State.HELD || state == State.RELEASING) {
-            Extended extended = event.getExtended();
-            arm(ValidityClock.vouchedUntil(
-                from.openedNanos, extended.getValidForMs(), extended.getValidToMs()));
-          }
-        }
-        case LOST -> loss = lossOf(event.getLost().getReason()); // The stream ends next.
-        case RELEASED -> {
-          state = State.ENDED;
-          stopClock();
-          stream = null;
-          releaseResult = event.getReleased().getWasHeld();
-        }
-        default -> {}
-      }
-    }
-    if (first) {
-      acquired.complete(event);
-    }
-    if (acquireError != null) {
-      acquired.completeExceptionally(acquireError);
-    }
-    settle(loss, releaseResult);
-  }
-
-  /** {@code status} null: the stream ended without a status, after no last word. */
-  private void onEnd(Stream from, Status status, Throwable error) {
-    String loss = null;
-    Boolean releaseResult = null;
-    Throwable acquireError = null;
-    boolean unary = false;
-    synchronized (this) {
-      if (from != stream) {
-        return;
-      }
-      stream = null;
-      switch (state) {
-        case ACQUIRING -> {
-          // A server going away (or answering UNAVAILABLE) before the lock was ours: try a fresh
-          // acquire on another for what is left of the wait, or at least three times. (A waiter
-          // that moves loses its place in line.)
-          long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startedNanos);
-          if (autoResume && status != null && status.getCode() == Status.Code.UNAVAILABLE
-              && (elapsedMs < request.getWaitMs() || acquireAttempts < 3)
-              && !channel.isShutdown()) {
-            if (resumption == null) {
-              resumption = Resumption.start();
-            }
-            retry = Resumption.schedule(clock, this::retryAcquire, resumption.nextDelayMs());
-          }
-          if (retry == null) {
-            state = State.ENDED;
-            acquireError = error != null
-                ? error
-                : new IllegalStateException("the server ended the lease stream before acquired");
-          }
-        }
-        case HELD -> {
-          if (autoResume && !lostKnown && Resumption.breaks(status)) {
-            state = State.RESUMING;
-            resumption = Resumption.start();
-            lastError = Resumption.describe(status);
-            LOG.log(Level.DEBUG, "lease {0}: stream broke ({1}); resuming",
-                request.getName(), lastError);
-            loss = lossOf(scheduleAttempt(0));
-            releaseResult = state == State.ENDED ? false : null;
-          } else {
-            state = State.ENDED;
-            stopClock();
-            loss = lossOf(status == null
-                ? "the server ended the lease stream"
-                : "lease stream failed: " + status);
-            releaseResult = false;
-          }
-        }
-        case RESUMING -> {
-          if (!lostKnown && Resumption.breaks(status)) {
-            lastError = Resumption.describe(status);
-            loss = lossOf(scheduleAttempt(resumption.nextDelayMs()));
-            releaseResult = state == State.ENDED ? false : null;
-          } else {
-            state = State.ENDED;
-            stopClock();
-            loss = lossOf("could not resume the lease: " + Resumption.describe(status));
-            releaseResult = false;
-            LOG.log(Level.WARNING, "lease {0}: {1}", request.getName(), loss);
-          }
-        }
-        case RELEASING -> {
-          // The stream broke before the server confirmed the release: release by token instead.
-          if (autoResume && Resumption.breaks(status)) {
-            unary = true;
-          } else {
-            state = State.ENDED;
-            stopClock();
-            releaseResult = false;
-          }
-        }
-        case ENDED -> {}
-      }
-    }
-    if (acquireError != null) {
-      acquired.completeExceptionally(acquireError);
-    }
-    if (unary) {
-      releaseUnary(null);
-    }
-    settle(loss, releaseResult);
+    return fail(null, null);
   }
 
   /**
@@ -502,12 +296,12 @@ public final class Lease implements AutoCloseable {
       private void finish(boolean wasHeld) {
         synchronized (Lease.this) {
           state = State.ENDED;
-          stopClock();
+          validity.stop();
         }
         if (attempt != null) {
           attempt.cancel("released");
         }
-        settle(null, wasHeld);
+        released.complete(wasHeld);
       }
     };
     try {
@@ -517,29 +311,6 @@ public final class Lease implements AutoCloseable {
           .release(ask, answer);
     } catch (RuntimeException e) {
       answer.onError(e);
-    }
-  }
-
-  /** One {@code Lease} stream. */
-  private final class Stream extends StreamBase<LeaseRequest, LeaseResponse> {
-    Stream(long openedNanos) {
-      super(openedNanos);
-    }
-
-    void release() {
-      // A send that fails (the call is over) leaves a half-close that fails alike.
-      send(LeaseRequest.newBuilder().setRelease(LeaseRelease.getDefaultInstance()).build());
-      halfClose();
-    }
-
-    @Override
-    public void onNext(LeaseResponse event) {
-      onEvent(this, event);
-    }
-
-    @Override
-    void ended(Status status, Throwable error) {
-      onEnd(this, status, error);
     }
   }
 

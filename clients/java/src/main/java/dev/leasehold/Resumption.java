@@ -1,5 +1,7 @@
 package dev.leasehold;
 
+import io.grpc.ConnectivityState;
+import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -7,7 +9,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
-/** What leases and candidates share to resume a broken stream on another server. */
+/** What leases, candidates and sessions share to resume a broken stream on another server. */
 final class Resumption {
   private static final long FIRST_BACKOFF_MS = 20;
   private static final long MAX_BACKOFF_MS = 500;
@@ -54,6 +56,16 @@ final class Resumption {
     long delay = backoffMs;
     backoffMs = Math.min(MAX_BACKOFF_MS, backoffMs * 2);
     return delay / 2 + ThreadLocalRandom.current().nextLong(delay / 2 + 1);
+  }
+
+  /**
+   * Before an attempt: if no server answered lately, tries every server again now, not at the
+   * channel's pace (its connect backoff grows to minutes).
+   */
+  static void wake(ManagedChannel channel) {
+    if (channel.getState(false) == ConnectivityState.TRANSIENT_FAILURE) {
+      channel.resetConnectBackoff();
+    }
   }
 
   /** Cancels {@code timer} if there is one; null, for the field that held it. */

@@ -15,10 +15,10 @@ import java.util.concurrent.TimeoutException;
  * after a break, or the whole session was lost.
  */
 public final class SessionCandidate implements AutoCloseable {
-  private final Session.Member member;
+  private final SessionMember member;
   private final CompletableFuture<Long> elected = new CompletableFuture<>();
 
-  SessionCandidate(Session.Member member) {
+  SessionCandidate(SessionMember member) {
     this.member = member;
     member.acquired.whenComplete((ok, error) -> {
       if (error != null) {
@@ -51,7 +51,7 @@ public final class SessionCandidate implements AutoCloseable {
 
   /** The leader's term: 0 until elected. */
   public long term() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.fencingToken;
     }
   }
@@ -64,7 +64,7 @@ public final class SessionCandidate implements AutoCloseable {
 
   /** The value published now (the last one the server confirmed). */
   public byte[] value() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.value.toByteArray();
     }
   }
@@ -74,7 +74,7 @@ public final class SessionCandidate implements AutoCloseable {
    * resumed leadership publishes it).
    */
   public void proclaim(byte[] value) throws TimeoutException, InterruptedException {
-    member.session().proclaim(member, value);
+    member.proclaim(value);
   }
 
   /** Completes with the reason once the leadership is lost; never if it stepped down first. */
@@ -94,7 +94,7 @@ public final class SessionCandidate implements AutoCloseable {
 
   /** Steps down (or leaves the line) and waits for the server; {@code true} if it was leading. */
   public boolean resign() {
-    return member.session().release(member);
+    return member.release();
   }
 
   @Override
@@ -104,7 +104,7 @@ public final class SessionCandidate implements AutoCloseable {
 
   /** How many times this leadership was resumed on a new stream. */
   int resumes() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.resumes;
     }
   }

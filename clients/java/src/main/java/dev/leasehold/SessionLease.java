@@ -10,9 +10,9 @@ import java.util.concurrent.CompletableFuture;
  * by this process's clock, it could not be resumed after a break, or the whole session was lost.
  */
 public final class SessionLease implements AutoCloseable {
-  private final Session.Member member;
+  private final SessionMember member;
 
-  SessionLease(Session.Member member) {
+  SessionLease(SessionMember member) {
     this.member = member;
   }
 
@@ -23,14 +23,14 @@ public final class SessionLease implements AutoCloseable {
 
   /** The fencing token of this acquisition: pass it to the resource the lock protects. */
   public long fencingToken() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.fencingToken;
     }
   }
 
   /** The acquisition's secret (also its resume token). Never log it. */
   public String token() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.token;
     }
   }
@@ -55,7 +55,7 @@ public final class SessionLease implements AutoCloseable {
    * Between streams it is first taken back, then released.
    */
   public boolean release() {
-    return member.session().release(member);
+    return member.release();
   }
 
   @Override
@@ -65,12 +65,12 @@ public final class SessionLease implements AutoCloseable {
 
   /** Whether the session's current stream holds the lease now (not lost, not between streams). */
   boolean attached() {
-    return member.session().attached(member);
+    return member.attached();
   }
 
   /** How many times this lease was resumed on a new stream. */
   int resumes() {
-    synchronized (member.session()) {
+    synchronized (member.lock()) {
       return member.resumes;
     }
   }

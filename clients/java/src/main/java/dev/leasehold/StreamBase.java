@@ -7,8 +7,8 @@ import io.grpc.stub.ClientResponseObserver;
 /**
  * One bidirectional stream of a lease, a candidate or a session: when it was opened, its request
  * side (sends that the end of the call makes void, a half-close, a cancel), and its end, reported
- * once as {@link #ended}. Each of {@link Lease}, {@link Candidate} and {@link Session} extends it
- * with what it sends and where the responses go.
+ * once as {@link #ended}. {@link HeldStream} (under a lease and a candidate) and {@link Session}
+ * extend it with where the responses go.
  */
 abstract class StreamBase<Req, Resp> implements ClientResponseObserver<Req, Resp> {
   /** When ({@link System#nanoTime()}) it was opened: what {@code valid_to_ms} counts from. */

@@ -1,0 +1,55 @@
+package dev.leasehold;
+
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * What every held thing shares, on its own stream ({@link Lease}, {@link Candidate}) or on a
+ * session's ({@link SessionMember}): the acquisition's token and fencing token, whether its loss
+ * is known, whether the user let go of it, and the loss told once. The owner guards the fields with
+ * its lock (the lease, the candidate, the session).
+ */
+abstract class Holding {
+  /** Completes with the reason once it is lost; never if the user let go first. */
+  final CompletableFuture<String> lost = new CompletableFuture<>();
+
+  /** The acquisition's secret (also its resume token); null until held. */
+  String token;
+  /** Its fencing token (a leadership's term); 0 until held. */
+  long fencingToken;
+  /** Known to be lost (told or not): it is never resumed or vouched for again. */
+  boolean lostKnown;
+  /** The user let go (release, resign, close): a loss from now on is not news to anyone. */
+  boolean letGo;
+  /** How many times it was taken back on a new stream after its stream broke. */
+  int resumes;
+
+  /**
+   * Holds the owner's lock. Notes that it is lost (if {@code reason} is not null) and returns the
+   * reason to report, or null when the user let go first.
+   */
+  final String lossOf(String reason) {
+    if (reason == null) {
+      return null;
+    }
+    lostKnown = true;
+    return letGo ? null : reason;
+  }
+
+  /**
+   * Not holding the lock. Waits up to {@code waitMs} for {@code released}, the answer to letting
+   * go: whether it was still held (and not lost meanwhile); false if no answer came.
+   */
+  final boolean stillHeld(CompletableFuture<Boolean> released, long waitMs) {
+    try {
+      return released.get(waitMs, TimeUnit.MILLISECONDS) && !lost.isDone();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    } catch (ExecutionException | TimeoutException e) {
+      return false;
+    }
+  }
+}
