@@ -8,9 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::layout::{matches, root};
 
 fn read(path: impl AsRef<Path>) -> String {
     let path = root().join(path);
@@ -538,19 +536,6 @@ fn the_memory_a_lease_costs_is_stated_in_one_place() {
                 !line.contains(" KB"),
                 "{page} states a size in KB (link docs/operations.md#sizing instead): {line}"
             );
-        }
-    }
-}
-
-/// Whether `path` matches `pattern`, where `*` stands for any run of characters but `/`.
-fn matches(pattern: &str, path: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == path,
-        Some((head, tail)) => {
-            path.starts_with(head)
-                && path.ends_with(tail)
-                && path.len() >= head.len() + tail.len()
-                && !path[head.len()..path.len() - tail.len()].contains('/')
         }
     }
 }
