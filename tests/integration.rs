@@ -11,6 +11,7 @@ mod cli;
 mod client;
 mod cluster;
 mod conformance;
+mod docs;
 mod election;
 mod eviction;
 mod examples;

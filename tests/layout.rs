@@ -24,12 +24,12 @@ fn layout_paths() -> Vec<String> {
         .collect()
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Whether `path` matches `pattern`, where `*` stands for any run of characters but `/`.
-fn matches(pattern: &str, path: &str) -> bool {
+pub(crate) fn matches(pattern: &str, path: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == path,
         Some((head, tail)) => {

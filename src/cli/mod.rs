@@ -108,8 +108,8 @@ process that leaves the group (setsid, a daemon) escapes all of this.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
 was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 64 if an argument
 is refused; 69 if the server could not be reached or could not serve the request; 77 if the server
-did not accept the token or certificate, or the grant does not cover the lock; 130/143 when
-interrupted.")]
+did not accept the token or certificate, or the grant does not cover the lock; 127 if the command
+could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
     Run(RunArgs),
     /// Show who holds locks: the named ones, or every held lock.
     #[command(after_help = "Examples:
@@ -120,7 +120,10 @@ interrupted.")]
     /// Measure a running server against direct Redis (starts nothing itself).
     #[command(after_help = "Examples:
   leasehold bench --server http://127.0.0.1:50051 --redis redis://127.0.0.1:6379
-  leasehold bench --quick --json bench.json")]
+  leasehold bench --quick --json bench.json
+
+Exit status: 0 when every section was measured; 1 if a measurement failed (or the JSON file
+could not be written); 64 if an argument is refused.")]
     Bench(BenchArgs),
     /// Ask a server whether it can serve (gRPC health): exit 0 if SERVING, 69 if not.
     #[command(after_help = "Example (a container's HEALTHCHECK):
@@ -128,7 +131,11 @@ interrupted.")]
     Health(HealthArgs),
     /// Release a lock by its token (taken with the unary Acquire call).
     #[command(after_help = "Example:
-  leasehold release nightly-report 3f2a9c...")]
+  leasehold release nightly-report 3f2a9c...
+
+Exit status: 0 if released; 1 if that token no longer held the lock (left alone); 64 if an
+argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
+the server did not accept the token or certificate, or the grant does not cover the lock.")]
     Release(ReleaseArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
@@ -299,16 +306,27 @@ struct ReleaseArgs {
 #[command(
     after_help = "Every option also reads a LEASEHOLD_* variable (shown with it) and a key of \
 the --config TOML file with the option's name (keepalive-interval = \"5s\"); flags beat variables, \
-variables beat the file, the file beats the defaults. SIGTERM or Ctrl-C: health turns NOT_SERVING, \
-every holder is told Lost (\"server shutting down\"), every lock is released, and the process exits 0 \
-within --drain. SIGHUP re-reads the TLS certificate files."
+variables beat the file, the file beats the defaults.\n\nSIGTERM or Ctrl-C: health turns NOT_SERVING, \
+no new connection is accepted, and every lease with a resume grace (every client's default) is \
+handed over: its stream ends UNAVAILABLE (HANDED_OVER) and the lease stays in Redis for its grace, \
+for its client to resume on another replica with the same token and fencing token. Leases \
+without a grace are released and their holders told Lost (\"server shutting down\"). The process \
+exits 0 within --drain. SIGHUP re-reads the TLS certificate files.\n\nExit status: 0 after \
+SIGTERM or Ctrl-C; 64 if an option is refused; 78 if a Redis node's maxmemory-policy may evict \
+held locks (see --redis-allow-eviction); 1 if Redis cannot be used, an address cannot be \
+listened on, or the server fails."
 )]
 pub struct ServeArgs {
     /// A TOML file of these options (keys: the option names).
     #[arg(long, env = "LEASEHOLD_CONFIG")]
     config: Option<PathBuf>,
-    /// Redis holding the locks: redis:// or rediss:// (TLS). Put a password in the variable or
-    /// the config file, or use --redis-password-file: a command line is visible to every user.
+    /// Redis holding the locks: redis://HOST:PORT (one Redis);
+    /// redis-sentinel://S1:26379,S2:26379,S3:26379/NAME (behind Sentinel; NAME as in `sentinel
+    /// monitor`; the Sentinels take the same user and password as Redis);
+    /// redis-cluster://A:7000,B:7001,C:7002 (a Cluster); with TLS, rediss://, rediss-sentinel://
+    /// (to the Sentinels and the primary alike) or rediss-cluster://. Put a password in the
+    /// variable or the config file, or use --redis-password-file: a command line is visible to
+    /// every user.
     #[arg(
         long,
         env = "LEASEHOLD_REDIS",
@@ -373,14 +391,19 @@ pub struct ServeArgs {
     /// How often to ping client connections (e.g. 5s, 500ms).
     #[arg(long, env = "LEASEHOLD_KEEPALIVE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_interval: Duration,
-    /// How long a ping may go unanswered before the client's leases are released.
-    /// A frozen client loses its locks within keepalive-interval + keepalive-timeout.
+    /// How long a ping may go unanswered before the client's connection is dropped. Its leases
+    /// are then released, or, with a resume grace (every client's default: the TTL), kept for
+    /// that grace for the client to resume: a frozen or vanished client's locks free within
+    /// keepalive-interval + keepalive-timeout + its grace.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_timeout: Duration,
-    /// Open lease streams one client connection may have; past it, RESOURCE_EXHAUSTED.
+    /// Leases one client connection may hold or wait for at once (each Lease and Campaign
+    /// stream, each Session stream and each lease on it); past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_LEASES_PER_CONNECTION", default_value_t = DEFAULT_MAX_LEASES_PER_CONNECTION)]
     max_leases_per_connection: usize,
-    /// Open lease streams the whole server may have; past it, RESOURCE_EXHAUSTED.
+    /// Leases the whole server may hold or wait for at once (each Lease and Campaign stream, each
+    /// Session stream and each lease on it; see docs/operations.md#sizing for the memory they
+    /// take); past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_LEASES", default_value_t = DEFAULT_MAX_LEASES)]
     max_leases: usize,
     /// Largest request message in bytes; past it, RESOURCE_EXHAUSTED.
@@ -402,7 +425,8 @@ pub struct ServeArgs {
     /// Waiters this server accepts for one lock; past it, RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_LOCK", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
     max_waiters_per_lock: u32,
-    /// On shutdown, how long to wait for every lease to be released before exiting.
+    /// On shutdown, how long to wait for every lease to be handed over or released before
+    /// exiting.
     #[arg(long, env = "LEASEHOLD_DRAIN", default_value = "10s", value_parser = humantime::parse_duration)]
     drain: Duration,
 }
