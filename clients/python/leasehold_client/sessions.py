@@ -1,0 +1,263 @@
+"""Sessions, threaded: many locks and campaigns on one Session stream, renewed and confirmed
+together (``session``). A watcher thread reads the stream and a ``threading.Timer`` keeps the
+clock for the I/O-free ``session_core.SessionCore``, holding ``_changed`` around every call."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Union
+
+import grpc
+from leasehold.v1 import session_pb2_grpc
+
+from .channels import own_channel
+from .options import DEFAULT_SERVER, grace
+from .session_core import HELD, OVER, WAITING, CandidateMember, Member, SessionCore
+
+_log = logging.getLogger("leasehold_client")
+
+
+class SessionLease(Member):
+    """A lock held on a session. Use ``session.lock(...)`` or ``session.acquire(...)``.
+
+    ``fencing_token`` and ``token`` as for a ``Lease``; ``lost`` (a ``threading.Event``) and
+    ``lost_reason`` say whether and why this lease alone was lost; ``resumes`` counts the times
+    it was taken back on a new stream; ``valid_until`` is when the validity last confirmed for
+    it runs out (``time.monotonic()``).
+    """
+
+    _session: "Session"
+
+    @property
+    def lost(self) -> threading.Event:
+        return self._lost_event
+
+    def release(self, timeout: float = 10.0) -> bool:
+        """Releases the lock (the session goes on); returns True if it was still held."""
+        changed = self._session._changed
+        with changed:
+            self._session._let_go(self)
+            changed.wait_for(lambda: self._state == OVER, timeout)
+            return self._was_held and not self._lost_event.is_set()
+
+
+class SessionCandidate(CandidateMember):
+    """A campaign on a session. Use ``session.campaign(...)``.
+
+    ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
+    """
+
+    _session: "Session"
+
+    def elected(self) -> int:
+        """Waits in line until this candidate leads; returns its term."""
+        changed = self._session._changed
+        with changed:
+            changed.wait_for(lambda: self._state != WAITING)
+            if self._failure is not None:
+                raise self._failure
+            return self.fencing_token
+
+    def proclaim(self, value: bytes) -> None:
+        """Publishes a new value while leading."""
+        changed = self._session._changed
+        with changed:
+            if self._state != HELD:
+                raise RuntimeError(f"election {self.name!r}: not leading"
+                                   + (f" ({self.lost_reason})" if self.lost_reason else ""))
+            self._request.campaign.value = value
+            self._sent += 1
+            sent = self._sent
+            self._session._proclaim(self)
+            changed.wait_for(lambda: self._published >= sent or self._state == OVER)
+            if self._published < sent:
+                raise RuntimeError(f"leadership lost: {self.lost_reason}")
+
+    def lost(self) -> str:
+        """Waits until the leadership (or the candidacy) is over; returns why it was lost ("" if
+        it was resigned)."""
+        changed = self._session._changed
+        with changed:
+            changed.wait_for(lambda: self._state == OVER)
+            return self.lost_reason or ""
+
+    def resign(self, timeout: float = 10.0) -> bool:
+        """Steps down (or leaves the line); True if this candidate was leading."""
+        changed = self._session._changed
+        with changed:
+            self._session._let_go(self)
+            changed.wait_for(lambda: self._state == OVER, timeout)
+            return self._was_held and not self._lost_event.is_set()
+
+
+class Session(SessionCore):
+    """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
+
+    ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
+    was lost (every lease on it with it); ``resumes`` counts the times its stream was opened
+    again on a server after a break.
+    """
+
+    def __init__(self, stub: session_pb2_grpc.SessionServiceStub, ttl: float, *,
+                 resume_grace: float, holder: str = "", auto_resume: bool = True):
+        self._stub = stub
+        # Guards the session and its leases, shared by the watcher thread, the timer and callers.
+        self._changed = threading.Condition(threading.RLock())
+        self._wake = threading.Event()  # cuts a pause between attempts to resume short
+        self._timer: Optional[threading.Timer] = None
+        self._generation = 0
+        self._setup(ttl, resume_grace, holder, auto_resume)
+        with self._changed:
+            outbox = self._open_stream()
+            self._call = stub.Session(iter(outbox.get, None))
+        self._watcher = threading.Thread(target=self._watch, args=(self._call,), daemon=True)
+        self._watcher.start()
+
+    def _now(self) -> float:
+        return time.monotonic()
+
+    def _new_event(self) -> threading.Event:
+        return threading.Event()
+
+    def _new_queue(self) -> queue.Queue:
+        return queue.Queue()
+
+    def _notify(self) -> None:
+        self._changed.notify_all()
+
+    def _schedule(self, when: Optional[float]) -> None:
+        self._generation += 1
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._on_timer,
+                                          args=(self._generation,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self, generation: int) -> None:
+        with self._changed:
+            if generation == self._generation:  # else re-armed meanwhile
+                self._tick()
+
+    def _abort(self) -> None:
+        self._wake.set()
+        if self._call is not None:
+            self._call.cancel()
+
+    def _watch(self, call: Any) -> None:
+        try:
+            while call is not None:
+                error = self._follow(call)
+                call = None if error is None else self._after_break(error)
+        except Exception as error:  # a bug of ours must not leave leases believed held
+            _log.exception("session: watcher failed")
+            with self._changed:
+                self._end(f"client error: {error!r}")
+        finally:
+            with self._changed:
+                self._end("the session stream ended")
+
+    def _follow(self, call: Any) -> Optional[Union[grpc.RpcError, str]]:
+        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        try:
+            for event in call:
+                with self._changed:
+                    if self._hear(event):
+                        return None
+            return "the server ended the session stream"
+        except grpc.RpcError as error:
+            return error
+
+    def _after_break(self, error: Union[grpc.RpcError, str]) -> Any:
+        with self._changed:
+            pause = self._broke(error)
+        if pause is None:
+            return None
+        if pause:
+            self._wake.wait(pause)
+            self._wake.clear()
+        with self._changed:
+            return self._reopen(lambda outbox: self._stub.Session(iter(outbox.get, None),
+                                                                  wait_for_ready=True))
+
+    def acquire(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
+                limit: int = 1, shared: bool = False) -> SessionLease:
+        """Takes lock ``name`` on the session and returns it held, until ``release()`` or the
+        session's end. The options are those of ``lease()`` (``holder``: the session's if
+        empty); NotAcquired if it stays taken, the failed call's error for other refusals."""
+        with self._changed:
+            member_id, request = self._acquire_request(name, wait, holder, fair, limit, shared)
+            held = SessionLease(self, member_id, name, request)
+            self._add(held)
+            self._changed.wait_for(lambda: held._state != WAITING)
+            if held._failure is not None:
+                raise held._failure
+            return held
+
+    @contextmanager
+    def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
+             limit: int = 1, shared: bool = False) -> Iterator[SessionLease]:
+        """Holds lock ``name`` on the session for the ``with`` block (see ``acquire``)."""
+        held = self.acquire(name, wait=wait, holder=holder, fair=fair, limit=limit,
+                            shared=shared)
+        try:
+            yield held
+        finally:
+            held.release()
+
+    @contextmanager
+    def campaign(self, election: str, value: bytes) -> Iterator[SessionCandidate]:
+        """Runs for leader of ``election`` on the session for the ``with`` block (in line as
+        long as the session lives); call ``elected()`` to wait. Leaving the block steps down."""
+        with self._changed:
+            member_id, request = self._campaign_request(election, value)
+            candidate = SessionCandidate(self, member_id, election, request)
+            self._add(candidate)
+        try:
+            yield candidate
+        finally:
+            candidate.resign()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Releases every lease on the session and ends it."""
+        with self._changed:
+            self._begin_close()
+            self._wake.set()
+            if not self._changed.wait_for(lambda: self._over, timeout):
+                self._end("closing timed out", closed=True, abort=True)
+        self._watcher.join(timeout)
+
+
+@contextmanager
+def session(*, server: str = DEFAULT_SERVER, ttl: float = 30.0, holder: str = "",
+            auto_resume: bool = True, resume_grace: Optional[float] = None,
+            channel: Optional[grpc.Channel] = None) -> Iterator[Session]:
+    """A session for the ``with`` block: many locks and campaigns on one stream, renewed and
+    confirmed together. Leaving the block releases every lease on it.
+
+        with session(ttl=10, holder="worker-7") as s:
+            with s.lock("shard-1") as one, s.lock("shard-2") as two:
+                ...
+
+    ``ttl``: every lease's TTL in Redis. ``holder``: the holder of every lock that names none.
+    ``auto_resume`` (the default): when the stream breaks, the session is opened again on any
+    server and every held lease taken back (same token, same fencing token) before its validity
+    runs out; a lease that cannot be is lost alone. ``resume_grace``: how long the server keeps
+    the leases after a break (at most ``ttl``); default ``ttl`` with ``auto_resume``, else 0.
+    Each lease's ``lost`` is set when it alone is lost (its key deleted or taken), when the
+    session is, or when the validity last confirmed runs out by this process's clock.
+    """
+    with own_channel(server, channel) as chan:
+        opened = Session(session_pb2_grpc.SessionServiceStub(chan), ttl, holder=holder,
+                         auto_resume=auto_resume,
+                         resume_grace=grace(ttl, resume_grace, auto_resume))
+        try:
+            yield opened
+        finally:
+            opened.close()

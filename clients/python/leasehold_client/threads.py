@@ -1,0 +1,206 @@
+"""The threaded driver of a held stream (``held``): a watcher thread reads the live stream and
+feeds its answers to the core, a ``threading.Timer`` ends the belief when the validity runs out,
+and after a break the same thread resumes on a new stream, pausing between attempts as the core
+says. ``Lease`` and ``Candidate`` are its users; every call into the core is made holding
+``changed``, the lock their callers wait on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Optional, Tuple
+
+import grpc
+
+from .errors import Break
+from .held import CANCEL, OVER, RELEASE, RESUME, Held
+
+_log = logging.getLogger("leasehold_client")
+
+
+def read_answer(call: Any, field: str, what: str) -> Tuple[Any, Any]:
+    """Reads a resuming stream up to its answer (``field``: "acquired", "elected"): ``(answer,
+    None)``, or ``(None, failure)`` for a ``lost`` (as ``("lost", reason)``), the stream ending
+    first (a sentence), or a failed call (the ``grpc.RpcError``)."""
+    try:
+        for event in call:
+            if event.HasField(field):
+                return getattr(event, field), None
+            if event.HasField("lost"):
+                return None, ("lost", event.lost.reason)
+    except grpc.RpcError as error:
+        return None, error
+    return None, f"the server ended the stream before resuming the {what}"
+
+
+class HeldThread:
+    """Drives one ``Held`` (made by ``make`` from this driver's clock, timer and events) over
+    the streams ``method`` opens (``stub.Lease`` or ``stub.Campaign``). ``release_by_token``:
+    the unary release, for a lease let go between two streams; it returns whether it was held,
+    or None if it failed."""
+
+    def __init__(self, make: Callable[..., Held], method: Callable[..., Any],
+                 release_by_token: Optional[Callable[[], Optional[bool]]] = None):
+        self._method = method
+        self._release_by_token = release_by_token
+        #: Guards the core and the stream's outbox; waited on for changes.
+        self.changed = threading.Condition(threading.RLock())
+        #: Set when the watcher has stopped for good.
+        self.finished = threading.Event()
+        self._wake = threading.Event()  # cuts a pause between attempts to resume short
+        self._outbox: Optional[queue.Queue] = None  # the live stream's requests; None between
+        self._attempt: Optional[Any] = None  # the resume attempt in flight
+        self._timer: Optional[threading.Timer] = None
+        self._generation = 0
+        self.held = make(lost=threading.Event(), now=time.monotonic, schedule=self._schedule,
+                         notify=self.changed.notify_all)
+
+    def open(self) -> Any:
+        """Opens the first stream with the core's first request; returns the call."""
+        with self.changed:
+            self._outbox = queue.Queue()
+            self._outbox.put(self.held.start_request(""))
+            self.held.opened = time.monotonic()
+            return self._method(iter(self._outbox.get, None))
+
+    def watch(self, call: Any) -> None:
+        """Reads ``call`` (and the streams after it) in a thread of its own."""
+        threading.Thread(target=self._watch, args=(call,), daemon=True).start()
+
+    def send(self, request: Any) -> None:
+        """Sends ``request`` on the live stream; between streams, the next one carries what is
+        still needed."""
+        with self.changed:
+            if self._outbox is not None:
+                self._outbox.put(request)
+
+    def let_go(self) -> None:
+        """Release or resign: on the live stream now, else once it is resumed or by token."""
+        with self.changed:
+            if self.held.let_go():
+                self._stop()
+        self._wake.set()
+
+    def close(self) -> None:
+        """Ends the request iterator of the live stream."""
+        with self.changed:
+            if self._outbox is not None:
+                self._outbox.put(None)
+                self._outbox = None
+
+    def _stop(self) -> None:
+        if self._outbox is not None:
+            self._outbox.put(self.held.stop_request())
+            self.close()  # half-close
+
+    def _schedule(self, when: Optional[float]) -> None:
+        self._generation += 1
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._expire,
+                                          args=(self._generation,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self, generation: int) -> None:
+        with self.changed:
+            if generation != self._generation:
+                return  # re-armed meanwhile
+            attempt = self._attempt if self.held.expired() else None
+        self._wake.set()
+        if attempt is not None:
+            attempt.cancel()
+
+    def _watch(self, call: Any) -> None:
+        try:
+            while call is not None:
+                error = self._follow(call)
+                call = None if error is None else self._after_break(error)
+        except Exception as error:  # a bug of ours must not leave it believed held
+            _log.exception("%s %r: watcher failed", self.held.label, self.held.name)
+            with self.changed:
+                self.held.end(f"client error: {error!r}")
+        finally:
+            with self.changed:
+                self._schedule(None)
+                self.close()
+                self.held.watch_ended()
+            self.finished.set()
+
+    def _follow(self, call: Any) -> Optional[Break]:
+        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
+        try:
+            for event in call:
+                received = time.monotonic()
+                with self.changed:
+                    outcome = self.held.heard(event, received)
+                if outcome == CANCEL:
+                    call.cancel()
+                if outcome is not None:
+                    return None
+            return self.held.ended
+        except grpc.RpcError as error:
+            return error
+
+    def _after_break(self, error: Break) -> Any:
+        """The next stream after a break (resumed), or None when it is over."""
+        with self.changed:
+            self.close()  # ends the old request iterator
+            decision = self.held.broke(error)
+        if decision == RELEASE:
+            self._release()
+        return self._resume() if decision == RESUME else None
+
+    def _resume(self) -> Any:
+        while True:
+            with self.changed:
+                request = self.held.attempt()
+                if request is None:
+                    break
+                outbox: queue.Queue = queue.Queue()
+                outbox.put(request)
+                opened = time.monotonic()
+                try:
+                    call = self._method(iter(outbox.get, None), wait_for_ready=True)
+                except ValueError as error:  # the channel was closed
+                    self.held.end(f"could not resume: {error}")
+                    return None
+                self._attempt = call
+            answer, failure = read_answer(call, self.held.answer, self.held.what)
+            received = time.monotonic()
+            with self.changed:
+                self._attempt = None
+                decision = self.held.answered(answer, failure, opened, received)
+                if decision == RESUME:
+                    self._outbox = outbox
+                    if self.held.letting_go:  # asked while between streams
+                        self._stop()
+                    return call
+                outbox.put(None)
+                if decision == OVER:
+                    if answer is not None:
+                        call.cancel()  # the cancelled stream lets go
+                    return None
+                if decision == RELEASE:
+                    break
+                pause = self.held.retry_pause()
+            _log.debug("%s %r: resume failed (%s); again in %.3f s", self.held.label,
+                       self.held.name, self.held.last_error, pause)
+            self._wake.wait(pause)
+            self._wake.clear()
+        if not self.held.over:
+            self._release()
+        return None
+
+    def _release(self) -> None:
+        """Releases by token (a release asked between streams, which may never have arrived)."""
+        was_held = self._release_by_token() if self._release_by_token else None
+        with self.changed:
+            if was_held is not None:
+                self.held.was_held = was_held
+            self.held.end(None, lost=False)
