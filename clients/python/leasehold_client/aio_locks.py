@@ -16,13 +16,13 @@ from .aio_channels import own_channel
 from .aio_tasks import HeldTask
 from .answers import Listing, listing
 from .errors import NotAcquired, describe, refusal
-from .held import LeaseHeld
+from .held import HeldLease, LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
 
 _log = logging.getLogger("leasehold_client")
 
 
-class AsyncLease:
+class AsyncLease(HeldLease):
     """A held lock. Use ``lease(...)``.
 
     ``lost`` (an ``asyncio.Event``) and ``lost_reason`` say whether and why it was lost;
@@ -64,26 +64,6 @@ class AsyncLease:
     @property
     def lost(self) -> asyncio.Event:
         return self._held.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._held.reason if self._held.lost.is_set() else None
-
-    @property
-    def fencing_token(self) -> int:
-        return self._held.fencing_token
-
-    @property
-    def token(self) -> str:
-        return self._held.token
-
-    @property
-    def resumes(self) -> int:
-        return self._held.resumes
-
-    @property
-    def valid_until(self) -> float:
-        return self._held.valid_until
 
     async def _release_by_token(self) -> Optional[bool]:
         """Releases with the unary call, on any server: for a release asked between streams."""

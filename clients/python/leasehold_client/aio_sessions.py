@@ -13,7 +13,7 @@ from grpc import aio
 from leasehold.v1 import session_pb2_grpc
 
 from .aio_channels import own_channel
-from .aio_tasks import Failure, Waiters, nap, requests
+from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
 from .options import DEFAULT_SERVER, grace
 from .session_core import HELD, OVER, WAITING, CandidateMember, Member, SessionCore
 
@@ -79,6 +79,7 @@ class AsyncSessionCandidate(CandidateMember):
         await self._session._until_or_timeout(lambda: self._state == OVER, timeout)
         return self._was_held and not self._lost_event.is_set()
 
+
 class AsyncSession(SessionCore):
     """Many leases on one Session stream. Use ``session(...)``: as
     ``leasehold_client.Session``, with ``lost`` an ``asyncio.Event``."""
@@ -90,7 +91,7 @@ class AsyncSession(SessionCore):
         self._until = self._waiters.until
         self._until_or_timeout = self._waiters.until_or_timeout
         self._wake = asyncio.Event()
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._alarm = Alarm(self._tick)
         self._watcher: Optional[asyncio.Task] = None
         self._setup(ttl, resume_grace, holder, auto_resume)
 
@@ -111,11 +112,7 @@ class AsyncSession(SessionCore):
         self._waiters.changed()
 
     def _schedule(self, when: Optional[float]) -> None:
-        if self._timer:
-            self._timer.cancel()
-            self._timer = None
-        if when is not None:
-            self._timer = asyncio.get_running_loop().call_at(when, self._tick)
+        self._alarm.set(when)
 
     def _abort(self) -> None:
         self._wake.set()
@@ -124,30 +121,14 @@ class AsyncSession(SessionCore):
 
     async def _watch(self, call: Any) -> None:
         try:
-            while call is not None:
-                error = await self._follow(call)
-                call = None if error is None else await self._after_break(error)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a bug of ours must not leave leases believed held
-            _log.exception("session: watcher failed")
-            self._end(f"client error: {error!r}")
+            await read_streams(call, self._follow, self._after_break, self._end, "session")
         finally:
             if self._call is not None:
                 self._call.cancel()
             self._end("the session stream ended")
 
     async def _follow(self, call: Any) -> Optional[Failure]:
-        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
-        try:
-            while True:
-                event = await call.read()
-                if event is aio.EOF:
-                    return "the server ended the session stream"
-                if self._hear(event):
-                    return None
-        except aio.AioRpcError as error:
-            return error
+        return await read_stream(call, self._hear, "the server ended the session stream")
 
     async def _after_break(self, error: Failure) -> Any:
         pause = self._broke(error)  # type: ignore[arg-type]

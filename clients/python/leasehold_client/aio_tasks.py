@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Callable, Optional, Set, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Set, Tuple, Union
 
 from grpc import aio
 
@@ -64,6 +64,52 @@ async def requests(outbox: asyncio.Queue) -> AsyncIterator[Any]:
         yield request
 
 
+async def read_stream(call: Any, hear: Callable[[Any], bool], ended: str) -> Optional[Failure]:
+    """Reads one stream to its end, each answer to ``hear``: None once ``hear`` says it was the
+    stream's last word, else how it broke (``ended`` if it just ended)."""
+    try:
+        while True:
+            event = await call.read()
+            if event is aio.EOF:
+                return ended
+            if hear(event):
+                return None
+    except aio.AioRpcError as error:
+        return error
+
+
+async def read_streams(call: Any, read: Callable[[Any], Awaitable[Optional[Failure]]],
+                       after_break: Callable[[Failure], Awaitable[Any]],
+                       failed: Callable[[str], None], label: str) -> None:
+    """Reads ``call`` with ``read``, then each stream ``after_break`` opens after a break,
+    until one ends with its last word or ``after_break`` opens none. A bug of ours is
+    ``failed``: it must not leave anything believed held."""
+    try:
+        while call is not None:
+            error = await read(call)
+            call = None if error is None else await after_break(error)
+    except Exception as error:  # (a cancelled task is not one: CancelledError passes)
+        _log.exception("%s: watcher failed", label)
+        failed(f"client error: {error!r}")
+
+
+class Alarm:
+    """The event loop's timer, set again and again: it calls ``fire`` at the time last set."""
+
+    def __init__(self, fire: Callable[[], None]):
+        self._fire = fire
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def set(self, when: Optional[float]) -> None:
+        """Fires at ``when`` (``loop.time()``), instead of any earlier setting; None: not at
+        all."""
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            self._timer = asyncio.get_running_loop().call_at(when, self._fire)
+
+
 class Waiters:
     """Waiting for a change of state: ``await until(condition)``, woken by every
     ``changed()``."""
@@ -111,10 +157,10 @@ class HeldTask:
         self._wake = asyncio.Event()  # cuts a pause between attempts to resume short
         self._call: Optional[Any] = None  # the live stream; None between streams
         self._stop_sent = False
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._alarm = Alarm(self._expire)
         self._watcher: Optional[asyncio.Task] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # its loop, once begun
-        self.held = make(lost=asyncio.Event(), now=self.now, schedule=self._schedule,
+        self.held = make(lost=asyncio.Event(), now=self.now, schedule=self._alarm.set,
                          notify=self.waiters.changed)
 
     def now(self) -> float:
@@ -161,50 +207,34 @@ class HeldTask:
         except WRITE_FAILED:
             pass  # The stream already ended; the watcher says how.
 
-    def _schedule(self, when: Optional[float]) -> None:
-        if self._timer:
-            self._timer.cancel()
-            self._timer = None
-        if when is not None:
-            self._timer = asyncio.get_running_loop().call_at(when, self._expire)
-
     def _expire(self) -> None:
         if self.held.expired() and self._watcher:
             self._watcher.cancel()  # stops the attempt in flight
 
     async def _watch(self, call: Any) -> None:
+        held = self.held
         try:
-            while call is not None:
-                error = await self._follow(call)
-                call = None if error is None else await self._after_break(error)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a bug of ours must not leave it believed held
-            _log.exception("%s %r: watcher failed", self.held.label, self.held.name)
-            self.held.end(f"client error: {error!r}")
+            await read_streams(call, self._follow, self._after_break, held.end,
+                               f"{held.label} {held.name!r}")
         finally:
-            self._schedule(None)
+            self._alarm.set(None)
             if self._call is not None:
                 self._call.cancel()
-            self.held.watch_ended()
+            held.watch_ended()
             self.finished.set()
             self.waiters.changed()
 
     async def _follow(self, call: Any) -> Optional[Failure]:
-        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
-        try:
-            while True:
-                event = await call.read()
-                if event is aio.EOF:
-                    return self.held.ended
-                outcome = self.held.heard(event, self.now())
-                if outcome == CANCEL:
-                    call.cancel()
-                if outcome is not None:
-                    self._call = None
-                    return None
-        except aio.AioRpcError as error:
-            return error
+        def hear(event: Any) -> bool:
+            outcome = self.held.heard(event, self.now())
+            if outcome == CANCEL:
+                call.cancel()
+            if outcome is None:
+                return False
+            self._call = None
+            return True
+
+        return await read_stream(call, hear, self.held.ended)
 
     async def _after_break(self, error: Failure) -> Any:
         """The next stream after a break (resumed), or None when it is over."""

@@ -16,14 +16,14 @@ from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from .answers import Listing, listing
 from .channels import own_channel
 from .errors import NotAcquired, describe, refusal
-from .held import LeaseHeld
+from .held import HeldLease, LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
 from .threads import HeldThread
 
 _log = logging.getLogger("leasehold_client")
 
 
-class Lease:
+class Lease(HeldLease):
     """A held lock. Use ``lease(...)`` rather than building one by hand.
 
     ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why it was lost;
@@ -67,26 +67,6 @@ class Lease:
     @property
     def lost(self) -> threading.Event:
         return self._held.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._held.reason if self._held.lost.is_set() else None
-
-    @property
-    def fencing_token(self) -> int:
-        return self._held.fencing_token
-
-    @property
-    def token(self) -> str:
-        return self._held.token
-
-    @property
-    def resumes(self) -> int:
-        return self._held.resumes
-
-    @property
-    def valid_until(self) -> float:
-        return self._held.valid_until
 
     def _release_by_token(self) -> Optional[bool]:
         """Releases with the unary call, on any server: for a release asked between streams."""

@@ -9,14 +9,16 @@ import queue
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional
 
 import grpc
 from leasehold.v1 import session_pb2_grpc
 
 from .channels import own_channel
 from .options import DEFAULT_SERVER, grace
+from .errors import Break
 from .session_core import HELD, OVER, WAITING, CandidateMember, Member, SessionCore
+from .threads import Alarm, read_stream, read_streams
 
 _log = logging.getLogger("leasehold_client")
 
@@ -108,8 +110,7 @@ class Session(SessionCore):
         # Guards the session and its leases, shared by the watcher thread, the timer and callers.
         self._changed = threading.Condition(threading.RLock())
         self._wake = threading.Event()  # cuts a pause between attempts to resume short
-        self._timer: Optional[threading.Timer] = None
-        self._generation = 0
+        self._alarm = Alarm(self._changed, self._tick)
         self._setup(ttl, resume_grace, holder, auto_resume)
         with self._changed:
             outbox = self._open_stream()
@@ -130,20 +131,7 @@ class Session(SessionCore):
         self._changed.notify_all()
 
     def _schedule(self, when: Optional[float]) -> None:
-        self._generation += 1
-        if self._timer:
-            self._timer.cancel()
-            self._timer = None
-        if when is not None:
-            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._on_timer,
-                                          args=(self._generation,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _on_timer(self, generation: int) -> None:
-        with self._changed:
-            if generation == self._generation:  # else re-armed meanwhile
-                self._tick()
+        self._alarm.set(when)
 
     def _abort(self) -> None:
         self._wake.set()
@@ -152,29 +140,19 @@ class Session(SessionCore):
 
     def _watch(self, call: Any) -> None:
         try:
-            while call is not None:
-                error = self._follow(call)
-                call = None if error is None else self._after_break(error)
-        except Exception as error:  # a bug of ours must not leave leases believed held
-            _log.exception("session: watcher failed")
-            with self._changed:
-                self._end(f"client error: {error!r}")
+            read_streams(call, self._follow, self._after_break, self._crashed, "session")
         finally:
             with self._changed:
                 self._end("the session stream ended")
 
-    def _follow(self, call: Any) -> Optional[Union[grpc.RpcError, str]]:
-        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
-        try:
-            for event in call:
-                with self._changed:
-                    if self._hear(event):
-                        return None
-            return "the server ended the session stream"
-        except grpc.RpcError as error:
-            return error
+    def _crashed(self, reason: str) -> None:
+        with self._changed:
+            self._end(reason)
 
-    def _after_break(self, error: Union[grpc.RpcError, str]) -> Any:
+    def _follow(self, call: Any) -> Optional[Break]:
+        return read_stream(call, self._changed, self._hear, "the server ended the session stream")
+
+    def _after_break(self, error: Break) -> Any:
         with self._changed:
             pause = self._broke(error)
         if pause is None:

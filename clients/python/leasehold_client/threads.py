@@ -36,6 +36,62 @@ def read_answer(call: Any, field: str, what: str) -> Tuple[Any, Any]:
     return None, f"the server ended the stream before resuming the {what}"
 
 
+def read_stream(call: Any, lock: Any, hear: Callable[[Any], bool], ended: str) -> Optional[Break]:
+    """Reads one stream to its end, each answer to ``hear`` holding ``lock``: None once ``hear``
+    says it was the stream's last word, else how it broke (``ended`` if it just ended)."""
+    try:
+        for event in call:
+            with lock:
+                if hear(event):
+                    return None
+        return ended
+    except grpc.RpcError as error:
+        return error
+
+
+def read_streams(call: Any, read: Callable[[Any], Optional[Break]],
+                 after_break: Callable[[Break], Any], failed: Callable[[str], None],
+                 label: str) -> None:
+    """Reads ``call`` with ``read``, then each stream ``after_break`` opens after a break,
+    until one ends with its last word or ``after_break`` opens none. A bug of ours is
+    ``failed``: it must not leave anything believed held."""
+    try:
+        while call is not None:
+            error = read(call)
+            call = None if error is None else after_break(error)
+    except Exception as error:
+        _log.exception("%s: watcher failed", label)
+        failed(f"client error: {error!r}")
+
+
+class Alarm:
+    """A timer set again and again (``time.monotonic()``): it calls ``fire`` holding ``lock``
+    at the time last set, never at one set before it. Set it holding ``lock``."""
+
+    def __init__(self, lock: Any, fire: Callable[[], None]):
+        self._lock = lock
+        self._fire = fire
+        self._timer: Optional[threading.Timer] = None
+        self._generation = 0
+
+    def set(self, when: Optional[float]) -> None:
+        """Fires at ``when``, instead of any earlier setting; None: not at all."""
+        self._generation += 1
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if when is not None:
+            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._ring,
+                                          args=(self._generation,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _ring(self, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation:  # else set again meanwhile
+                self._fire()
+
+
 class HeldThread:
     """Drives one ``Held`` (made by ``make`` from this driver's clock, timer and events) over
     the streams ``method`` opens (``stub.Lease`` or ``stub.Campaign``). ``release_by_token``:
@@ -53,9 +109,8 @@ class HeldThread:
         self._wake = threading.Event()  # cuts a pause between attempts to resume short
         self._outbox: Optional[queue.Queue] = None  # the live stream's requests; None between
         self._attempt: Optional[Any] = None  # the resume attempt in flight
-        self._timer: Optional[threading.Timer] = None
-        self._generation = 0
-        self.held = make(lost=threading.Event(), now=time.monotonic, schedule=self._schedule,
+        self._alarm = Alarm(self.changed, self._expire)
+        self.held = make(lost=threading.Event(), now=time.monotonic, schedule=self._alarm.set,
                          notify=self.changed.notify_all)
 
     def open(self) -> Any:
@@ -96,56 +151,36 @@ class HeldThread:
             self._outbox.put(self.held.stop_request())
             self.close()  # half-close
 
-    def _schedule(self, when: Optional[float]) -> None:
-        self._generation += 1
-        if self._timer:
-            self._timer.cancel()
-            self._timer = None
-        if when is not None:
-            self._timer = threading.Timer(max(0.0, when - time.monotonic()), self._expire,
-                                          args=(self._generation,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _expire(self, generation: int) -> None:
-        with self.changed:
-            if generation != self._generation:
-                return  # re-armed meanwhile
-            attempt = self._attempt if self.held.expired() else None
+    def _expire(self) -> None:
+        """The alarm (holding ``changed``): past the validity, by this process's clock."""
+        if self.held.expired() and self._attempt is not None:
+            self._attempt.cancel()
         self._wake.set()
-        if attempt is not None:
-            attempt.cancel()
 
     def _watch(self, call: Any) -> None:
+        held = self.held
         try:
-            while call is not None:
-                error = self._follow(call)
-                call = None if error is None else self._after_break(error)
-        except Exception as error:  # a bug of ours must not leave it believed held
-            _log.exception("%s %r: watcher failed", self.held.label, self.held.name)
-            with self.changed:
-                self.held.end(f"client error: {error!r}")
+            read_streams(call, self._follow, self._after_break, self._failed,
+                         f"{held.label} {held.name!r}")
         finally:
             with self.changed:
-                self._schedule(None)
+                self._alarm.set(None)
                 self.close()
-                self.held.watch_ended()
+                held.watch_ended()
             self.finished.set()
 
+    def _failed(self, reason: str) -> None:
+        with self.changed:
+            self.held.end(reason)
+
     def _follow(self, call: Any) -> Optional[Break]:
-        """Reads one stream to its end: None if it ended with its last word, else how it broke."""
-        try:
-            for event in call:
-                received = time.monotonic()
-                with self.changed:
-                    outcome = self.held.heard(event, received)
-                if outcome == CANCEL:
-                    call.cancel()
-                if outcome is not None:
-                    return None
-            return self.held.ended
-        except grpc.RpcError as error:
-            return error
+        def hear(event: Any) -> bool:
+            outcome = self.held.heard(event, time.monotonic())
+            if outcome == CANCEL:
+                call.cancel()
+            return outcome is not None
+
+        return read_stream(call, self.changed, hear, self.held.ended)
 
     def _after_break(self, error: Break) -> Any:
         """The next stream after a break (resumed), or None when it is over."""
