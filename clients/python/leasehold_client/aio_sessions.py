@@ -15,72 +15,74 @@ from leasehold.v1 import session_pb2_grpc
 from .aio_channels import own_channel
 from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
 from .options import DEFAULT_SERVER, grace
-from .session_core import HELD, OVER, WAITING, CandidateMember, Member, SessionCore
+from .session_core import OVER, WAITING, CandidateMember, HeldOnSession, Member, SessionCore
 
 _log = logging.getLogger("leasehold_client")
 
 
-class AsyncSessionLease(Member):
+class AsyncSessionLease(HeldOnSession):
     """A lock held on a session. Use ``session.lock(...)`` or ``await session.acquire(...)``.
 
     As ``leasehold_client.SessionLease``, with ``lost`` an ``asyncio.Event``.
     """
 
-    _session: "AsyncSession"
+    def __init__(self, session: "AsyncSession", member: Member):
+        self._session = session
+        self._member = member
 
     @property
     def lost(self) -> asyncio.Event:
-        return self._lost_event
+        return self._member.lost
 
     async def release(self, timeout: float = 10.0) -> bool:
         """Releases the lock (the session goes on); returns True if it was still held."""
-        self._session._let_go(self)
-        await self._session._until_or_timeout(lambda: self._state == OVER, timeout)
-        return self._was_held and not self._lost_event.is_set()
+        return await self._session._let_go(self._member, timeout)
 
 
-class AsyncSessionCandidate(CandidateMember):
+class AsyncSessionCandidate(HeldOnSession):
     """A campaign on a session. Use ``session.campaign(...)``.
 
     ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
     """
 
-    _session: "AsyncSession"
+    _member: CandidateMember
+
+    def __init__(self, session: "AsyncSession", member: CandidateMember):
+        self._session = session
+        self._member = member
+        self._until = session._waiters.until
+
+    @property
+    def term(self) -> Optional[int]:
+        return self._member.term
 
     async def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""
-        await self._session._until(lambda: self._state != WAITING)
-        if self._failure is not None:
-            raise self._failure
-        return self.fencing_token
+        member = self._member
+        await self._until(lambda: member.state != WAITING)
+        return member.elected_term()
 
     async def proclaim(self, value: bytes) -> None:
         """Publishes a new value while leading."""
-        if self._state != HELD:
-            raise RuntimeError(f"election {self.name!r}: not leading"
-                               + (f" ({self.lost_reason})" if self.lost_reason else ""))
-        self._request.campaign.value = value
-        self._sent += 1
-        sent = self._sent
-        self._session._proclaim(self)
-        await self._session._until(lambda: self._published >= sent or self._state == OVER)
-        if self._published < sent:
-            raise RuntimeError(f"leadership lost: {self.lost_reason}")
+        member = self._member
+        sent = member.publish(value)
+        self._session._core.proclaim(member)
+        await self._until(lambda: member.published >= sent or member.state == OVER)
+        if member.published < sent:
+            raise member.not_published()
 
     async def lost(self) -> str:
         """Waits until the leadership (or the candidacy) is over; returns why it was lost ("" if
         it was resigned)."""
-        await self._session._until(lambda: self._state == OVER)
-        return self.lost_reason or ""
+        await self._until(lambda: self._member.state == OVER)
+        return self._member.lost_reason or ""
 
     async def resign(self, timeout: float = 10.0) -> bool:
         """Steps down (or leaves the line); True if this candidate was leading."""
-        self._session._let_go(self)
-        await self._session._until_or_timeout(lambda: self._state == OVER, timeout)
-        return self._was_held and not self._lost_event.is_set()
+        return await self._session._let_go(self._member, timeout)
 
 
-class AsyncSession(SessionCore):
+class AsyncSession:
     """Many leases on one Session stream. Use ``session(...)``: as
     ``leasehold_client.Session``, with ``lost`` an ``asyncio.Event``."""
 
@@ -88,28 +90,34 @@ class AsyncSession(SessionCore):
                  resume_grace: float, holder: str = "", auto_resume: bool = True):
         self._stub = stub
         self._waiters = Waiters()
-        self._until = self._waiters.until
-        self._until_or_timeout = self._waiters.until_or_timeout
         self._wake = asyncio.Event()
-        self._alarm = Alarm(self._tick)
         self._watcher: Optional[asyncio.Task] = None
-        self._setup(ttl, resume_grace, holder, auto_resume)
+        self._core = SessionCore(
+            ttl, resume_grace, holder, auto_resume, now=self._now, new_event=asyncio.Event,
+            new_queue=asyncio.Queue, notify=self._waiters.changed, schedule=self._schedule,
+            abort=self._abort)
+        self._alarm = Alarm(self._core.tick)
 
     def _begin(self) -> None:
-        self._call = self._stub.Session(requests(self._open_stream()))
-        self._watcher = asyncio.get_running_loop().create_task(self._watch(self._call))
+        core = self._core
+        core.call = self._stub.Session(requests(core.open_stream()))
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(core.call))
 
-    def _now(self) -> float:
+    @property
+    def lost(self) -> asyncio.Event:
+        return self._core.lost
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self._core.lost_reason
+
+    @property
+    def resumes(self) -> int:
+        return self._core.resumes
+
+    @staticmethod
+    def _now() -> float:
         return asyncio.get_running_loop().time()
-
-    def _new_event(self) -> asyncio.Event:
-        return asyncio.Event()
-
-    def _new_queue(self) -> asyncio.Queue:
-        return asyncio.Queue()
-
-    def _notify(self) -> None:
-        self._waiters.changed()
 
     def _schedule(self, when: Optional[float]) -> None:
         self._alarm.set(when)
@@ -120,41 +128,46 @@ class AsyncSession(SessionCore):
             self._watcher.cancel()  # stops the stream or the attempt in flight
 
     async def _watch(self, call: Any) -> None:
+        core = self._core
         try:
-            await read_streams(call, self._follow, self._after_break, self._end, "session")
+            await read_streams(call, self._follow, self._after_break, core.end, "session")
         finally:
-            if self._call is not None:
-                self._call.cancel()
-            self._end("the session stream ended")
+            if core.call is not None:
+                core.call.cancel()
+            core.end("the session stream ended")
 
     async def _follow(self, call: Any) -> Optional[Failure]:
-        return await read_stream(call, self._hear, "the server ended the session stream")
+        return await read_stream(call, self._core.hear, "the server ended the session stream")
 
     async def _after_break(self, error: Failure) -> Any:
-        pause = self._broke(error)  # type: ignore[arg-type]
+        pause = self._core.broke(error)  # type: ignore[arg-type]
         if pause is None:
             return None
         if pause:
             await nap(self._wake, pause)
-        return self._reopen(lambda outbox: self._stub.Session(requests(outbox),
-                                                              wait_for_ready=True))
+        return self._core.reopen(lambda outbox: self._stub.Session(requests(outbox),
+                                                                   wait_for_ready=True))
+
+    async def _let_go(self, member: Member, timeout: float) -> bool:
+        """Releases one lease (or gives up its wait, or resigns); whether it was held."""
+        self._core.let_go(member)
+        await self._waiters.until_or_timeout(lambda: member.state == OVER, timeout)
+        return member.still_held()
 
     async def acquire(self, name: str, *, wait: float = 0.0, holder: str = "",
                       fair: bool = True, limit: int = 1, shared: bool = False
                       ) -> AsyncSessionLease:
         """Takes lock ``name`` on the session and returns it held, until ``release()`` or the
         session's end: as ``leasehold_client.Session.acquire``."""
-        member_id, request = self._acquire_request(name, wait, holder, fair, limit, shared)
-        held = AsyncSessionLease(self, member_id, name, request)
-        self._add(held)
+        member = self._core.acquire(name, wait, holder, fair, limit, shared)
         try:
-            await self._until(lambda: held._state != WAITING)
+            await self._waiters.until(lambda: member.state != WAITING)
         except asyncio.CancelledError:
-            self._let_go(held)  # no one will hold it
+            self._core.let_go(member)  # no one will hold it
             raise
-        if held._failure is not None:
-            raise held._failure
-        return held
+        if member.failure is not None:
+            raise member.failure
+        return AsyncSessionLease(self, member)
 
     @asynccontextmanager
     async def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
@@ -172,9 +185,7 @@ class AsyncSession(SessionCore):
                        value: bytes) -> AsyncIterator[AsyncSessionCandidate]:
         """Runs for leader of ``election`` on the session for the block; ``await elected()``
         to wait in line. Leaving the block steps down."""
-        member_id, request = self._campaign_request(election, value)
-        candidate = AsyncSessionCandidate(self, member_id, election, request)
-        self._add(candidate)
+        candidate = AsyncSessionCandidate(self, self._core.campaign(election, value))
         try:
             yield candidate
         finally:
@@ -182,10 +193,10 @@ class AsyncSession(SessionCore):
 
     async def close(self, timeout: float = 10.0) -> None:
         """Releases every lease on the session and ends it."""
-        self._begin_close()
+        self._core.begin_close()
         self._wake.set()
-        if not await self._until_or_timeout(lambda: self._over, timeout):
-            self._end("closing timed out", closed=True, abort=True)
+        if not await self._waiters.until_or_timeout(lambda: self._core.over, timeout):
+            self._core.end("closing timed out", closed=True, abort=True)
         if self._watcher is not None:
             await asyncio.wait({self._watcher}, timeout=timeout)
 

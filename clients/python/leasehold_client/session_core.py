@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Optional, Union
 
 import grpc
 from leasehold.v1 import session_pb2
@@ -35,13 +35,14 @@ def release_request(member_id: int) -> session_pb2.SessionRequest:
 
 class Member:
     """One lease of a session (a lock or a campaign), as its session tracks it. Every field is
-    the session's to change (under its lock, for threads)."""
+    the session's to change (under its lock, for threads); its holder reads them."""
 
-    #: "lock" or "election", for messages.
-    _what = "lock"
+    #: "lock" or "election", for messages; ``late``: why an answer that came too late is refused.
+    what = "lock"
+    late = LATE_ACQUIRED
 
-    def __init__(self, session: "SessionCore", member_id: int, name: str,
-                 request: session_pb2.SessionRequest):
+    def __init__(self, member_id: int, name: str, request: session_pb2.SessionRequest,
+                 lost: Any):
         self.id = member_id
         self.name = name
         self.token = ""
@@ -51,93 +52,130 @@ class Member:
         #: How many times it was taken back on a new stream after its session's stream broke.
         self.resumes = 0
         self.lost_reason: Optional[str] = None
-        self._session = session
-        self._request = request  # as sent first; a campaign's value is the last proclaimed
-        self._lost_event = session._new_event()
-        self._state = WAITING
-        self._failure: Optional[Exception] = None  # why it was never held
-        self._resuming = False  # held, re-sent with its token on a new stream, not answered yet
-        self._releasing = False
-        self._was_held = False
+        self.lost = lost  # an event, set when it alone is lost
+        self.request = request  # as sent first; a campaign's value is the last proclaimed
+        self.state = WAITING
+        self.failure: Optional[Exception] = None  # why it was never held
+        self.resuming = False  # held, re-sent with its token on a new stream, not answered yet
+        self.releasing = False
+        self.was_held = False
 
-    def _resume_request(self) -> session_pb2.SessionRequest:
+    def resume_request(self) -> session_pb2.SessionRequest:
         request = session_pb2.SessionRequest()
-        request.CopyFrom(self._request)
+        request.CopyFrom(self.request)
         getattr(request, request.WhichOneof("action")).resume_token = self.token
         return request
 
-    def _held(self) -> None:
+    def on_held(self) -> None:
         """Called when it is first held."""
 
-    def _resumed(self) -> None:
+    def on_resumed(self, session: "SessionCore") -> None:
         """Called when a new stream took it back."""
 
-    def _not_had(self, reason: str) -> Exception:
+    def not_had(self, reason: str) -> Exception:
         return NotAcquired(f"lock {self.name!r}: {reason}")
 
-    def _late(self) -> str:
-        return LATE_ACQUIRED
+    def still_held(self) -> bool:
+        """Once let go: whether it was held until then (not lost)."""
+        return self.was_held and not self.lost.is_set()
 
 
 class CandidateMember(Member):
-    """A campaign on a session: what its proclaims have published."""
+    """A campaign on a session: its term, and what its proclaims have published."""
 
-    _what = "election"
+    what = "election"
+    late = LATE_ELECTED
 
-    def __init__(self, session: "SessionCore", member_id: int, name: str,
-                 request: session_pb2.SessionRequest):
-        super().__init__(session, member_id, name, request)
+    def __init__(self, member_id: int, name: str, request: session_pb2.SessionRequest,
+                 lost: Any):
+        super().__init__(member_id, name, request, lost)
         self.term: Optional[int] = None
-        self._sent = 0  # proclaims asked for
-        self._published = 0  # the last of them confirmed
-        self._in_flight: Deque[int] = deque()  # proclaims sent on this stream, unanswered
-        self._resent = 0  # the proclaim a resume's campaign carries
+        self.sent = 0  # proclaims asked for
+        self.published = 0  # the last of them confirmed
+        self.in_flight: Deque[int] = deque()  # proclaims sent on this stream, unanswered
+        self.resent = 0  # the proclaim a resume's campaign carries
 
-    def _held(self) -> None:
+    def on_held(self) -> None:
         self.term = self.fencing_token
 
-    def _resumed(self) -> None:
-        self._published = max(self._published, self._resent)
-        if self._sent > self._resent:  # proclaimed while the resume was on its way
-            self._session._proclaim(self)
+    def on_resumed(self, session: "SessionCore") -> None:
+        self.published = max(self.published, self.resent)
+        if self.sent > self.resent:  # proclaimed while the resume was on its way
+            session.proclaim(self)
 
-    def _not_had(self, reason: str) -> Exception:
+    def not_had(self, reason: str) -> Exception:
         return RuntimeError(f"election {self.name!r}: {reason}")
 
-    def _late(self) -> str:
-        return LATE_ELECTED
+    def elected_term(self) -> int:
+        """Once out of line: its term, or why it never led (raised)."""
+        if self.failure is not None:
+            raise self.failure
+        return self.fencing_token
+
+    def publish(self, value: bytes) -> int:
+        """Takes ``value`` to proclaim (``SessionCore.proclaim`` sends it); returns which
+        proclaim it is, for ``published``. Only while leading."""
+        if self.state != HELD:
+            raise RuntimeError(f"election {self.name!r}: not leading"
+                               + (f" ({self.lost_reason})" if self.lost_reason else ""))
+        self.request.campaign.value = value
+        self.sent += 1
+        return self.sent
+
+    def not_published(self) -> Exception:
+        return RuntimeError(f"leadership lost: {self.lost_reason}")
+
+
+class HeldOnSession:
+    """What a lease on a session tells its holder, threaded or asyncio, read from its member:
+    ``fencing_token`` and ``token`` as for a ``Lease``; ``lost_reason`` says why this lease
+    alone was lost; ``resumes`` counts the times it was taken back on a new stream;
+    ``valid_until`` is when the validity last confirmed for it runs out (the driver's clock)."""
+
+    _member: Member
+
+    @property
+    def id(self) -> int:
+        return self._member.id
+
+    @property
+    def name(self) -> str:
+        return self._member.name
+
+    @property
+    def token(self) -> str:
+        return self._member.token
+
+    @property
+    def fencing_token(self) -> int:
+        return self._member.fencing_token
+
+    @property
+    def valid_until(self) -> float:
+        return self._member.valid_until
+
+    @property
+    def resumes(self) -> int:
+        return self._member.resumes
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self._member.lost_reason
 
 
 class SessionCore:
-    """A session's state and rules; see the comment above."""
+    """A session's state and rules; see the module's comment. Its driver gives it the clock
+    (``now``), events and queues of its model (``new_event``, ``new_queue``), a way to wake
+    whoever waits for a change (``notify``), a timer (``schedule``: call ``tick`` at that time,
+    or at none) and ``abort`` (stop the stream, or the attempt to open one, in flight: the
+    session is over)."""
 
-    lost: Any
-    lost_reason: Optional[str]
-    resumes: int
-
-    # The concurrency model's part.
-    def _now(self) -> float:
-        raise NotImplementedError
-
-    def _new_event(self) -> Any:
-        raise NotImplementedError
-
-    def _new_queue(self) -> Any:
-        raise NotImplementedError
-
-    def _notify(self) -> None:
-        """Wakes whoever waits for a change."""
-        raise NotImplementedError
-
-    def _schedule(self, when: Optional[float]) -> None:
-        """Calls ``_tick`` at ``when`` (the model's clock), instead of any earlier schedule."""
-        raise NotImplementedError
-
-    def _abort(self) -> None:
-        """Stops the stream (or the attempt to open one) in flight: the session is over."""
-        raise NotImplementedError
-
-    def _setup(self, ttl: float, resume_grace: float, holder: str, auto_resume: bool) -> None:
+    def __init__(self, ttl: float, resume_grace: float, holder: str, auto_resume: bool, *,
+                 now: Callable[[], float], new_event: Callable[[], Any],
+                 new_queue: Callable[[], Any], notify: Callable[[], None],
+                 schedule: Callable[[Optional[float]], None], abort: Callable[[], None]):
+        self._now, self._new_event, self._new_queue = now, new_event, new_queue
+        self._notify, self._schedule, self._abort = notify, schedule, abort
         open_ = session_pb2.SessionOpen(ttl_ms=millis(ttl), resume_grace_ms=millis(resume_grace),
                                         holder=holder)
         self._open_request = session_pb2.SessionRequest(open=open_)
@@ -146,12 +184,12 @@ class SessionCore:
         self._members: Dict[int, Member] = {}
         self._next_id = 0
         self._outbox: Any = None  # the live stream's requests; None between streams
-        self._call: Any = None
+        self.call: Any = None
         self._opened = 0.0  # when the live stream was opened: what valid_to_ms counts from
         self._heard = False  # the live stream said something
         self._established = False  # some stream said something: a break is worth resuming
-        self._over = False
-        self._error: Optional[grpc.RpcError] = None
+        self.over = False
+        self.error: Optional[grpc.RpcError] = None
         self._closing = False
         self._close_sent = False
         self._resuming = False  # from a break until the new stream says something
@@ -168,22 +206,22 @@ class SessionCore:
         if self._outbox is not None:  # else the next stream sends what is still needed
             self._outbox.put_nowait(request)
 
-    def _open_stream(self) -> Any:
+    def open_stream(self) -> Any:
         """The requests of a new stream: `open`, then every lease again (a held one with its
         token, a waiting one afresh)."""
         outbox = self._new_queue()
         outbox.put_nowait(self._open_request)
         for member in sorted(self._members.values(), key=lambda m: m.id):
-            if member._state == HELD:
-                member._resuming = True
+            if member.state == HELD:
+                member.resuming = True
                 if isinstance(member, CandidateMember):
-                    member._resent = member._sent
-                    member._in_flight.clear()
-                outbox.put_nowait(member._resume_request())
-            elif member._releasing:  # gave up waiting between streams
+                    member.resent = member.sent
+                    member.in_flight.clear()
+                outbox.put_nowait(member.resume_request())
+            elif member.releasing:  # gave up waiting between streams
                 self._finish(member, False)
             else:
-                outbox.put_nowait(member._request)
+                outbox.put_nowait(member.request)
         self._outbox = outbox
         self._opened = self._now()
         self._heard = False
@@ -195,101 +233,105 @@ class SessionCore:
         """Sends `close` once asked, when no lease is being resumed (closing a stream with a
         resume in flight could leave that lease in Redis for its grace)."""
         if (self._closing and not self._close_sent and self._outbox is not None
-                and not any(member._resuming for member in self._members.values())):
+                and not any(member.resuming for member in self._members.values())):
             self._close_sent = True
             self._outbox.put_nowait(_CLOSE)
             self._outbox.put_nowait(None)  # half-close
             self._outbox = None
 
-    def _usable(self) -> None:
-        if self._over:
-            if self._error is not None:
-                raise self._error
+    def usable(self) -> None:
+        if self.over:
+            if self.error is not None:
+                raise self.error
             raise RuntimeError(f"session over: {self.lost_reason or 'closed'}")
         if self._closing:
             raise RuntimeError("session closed")
 
-    def _add(self, member: Member) -> None:
-        self._usable()
+    def acquire(self, name: str, wait: float, holder: str, fair: bool, limit: int,
+                shared: bool) -> Member:
+        """A lock to take on the session, its request sent (or the next stream's)."""
+        member_id = self._take_id()
+        return self._add(Member(member_id, name, session_pb2.SessionRequest(
+            acquire=session_pb2.SessionAcquire(
+                id=member_id, name=name, wait_ms=millis(wait), holder=holder, fair=fair,
+                limit=limit, mode=lease_mode(shared))), self._new_event()))
+
+    def campaign(self, election: str, value: bytes) -> CandidateMember:
+        """A campaign on the session, its request sent (or the next stream's)."""
+        member_id = self._take_id()
+        return self._add(CandidateMember(member_id, election, session_pb2.SessionRequest(
+            campaign=session_pb2.SessionCampaign(id=member_id, election=election, value=value)),
+            self._new_event()))
+
+    def _add(self, member: Any) -> Any:
+        self.usable()
         self._members[member.id] = member
-        self._send(member._request)
+        self._send(member.request)
+        return member
 
     def _take_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def _acquire_request(self, name: str, wait: float, holder: str, fair: bool, limit: int,
-                         shared: bool) -> Tuple[int, session_pb2.SessionRequest]:
-        member_id = self._take_id()
-        return member_id, session_pb2.SessionRequest(acquire=session_pb2.SessionAcquire(
-            id=member_id, name=name, wait_ms=millis(wait), holder=holder, fair=fair,
-            limit=limit, mode=lease_mode(shared)))
-
-    def _campaign_request(self, election: str,
-                          value: bytes) -> Tuple[int, session_pb2.SessionRequest]:
-        member_id = self._take_id()
-        return member_id, session_pb2.SessionRequest(campaign=session_pb2.SessionCampaign(
-            id=member_id, election=election, value=value))
-
-    def _let_go(self, member: Member) -> None:
+    def let_go(self, member: Member) -> None:
         """Asks for one lease to be released (or its wait given up)."""
-        if member._state == OVER or member._releasing:
+        if member.state == OVER or member.releasing:
             return
-        member._releasing = True
-        if not member._resuming:  # else once its resume is answered
+        member.releasing = True
+        if not member.resuming:  # else once its resume is answered
             self._send(release_request(member.id))
 
-    def _proclaim(self, member: CandidateMember) -> None:
-        if member._resuming or self._outbox is None:
+    def proclaim(self, member: CandidateMember) -> None:
+        if member.resuming or self._outbox is None:
             return  # the resume carries the last value, or its answer sends it
-        member._in_flight.append(member._sent)
+        member.in_flight.append(member.sent)
         self._send(session_pb2.SessionRequest(proclaim=session_pb2.SessionProclaim(
-            id=member.id, value=member._request.campaign.value)))
+            id=member.id, value=member.request.campaign.value)))
 
-    def _begin_close(self) -> None:
-        if not self._over:
+    def begin_close(self) -> None:
+        if not self.over:
             self._closing = True
             self._close_if_due()
 
     # Endings.
     def _finish(self, member: Member, was_held: bool) -> None:
         """A lease let go at our request (or by the session's close)."""
-        if member._state == OVER:
+        if member.state == OVER:
             return
-        if member._state == WAITING:
-            member._failure = member._not_had("released while waiting")
-        member._state = OVER
-        member._was_held = was_held
+        if member.state == WAITING:
+            member.failure = member.not_had("released while waiting")
+        member.state = OVER
+        member.was_held = was_held
         self._members.pop(member.id, None)
 
     def _drop(self, member: Member, reason: str, error: Optional[Exception] = None, *,
               tell: bool = True) -> None:
         """A lease that is no longer ours: lost if it was held, failed if not. ``tell``: the
         server may still hold it (we gave up on it), so it is released there too."""
-        if member._state == OVER:
+        if member.state == OVER:
             return
-        was = member._state
-        member._state = OVER
+        was = member.state
+        member.state = OVER
         self._members.pop(member.id, None)
         if was == WAITING:
-            member._failure = error or member._not_had(reason)
-        elif not member._releasing:
+            member.failure = error or member.not_had(reason)
+        elif not member.releasing:
             member.lost_reason = reason
-            member._lost_event.set()
-            _log.info("%s %r lost: %s", member._what, member.name, reason)
+            member.lost.set()
+            _log.info("%s %r lost: %s", member.what, member.name, reason)
         if tell:
             self._send(release_request(member.id))
 
-    def _end(self, reason: str, *, closed: bool = False, error: Optional[grpc.RpcError] = None,
+    def end(self, reason: str, *, closed: bool = False, error: Optional[grpc.RpcError] = None,
              abort: bool = False) -> None:
         """The session is over: closed at our request, or lost (every lease with it)."""
-        if self._over:
+        if self.over:
             return
-        self._over, self._error = True, error
+        self.over, self.error = True, error
         outbox, self._outbox = self._outbox, None
         for member in tuple(self._members.values()):
             if closed:
-                self._finish(member, member._state == HELD)
+                self._finish(member, member.state == HELD)
             else:
                 self._drop(member, reason, error)
         if outbox is not None:
@@ -307,7 +349,7 @@ class SessionCore:
     # The clock.
     def _rearm(self) -> None:
         deadlines = [member.valid_until for member in self._members.values()
-                     if member._state == HELD]
+                     if member.state == HELD]
         if self._resuming:
             deadlines.append(self._resume_until)
         when = min(deadlines) if deadlines else None
@@ -315,25 +357,25 @@ class SessionCore:
             self._armed_at = when
             self._schedule(when)
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         """The timer: leases past their validity are lost, by this process's clock."""
         self._armed_at = None  # fired
-        if self._over:
+        if self.over:
             return
         now = self._now()
         for member in tuple(self._members.values()):
-            if member._state == HELD and member.valid_until <= now:
-                self._drop(member, too_late("lease", self._last_error) if member._resuming
+            if member.state == HELD and member.valid_until <= now:
+                self._drop(member, too_late("lease", self._last_error) if member.resuming
                            else SILENT)
         if self._resuming and now >= self._resume_until:
-            self._end(too_late("session", self._last_error), abort=True)
+            self.end(too_late("session", self._last_error), abort=True)
             return
         self._rearm()
         self._close_if_due()
         self._notify()
 
     # The server's answers.
-    def _hear(self, event: session_pb2.SessionResponse) -> bool:
+    def hear(self, event: session_pb2.SessionResponse) -> bool:
         """Applies one answer; True once the stream has said its last word (closed, lost)."""
         received = self._now()
         if not self._heard:
@@ -348,13 +390,13 @@ class SessionCore:
         if kind == "kept_alive":
             valid_until = vouched_until(self._opened, received, event.kept_alive)
             for held in self._members.values():
-                if held._state == HELD and not held._resuming:
+                if held.state == HELD and not held.resuming:
                     held.valid_until = valid_until
         elif kind == "acquired":
             self._acquired(member, event.acquired, received)
         elif kind == "proclaimed":
-            if isinstance(member, CandidateMember) and member._in_flight:
-                member._published = max(member._published, member._in_flight.popleft())
+            if isinstance(member, CandidateMember) and member.in_flight:
+                member.published = max(member.published, member.in_flight.popleft())
         elif kind == "released":
             if member is not None:
                 self._finish(member, event.released.was_held)
@@ -365,10 +407,10 @@ class SessionCore:
             if member is not None:
                 self._failed(member, event.failed)
         elif kind == "closed":
-            self._end("closed", closed=True)
+            self.end("closed", closed=True)
             return True
         elif kind == "lost":
-            self._end(event.lost.reason)
+            self.end(event.lost.reason)
             return True
         self._rearm()
         self._close_if_due()
@@ -381,61 +423,61 @@ class SessionCore:
         if member is None:  # let go meanwhile (lost by our clock, say): let it go there too
             self._send(release_request(answer.id))
             return
-        if member._state == WAITING:
+        if member.state == WAITING:
             if valid_until <= received:
                 # Held up on its way: it may be someone else's by now. Not a lease.
-                self._drop(member, member._late())
+                self._drop(member, member.late)
                 return
             member.token, member.fencing_token = answer.token, answer.fencing_token
-            member._state = HELD
+            member.state = HELD
             member.valid_until = valid_until
-            member._held()
-        elif member._resuming:
+            member.on_held()
+        elif member.resuming:
             mismatch = other_lease(member.token, member.fencing_token, answer)
             if mismatch is None and valid_until <= received:
-                mismatch = f"could not resume: {member._late()}"
+                mismatch = f"could not resume: {member.late}"
             if mismatch is not None:
                 self._drop(member, mismatch)
                 return
-            member._resuming = False
+            member.resuming = False
             member.resumes += 1
             member.valid_until = valid_until
-            member._resumed()
-            _log.info("%s %r resumed on the session (fencing token %d)", member._what,
+            member.on_resumed(self)
+            _log.info("%s %r resumed on the session (fencing token %d)", member.what,
                       member.name, member.fencing_token)
-        if member._releasing:  # let go while it was on its way
+        if member.releasing:  # let go while it was on its way
             self._send(release_request(member.id))
 
     def _failed(self, member: Member, failed: session_pb2.SessionFailed) -> None:
         error = session_failure(failed)
-        if member._state == WAITING:
+        if member.state == WAITING:
             self._drop(member, failed.message, error, tell=False)
-        elif member._releasing:
+        elif member.releasing:
             self._finish(member, False)
         else:
             code = STATUS_CODES.get(failed.code, grpc.StatusCode.UNKNOWN).name
-            prefix = "could not resume: " if member._resuming else ""
+            prefix = "could not resume: " if member.resuming else ""
             self._drop(member, f"{prefix}{code} {failed.message}", tell=False)
 
     # Breaks.
-    def _broke(self, error: Union[grpc.RpcError, str]) -> Optional[float]:
+    def broke(self, error: Union[grpc.RpcError, str]) -> Optional[float]:
         """Decides what a broken stream means: None when the session is over, else how long to
         pause before the next stream."""
-        outbox, self._outbox, self._call = self._outbox, None, None
+        outbox, self._outbox, self.call = self._outbox, None, None
         if outbox is not None:
             outbox.put_nowait(None)
-        if self._over:
+        if self.over:
             return None
         if not self._auto_resume or not self._established or not resumable(error):
             if isinstance(error, grpc.RpcError):
-                self._end(f"session stream failed: {describe(error)}", error=error)
+                self.end(f"session stream failed: {describe(error)}", error=error)
             else:
-                self._end(error)
+                self.end(error)
             return None
         now = self._now()
         wait = 0.0
         if self._heard or not self._resuming:  # a stream that worked: a break of its own
-            held = [m.valid_until for m in self._members.values() if m._state == HELD]
+            held = [m.valid_until for m in self._members.values() if m.state == HELD]
             self._resume_until = max([now + self._grace, *held])
             self._delay = FIRST_PAUSE
         else:  # the last attempt got nowhere
@@ -444,25 +486,25 @@ class SessionCore:
         self._resuming = True
         self._last_error = describe(error)
         for member in self._members.values():
-            if member._state == HELD:
-                member._resuming = True
+            if member.state == HELD:
+                member.resuming = True
         _log.info("session stream broke (%s); resuming it", self._last_error)
         self._rearm()
         return wait
 
-    def _reopen(self, open_call: Callable[[Any], Any]) -> Any:
+    def reopen(self, open_call: Callable[[Any], Any]) -> Any:
         """Opens the next stream after a break (``open_call`` makes the call from its requests),
         or returns None when the session is over."""
-        if self._over:
+        if self.over:
             return None
         if self._now() >= self._resume_until:
-            self._end(too_late("session", self._last_error))
+            self.end(too_late("session", self._last_error))
             return None
-        outbox = self._open_stream()
+        outbox = self.open_stream()
         try:
-            self._call = open_call(outbox)
+            self.call = open_call(outbox)
         except (ValueError, grpc.RpcError) as error:  # the channel was closed
-            self._end(f"could not resume: {error}")
+            self.end(f"could not resume: {error}")
             return None
-        return self._call
+        return self.call
 

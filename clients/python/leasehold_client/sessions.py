@@ -17,13 +17,13 @@ from leasehold.v1 import session_pb2_grpc
 from .channels import own_channel
 from .options import DEFAULT_SERVER, grace
 from .errors import Break
-from .session_core import HELD, OVER, WAITING, CandidateMember, Member, SessionCore
+from .session_core import OVER, WAITING, CandidateMember, HeldOnSession, Member, SessionCore
 from .threads import Alarm, read_stream, read_streams
 
 _log = logging.getLogger("leasehold_client")
 
 
-class SessionLease(Member):
+class SessionLease(HeldOnSession):
     """A lock held on a session. Use ``session.lock(...)`` or ``session.acquire(...)``.
 
     ``fencing_token`` and ``token`` as for a ``Lease``; ``lost`` (a ``threading.Event``) and
@@ -32,71 +32,66 @@ class SessionLease(Member):
     it runs out (``time.monotonic()``).
     """
 
-    _session: "Session"
+    def __init__(self, session: "Session", member: Member):
+        self._session = session
+        self._member = member
 
     @property
     def lost(self) -> threading.Event:
-        return self._lost_event
+        return self._member.lost
 
     def release(self, timeout: float = 10.0) -> bool:
         """Releases the lock (the session goes on); returns True if it was still held."""
-        changed = self._session._changed
-        with changed:
-            self._session._let_go(self)
-            changed.wait_for(lambda: self._state == OVER, timeout)
-            return self._was_held and not self._lost_event.is_set()
+        return self._session._let_go(self._member, timeout)
 
 
-class SessionCandidate(CandidateMember):
+class SessionCandidate(HeldOnSession):
     """A campaign on a session. Use ``session.campaign(...)``.
 
     ``term`` is the term once elected; ``resumes`` counts the leadership's resumptions.
     """
 
-    _session: "Session"
+    _member: CandidateMember
+
+    def __init__(self, session: "Session", member: CandidateMember):
+        self._session = session
+        self._member = member
+        self._changed = session._changed
+
+    @property
+    def term(self) -> Optional[int]:
+        return self._member.term
 
     def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""
-        changed = self._session._changed
-        with changed:
-            changed.wait_for(lambda: self._state != WAITING)
-            if self._failure is not None:
-                raise self._failure
-            return self.fencing_token
+        member = self._member
+        with self._changed:
+            self._changed.wait_for(lambda: member.state != WAITING)
+            return member.elected_term()
 
     def proclaim(self, value: bytes) -> None:
         """Publishes a new value while leading."""
-        changed = self._session._changed
-        with changed:
-            if self._state != HELD:
-                raise RuntimeError(f"election {self.name!r}: not leading"
-                                   + (f" ({self.lost_reason})" if self.lost_reason else ""))
-            self._request.campaign.value = value
-            self._sent += 1
-            sent = self._sent
-            self._session._proclaim(self)
-            changed.wait_for(lambda: self._published >= sent or self._state == OVER)
-            if self._published < sent:
-                raise RuntimeError(f"leadership lost: {self.lost_reason}")
+        member = self._member
+        with self._changed:
+            sent = member.publish(value)
+            self._session._core.proclaim(member)
+            self._changed.wait_for(lambda: member.published >= sent or member.state == OVER)
+            if member.published < sent:
+                raise member.not_published()
 
     def lost(self) -> str:
         """Waits until the leadership (or the candidacy) is over; returns why it was lost ("" if
         it was resigned)."""
-        changed = self._session._changed
-        with changed:
-            changed.wait_for(lambda: self._state == OVER)
-            return self.lost_reason or ""
+        with self._changed:
+            self._changed.wait_for(lambda: self._member.state == OVER)
+            return self._member.lost_reason or ""
 
     def resign(self, timeout: float = 10.0) -> bool:
         """Steps down (or leaves the line); True if this candidate was leading."""
-        changed = self._session._changed
-        with changed:
-            self._session._let_go(self)
-            changed.wait_for(lambda: self._state == OVER, timeout)
-            return self._was_held and not self._lost_event.is_set()
+        return self._session._let_go(self._member, timeout)
 
 
-class Session(SessionCore):
+class Session:
     """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
 
     ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
@@ -110,59 +105,69 @@ class Session(SessionCore):
         # Guards the session and its leases, shared by the watcher thread, the timer and callers.
         self._changed = threading.Condition(threading.RLock())
         self._wake = threading.Event()  # cuts a pause between attempts to resume short
-        self._alarm = Alarm(self._changed, self._tick)
-        self._setup(ttl, resume_grace, holder, auto_resume)
+        core = self._core = SessionCore(
+            ttl, resume_grace, holder, auto_resume, now=time.monotonic,
+            new_event=threading.Event, new_queue=queue.Queue, notify=self._changed.notify_all,
+            schedule=self._schedule, abort=self._abort)
+        self._alarm = Alarm(self._changed, core.tick)
         with self._changed:
-            outbox = self._open_stream()
-            self._call = stub.Session(iter(outbox.get, None))
-        self._watcher = threading.Thread(target=self._watch, args=(self._call,), daemon=True)
+            outbox = core.open_stream()
+            core.call = stub.Session(iter(outbox.get, None))
+        self._watcher = threading.Thread(target=self._watch, args=(core.call,), daemon=True)
         self._watcher.start()
 
-    def _now(self) -> float:
-        return time.monotonic()
+    @property
+    def lost(self) -> threading.Event:
+        return self._core.lost
 
-    def _new_event(self) -> threading.Event:
-        return threading.Event()
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self._core.lost_reason
 
-    def _new_queue(self) -> queue.Queue:
-        return queue.Queue()
-
-    def _notify(self) -> None:
-        self._changed.notify_all()
+    @property
+    def resumes(self) -> int:
+        return self._core.resumes
 
     def _schedule(self, when: Optional[float]) -> None:
         self._alarm.set(when)
 
     def _abort(self) -> None:
         self._wake.set()
-        if self._call is not None:
-            self._call.cancel()
+        if self._core.call is not None:
+            self._core.call.cancel()
 
     def _watch(self, call: Any) -> None:
         try:
             read_streams(call, self._follow, self._after_break, self._crashed, "session")
         finally:
-            with self._changed:
-                self._end("the session stream ended")
+            self._crashed("the session stream ended")
 
     def _crashed(self, reason: str) -> None:
         with self._changed:
-            self._end(reason)
+            self._core.end(reason)
 
     def _follow(self, call: Any) -> Optional[Break]:
-        return read_stream(call, self._changed, self._hear, "the server ended the session stream")
+        return read_stream(call, self._changed, self._core.hear,
+                           "the server ended the session stream")
 
     def _after_break(self, error: Break) -> Any:
         with self._changed:
-            pause = self._broke(error)
+            pause = self._core.broke(error)
         if pause is None:
             return None
         if pause:
             self._wake.wait(pause)
             self._wake.clear()
         with self._changed:
-            return self._reopen(lambda outbox: self._stub.Session(iter(outbox.get, None),
-                                                                  wait_for_ready=True))
+            return self._core.reopen(lambda outbox: self._stub.Session(iter(outbox.get, None),
+                                                                       wait_for_ready=True))
+
+    def _let_go(self, member: Member, timeout: float) -> bool:
+        """Releases one lease (or gives up its wait, or resigns); whether it was held."""
+        with self._changed:
+            self._core.let_go(member)
+            self._changed.wait_for(lambda: member.state == OVER, timeout)
+            return member.still_held()
 
     def acquire(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
                 limit: int = 1, shared: bool = False) -> SessionLease:
@@ -170,13 +175,11 @@ class Session(SessionCore):
         session's end. The options are those of ``lease()`` (``holder``: the session's if
         empty); NotAcquired if it stays taken, the failed call's error for other refusals."""
         with self._changed:
-            member_id, request = self._acquire_request(name, wait, holder, fair, limit, shared)
-            held = SessionLease(self, member_id, name, request)
-            self._add(held)
-            self._changed.wait_for(lambda: held._state != WAITING)
-            if held._failure is not None:
-                raise held._failure
-            return held
+            member = self._core.acquire(name, wait, holder, fair, limit, shared)
+            self._changed.wait_for(lambda: member.state != WAITING)
+            if member.failure is not None:
+                raise member.failure
+            return SessionLease(self, member)
 
     @contextmanager
     def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
@@ -194,9 +197,7 @@ class Session(SessionCore):
         """Runs for leader of ``election`` on the session for the ``with`` block (in line as
         long as the session lives); call ``elected()`` to wait. Leaving the block steps down."""
         with self._changed:
-            member_id, request = self._campaign_request(election, value)
-            candidate = SessionCandidate(self, member_id, election, request)
-            self._add(candidate)
+            candidate = SessionCandidate(self, self._core.campaign(election, value))
         try:
             yield candidate
         finally:
@@ -205,10 +206,10 @@ class Session(SessionCore):
     def close(self, timeout: float = 10.0) -> None:
         """Releases every lease on the session and ends it."""
         with self._changed:
-            self._begin_close()
+            self._core.begin_close()
             self._wake.set()
-            if not self._changed.wait_for(lambda: self._over, timeout):
-                self._end("closing timed out", closed=True, abort=True)
+            if not self._changed.wait_for(lambda: self._core.over, timeout):
+                self._core.end("closing timed out", closed=True, abort=True)
         self._watcher.join(timeout)
 
 
