@@ -18,6 +18,7 @@ from .answers import Leader, Observation, leader_of
 from .errors import describe
 from .held import LeadershipHeld
 from .options import DEFAULT_SERVER, grace, millis
+from .views import Read
 
 _log = logging.getLogger("leasehold_client")
 
@@ -43,13 +44,8 @@ class AsyncCandidate:
     async def _begin(self) -> None:
         self._stream.watch(await self._stream.open())
 
-    @property
-    def term(self) -> Optional[int]:
-        return self._held.term
-
-    @property
-    def resumes(self) -> int:
-        return self._held.resumes
+    term = Read("_held")
+    resumes = Read("_held")
 
     async def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""

@@ -4,7 +4,6 @@ driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list`` shows the 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional
@@ -16,8 +15,9 @@ from .aio_channels import own_channel
 from .aio_tasks import HeldTask
 from .answers import Listing, listing
 from .errors import NotAcquired, describe, refusal
-from .held import HeldLease, LeaseHeld
+from .held import LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
+from .views import HeldLease
 
 _log = logging.getLogger("leasehold_client")
 
@@ -60,10 +60,6 @@ class AsyncLease(HeldLease):
             call.cancel()
             raise NotAcquired(f"lock {self.name!r}: {late}")
         self._stream.watch(call)
-
-    @property
-    def lost(self) -> asyncio.Event:
-        return self._held.lost
 
     async def _release_by_token(self) -> Optional[bool]:
         """Releases with the unary call, on any server: for a release asked between streams."""

@@ -15,7 +15,8 @@ from leasehold.v1 import session_pb2_grpc
 from .aio_channels import own_channel
 from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
 from .options import DEFAULT_SERVER, grace
-from .session_core import OVER, WAITING, CandidateMember, HeldOnSession, Member, SessionCore
+from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
+from .views import HeldOnSession, Read
 
 _log = logging.getLogger("leasehold_client")
 
@@ -52,9 +53,7 @@ class AsyncSessionCandidate(HeldOnSession):
         self._member = member
         self._until = session._waiters.until
 
-    @property
-    def term(self) -> Optional[int]:
-        return self._member.term
+    term = Read("_member")
 
     async def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""

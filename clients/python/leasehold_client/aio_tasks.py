@@ -274,7 +274,4 @@ class HeldTask:
 
     async def _release(self) -> None:
         """Releases by token (a release asked between streams, which may never have arrived)."""
-        was_held = await self._release_by_token() if self._release_by_token else None
-        if was_held is not None:
-            self.held.was_held = was_held
-        self.held.end(None, lost=False)
+        self.held.released(await self._release_by_token() if self._release_by_token else None)

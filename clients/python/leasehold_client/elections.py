@@ -18,6 +18,7 @@ from .errors import describe
 from .held import LeadershipHeld
 from .options import DEFAULT_SERVER, grace, millis
 from .threads import HeldThread
+from .views import Read
 
 _log = logging.getLogger("leasehold_client")
 
@@ -40,13 +41,8 @@ class Candidate:
         self._changed = self._stream.changed
         self._stream.watch(self._stream.open())
 
-    @property
-    def term(self) -> Optional[int]:
-        return self._held.term
-
-    @property
-    def resumes(self) -> int:
-        return self._held.resumes
+    term = Read("_held")
+    resumes = Read("_held")
 
     def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""

@@ -158,6 +158,13 @@ class Held:
             self.log_lost(reason)
         self.notify()
 
+    def released(self, was_held: Optional[bool]) -> None:
+        """Released by its token, between two streams: ``was_held``, or None if that failed (it
+        expires by itself)."""
+        if was_held is not None:
+            self.was_held = was_held
+        self.end(None, lost=False)
+
     def watch_ended(self) -> None:
         """The driver stopped reading streams (for good)."""
         self.end(None, lost=False)
@@ -376,36 +383,3 @@ class LeadershipHeld(Held):
         """What ``proclaim()`` raises for a leadership over before its value was published."""
         return self.error or RuntimeError(f"leadership lost: {self.reason}")
 
-
-class HeldLease:
-    """What a held lock tells its holder, threaded (``Lease``) or asyncio (``AsyncLease``), read
-    from its core: ``lost`` (an event) and ``lost_reason`` say whether and why it was lost;
-    ``resumes`` counts the times it was taken back on a new stream after its stream broke;
-    ``valid_until`` is when the validity last confirmed runs out (the driver's clock)."""
-
-    name: str
-    _held: LeaseHeld
-
-    @property
-    def lost(self) -> Any:
-        return self._held.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._held.reason if self._held.lost.is_set() else None
-
-    @property
-    def fencing_token(self) -> int:
-        return self._held.fencing_token
-
-    @property
-    def token(self) -> str:
-        return self._held.token
-
-    @property
-    def resumes(self) -> int:
-        return self._held.resumes
-
-    @property
-    def valid_until(self) -> float:
-        return self._held.valid_until

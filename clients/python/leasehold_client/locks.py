@@ -5,7 +5,6 @@ held now."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
@@ -16,9 +15,10 @@ from leasehold.v1 import lock_pb2, lock_pb2_grpc
 from .answers import Listing, listing
 from .channels import own_channel
 from .errors import NotAcquired, describe, refusal
-from .held import HeldLease, LeaseHeld
+from .held import LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
 from .threads import HeldThread
+from .views import HeldLease
 
 _log = logging.getLogger("leasehold_client")
 
@@ -63,10 +63,6 @@ class Lease(HeldLease):
             self._stream.close()
             raise NotAcquired(f"lock {self.name!r}: {late}")
         self._stream.watch(events)
-
-    @property
-    def lost(self) -> threading.Event:
-        return self._held.lost
 
     def _release_by_token(self) -> Optional[bool]:
         """Releases with the unary call, on any server: for a release asked between streams."""

@@ -126,43 +126,6 @@ class CandidateMember(Member):
         return RuntimeError(f"leadership lost: {self.lost_reason}")
 
 
-class HeldOnSession:
-    """What a lease on a session tells its holder, threaded or asyncio, read from its member:
-    ``fencing_token`` and ``token`` as for a ``Lease``; ``lost_reason`` says why this lease
-    alone was lost; ``resumes`` counts the times it was taken back on a new stream;
-    ``valid_until`` is when the validity last confirmed for it runs out (the driver's clock)."""
-
-    _member: Member
-
-    @property
-    def id(self) -> int:
-        return self._member.id
-
-    @property
-    def name(self) -> str:
-        return self._member.name
-
-    @property
-    def token(self) -> str:
-        return self._member.token
-
-    @property
-    def fencing_token(self) -> int:
-        return self._member.fencing_token
-
-    @property
-    def valid_until(self) -> float:
-        return self._member.valid_until
-
-    @property
-    def resumes(self) -> int:
-        return self._member.resumes
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._member.lost_reason
-
-
 class SessionCore:
     """A session's state and rules; see the module's comment. Its driver gives it the clock
     (``now``), events and queues of its model (``new_event``, ``new_queue``), a way to wake

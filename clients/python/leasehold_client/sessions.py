@@ -15,10 +15,11 @@ import grpc
 from leasehold.v1 import session_pb2_grpc
 
 from .channels import own_channel
-from .options import DEFAULT_SERVER, grace
 from .errors import Break
-from .session_core import OVER, WAITING, CandidateMember, HeldOnSession, Member, SessionCore
+from .options import DEFAULT_SERVER, grace
+from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .threads import Alarm, read_stream, read_streams
+from .views import HeldOnSession, Read
 
 _log = logging.getLogger("leasehold_client")
 
@@ -58,9 +59,7 @@ class SessionCandidate(HeldOnSession):
         self._member = member
         self._changed = session._changed
 
-    @property
-    def term(self) -> Optional[int]:
-        return self._member.term
+    term = Read("_member")
 
     def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""

@@ -236,6 +236,4 @@ class HeldThread:
         """Releases by token (a release asked between streams, which may never have arrived)."""
         was_held = self._release_by_token() if self._release_by_token else None
         with self.changed:
-            if was_held is not None:
-                self.held.was_held = was_held
-            self.held.end(None, lost=False)
+            self.held.released(was_held)
