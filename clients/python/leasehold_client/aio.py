@@ -27,6 +27,10 @@ from .aio_channels import connect
 from .aio_elections import AsyncCandidate, campaign, leader, observe
 from .aio_locks import AsyncLease, lease, list
 from .aio_sessions import AsyncSession, AsyncSessionCandidate, AsyncSessionLease, session
+# Importable from here as they always were (the threaded package's, shared).
+from .answers import Leader, Listing
+from .errors import NotAcquired
+from .options import DEFAULT_SERVER
 
 # `list` is left out, as in leasehold_client: a star import would hide the builtin.
 __all__ = ["AsyncLease", "AsyncCandidate", "AsyncSession", "AsyncSessionLease",

@@ -264,10 +264,7 @@ class HeldTask:
                 return None
             if decision == RELEASE:
                 break
-            pause = self.held.retry_pause()
-            _log.debug("%s %r: resume failed (%s); again in %.3f s", self.held.label,
-                       self.held.name, self.held.last_error, pause)
-            await nap(self._wake, pause)
+            await nap(self._wake, self.held.retry_pause())
         if not self.held.over:
             await self._release()
         return None

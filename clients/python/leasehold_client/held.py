@@ -248,6 +248,8 @@ class Held:
         """How long to wait before the next attempt (jittered, doubling, not past validity)."""
         wait = pause(self._delay, self.valid_until, self.now())
         self._delay = min(self._delay * 2, LAST_PAUSE)
+        _log.debug("%s %r: resume failed (%s); again in %.3f s", self.label, self.name,
+                   self.last_error, wait)
         return wait
 
 

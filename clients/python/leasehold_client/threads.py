@@ -224,8 +224,6 @@ class HeldThread:
                 if decision == RELEASE:
                     break
                 pause = self.held.retry_pause()
-            _log.debug("%s %r: resume failed (%s); again in %.3f s", self.held.label,
-                       self.held.name, self.held.last_error, pause)
             self._wake.wait(pause)
             self._wake.clear()
         if not self.held.over:
