@@ -4,11 +4,12 @@ when it may be believed, and what a broken stream decides (resume it, release by
 over). ``LeaseHeld`` and ``LeadershipHeld`` are its two kinds.
 
 It never blocks, reads no stream and starts no timer: its driver does (``threads.HeldThread``
-for ``Lease`` and ``Candidate``, ``aio_held.HeldTask`` for their asyncio twins). The driver gives
+for ``Lease`` and ``Candidate``, ``aio_tasks.HeldTask`` for their asyncio twins). The driver gives
 it the clock (``now``), a timer (``schedule``: call ``expired`` at that time, or at none), a way
 to wake its waiters (``notify``) and the ``lost`` event (a ``threading`` or an ``asyncio`` one),
-and, with threads, holds a lock around every call. A session's leases (``session_core``) follow
-the same rules of validity (``validity``), many to one stream.
+and, with threads, holds a lock around every call. It is a ``validity.Belief``, as a session's
+leases are (``session_core.Member``, many to one stream): the same token, fencing token and
+validity, taken and taken back by the same rule.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import grpc
 from leasehold.v1 import election_pb2, lock_pb2
 
 from .errors import Break, describe, resumable
-from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ACQUIRED, LATE_ELECTED, LEADER_SILENT,
-                       SILENT, other_lease, other_leadership, pause, too_late, vouched_until)
+from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, LEADER_SILENT, SILENT, Belief,
+                       other_leadership, pause, too_late, vouched_until)
 
 _log = logging.getLogger("leasehold_client")
 
@@ -33,7 +34,7 @@ RESUME, RETRY, RELEASE, OVER = "resume", "retry", "release", "over"
 DONE, CANCEL = "done", "cancel"
 
 
-class Held:
+class Held(Belief):
     """What both kinds share; see the module's comment."""
 
     #: What is held, for messages: "lease" or "leadership"; ``label`` names it in the log.
@@ -47,8 +48,6 @@ class Held:
     answer = "acquired"
     #: Why it is lost when the server stopped confirming it.
     silent = SILENT
-    #: Why a first answer or a resume's is refused when it came too late.
-    late = LATE_ACQUIRED
     #: A release asked between two streams is sent by token (a lease), rather than on the
     #: stream that resumes (a campaign's resign).
     releases_by_token = True
@@ -56,24 +55,16 @@ class Held:
     def __init__(self, name: str, *, auto_resume: bool, clocked: bool, lost: Any,
                  now: Callable[[], float], schedule: Callable[[Optional[float]], None],
                  notify: Callable[[], None] = lambda: None):
+        super().__init__(lost)  # ``lost``: set when it is lost (not when it is let go)
         self.name = name
-        self.token = ""
-        self.fencing_token = 0
-        #: When the validity last confirmed runs out (the driver's clock).
-        self.valid_until = 0.0
         #: When the live stream was opened: what ``valid_to_ms`` counts from.
         self.opened = 0.0
-        self.resumes = 0
         #: Lost, let go or failed: nothing more is believed or decided.
         self.over = False
         self.reason: Optional[str] = None
         self.error: Optional[grpc.RpcError] = None
-        #: Set when it is lost (not when it is let go).
-        self.lost = lost
-        self.was_held = False
         #: ``release()`` or ``resign()`` was asked.
         self.letting_go = False
-        self.resuming = False
         self.last_error = ""
         self._auto_resume = auto_resume
         #: Whether the server confirms every renewal (``extended``), so that this process's
@@ -97,10 +88,6 @@ class Held:
         """Applies one answer of the live stream: None, ``DONE`` or ``CANCEL``."""
         raise NotImplementedError
 
-    def other(self, answer: Any) -> Optional[str]:
-        """Why a resume's answer is not what it held, or None if it is."""
-        raise NotImplementedError
-
     def may_resume(self) -> bool:
         return True
 
@@ -119,16 +106,10 @@ class Held:
     def first(self, answer: Any, received: float) -> Optional[str]:
         """Takes the first stream's ``acquired`` or ``elected``; why it cannot be believed (it
         came too late: the stream must be cancelled), or None once held."""
-        valid_until = vouched_until(self.opened, received, answer)
-        if valid_until <= received:
-            return self.late
-        self.token = answer.token
-        self.fencing_token = self.number(answer)
-        self.vouch(valid_until)
-        return None
-
-    def number(self, answer: Any) -> int:
-        return answer.fencing_token
+        late = self.take(answer, vouched_until(self.opened, received, answer), received)
+        if late is None:
+            self.vouch(self.valid_until)
+        return late
 
     def believed(self) -> bool:
         """Whether it is held as far as this process knows: not over, not being let go and, if
@@ -217,17 +198,12 @@ class Held:
         if self.over:
             return OVER
         if answer is not None:
-            valid_until = vouched_until(opened, received, answer)
-            mismatch = self.other(answer)
-            if mismatch is None and valid_until <= received:
-                mismatch = f"could not resume: {self.late}"
+            mismatch = self.retake(answer, vouched_until(opened, received, answer), received)
             if mismatch is not None:
                 self.end(mismatch)
                 return OVER
-            self.resuming = False
-            self.resumes += 1
             self.opened = opened
-            self.vouch(valid_until)
+            self.vouch(self.valid_until)
             self.resumed()
             _log.info("%s %r: %s resumed (fencing token %d)", self.label, self.name, self.what,
                       self.fencing_token)
@@ -282,9 +258,6 @@ class LeaseHeld(Held):
             self.end(None, lost=False)
             return DONE
         return None
-
-    def other(self, answer: lock_pb2.Acquired) -> Optional[str]:
-        return other_lease(self.token, self.fencing_token, answer)
 
 
 class LeadershipHeld(Held):

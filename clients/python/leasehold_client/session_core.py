@@ -21,8 +21,8 @@ from leasehold.v1 import session_pb2
 
 from .errors import NotAcquired, STATUS_CODES, describe, resumable, session_failure
 from .options import lease_mode, millis
-from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ACQUIRED, LATE_ELECTED, SILENT, other_lease,
-                       pause, too_late, vouched_until)
+from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, SILENT, Belief, pause, too_late,
+                       vouched_until)
 
 _log = logging.getLogger("leasehold_client")
 
@@ -33,32 +33,23 @@ _CLOSE = session_pb2.SessionRequest(close=session_pb2.SessionClose())
 def release_request(member_id: int) -> session_pb2.SessionRequest:
     return session_pb2.SessionRequest(release=session_pb2.SessionRelease(id=member_id))
 
-class Member:
+class Member(Belief):
     """One lease of a session (a lock or a campaign), as its session tracks it. Every field is
     the session's to change (under its lock, for threads); its holder reads them."""
 
-    #: "lock" or "election", for messages; ``late``: why an answer that came too late is refused.
+    #: "lock" or "election", for messages.
     what = "lock"
-    late = LATE_ACQUIRED
 
     def __init__(self, member_id: int, name: str, request: session_pb2.SessionRequest,
                  lost: Any):
+        super().__init__(lost)  # ``lost``: set when it alone is lost
         self.id = member_id
         self.name = name
-        self.token = ""
-        self.fencing_token = 0
-        #: When the validity last confirmed for this lease runs out (the session's clock).
-        self.valid_until = 0.0
-        #: How many times it was taken back on a new stream after its session's stream broke.
-        self.resumes = 0
         self.lost_reason: Optional[str] = None
-        self.lost = lost  # an event, set when it alone is lost
         self.request = request  # as sent first; a campaign's value is the last proclaimed
         self.state = WAITING
         self.failure: Optional[Exception] = None  # why it was never held
-        self.resuming = False  # held, re-sent with its token on a new stream, not answered yet
         self.releasing = False
-        self.was_held = False
 
     def resume_request(self) -> session_pb2.SessionRequest:
         request = session_pb2.SessionRequest()
@@ -387,24 +378,18 @@ class SessionCore:
             self._send(release_request(answer.id))
             return
         if member.state == WAITING:
-            if valid_until <= received:
+            late = member.take(answer, valid_until, received)
+            if late is not None:
                 # Held up on its way: it may be someone else's by now. Not a lease.
-                self._drop(member, member.late)
+                self._drop(member, late)
                 return
-            member.token, member.fencing_token = answer.token, answer.fencing_token
             member.state = HELD
-            member.valid_until = valid_until
             member.on_held()
         elif member.resuming:
-            mismatch = other_lease(member.token, member.fencing_token, answer)
-            if mismatch is None and valid_until <= received:
-                mismatch = f"could not resume: {member.late}"
+            mismatch = member.retake(answer, valid_until, received)
             if mismatch is not None:
                 self._drop(member, mismatch)
                 return
-            member.resuming = False
-            member.resumes += 1
-            member.valid_until = valid_until
             member.on_resumed(self)
             _log.info("%s %r resumed on the session (fencing token %d)", member.what,
                       member.name, member.fencing_token)

@@ -1,6 +1,6 @@
 """How long a lease or a leadership may be believed, by this process's own clock, and the
-sentences said when it may not any more. Shared by every kind of held thing (a lease, a
-leadership, a session's leases), threaded or asyncio.
+sentences said when it may not any more; ``Belief``, what every kind of held thing knows of
+itself (a lease, a leadership, a session's leases), threaded or asyncio.
 """
 
 from __future__ import annotations
@@ -57,3 +57,55 @@ def too_late(what: str, error: str) -> str:
 def pause(delay: float, until: float, now: float) -> float:
     """A jittered pause of about ``delay``, not past ``until``."""
     return max(0.0, min(random.uniform(delay / 2, delay), until - now))
+
+
+class Belief:
+    """What every held thing knows of itself, held on its own stream (``held.Held``) or on a
+    session's (``session_core.Member``): its token and fencing token, until when it may be
+    believed, how often it was resumed, and whether it is lost (``lost``, an event of its
+    driver's model). ``take`` and ``retake`` are the one rule for a first answer and a
+    resume's: news that came too late is no lease, and a resumed lease is the same lease."""
+
+    #: Why an answer that came too late is refused.
+    late = LATE_ACQUIRED
+
+    def __init__(self, lost: Any):
+        self.token = ""
+        self.fencing_token = 0
+        #: When the validity last confirmed runs out (the driver's clock).
+        self.valid_until = 0.0
+        #: How many times it was taken back on a new stream after a break.
+        self.resumes = 0
+        self.lost = lost
+        self.was_held = False
+        #: Held, asked again with its token on a new stream, not answered yet.
+        self.resuming = False
+
+    def number(self, answer: Any) -> int:
+        """The fencing token an answer gives (a leadership's is its term)."""
+        return answer.fencing_token
+
+    def other(self, answer: Any) -> Optional[str]:
+        """Why a resume's answer is not what it held, or None if it is."""
+        return other_lease(self.token, self.fencing_token, answer)
+
+    def take(self, answer: Any, valid_until: float, received: float) -> Optional[str]:
+        """Takes a first ``acquired`` or ``elected`` (received at ``received``, vouching until
+        ``valid_until``): why it came too late to be believed, or None once held."""
+        if valid_until <= received:
+            return self.late
+        self.token, self.fencing_token = answer.token, self.number(answer)
+        self.valid_until = valid_until
+        return None
+
+    def retake(self, answer: Any, valid_until: float, received: float) -> Optional[str]:
+        """Takes a resume's answer: why it is not this lease any more (another, or news that
+        came too late), or None once held again."""
+        mismatch = self.other(answer)
+        if mismatch is None and valid_until <= received:
+            mismatch = f"could not resume: {self.late}"
+        if mismatch is None:
+            self.resuming = False
+            self.resumes += 1
+            self.valid_until = valid_until
+        return mismatch
