@@ -5,7 +5,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from leasehold_client import NotAcquired, _refusal
+from leasehold_client import NotAcquired, errors
 
 ABORTED = grpc.StatusCode.ABORTED
 MESSAGE = 'lock "job" is held by "holder-a"'
@@ -47,7 +47,7 @@ def retry_info(seconds, nanos=0):
 
 
 def test_a_refusal_reads_reason_holder_retry_and_metadata():
-    refusal = _refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
+    refusal = errors.refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
         ABORTED, MESSAGE, error_info(lock="job", holder="holder-a"), retry_info(12, 500_000_000))]))
     assert isinstance(refusal, NotAcquired)
     assert (refusal.reason, refusal.holder, refusal.retry_after) == ("LOCK_HELD", "holder-a", 12.5)
@@ -56,24 +56,25 @@ def test_a_refusal_reads_reason_holder_retry_and_metadata():
 
 
 def test_a_refusal_without_details_still_says_what_happened():
-    refusal = _refusal(FailedCall(ABORTED, MESSAGE))
+    refusal = errors.refusal(FailedCall(ABORTED, MESSAGE))
     assert (refusal.reason, refusal.holder, refusal.retry_after, refusal.metadata) == (
         None, None, None, {})
     assert str(refusal) == MESSAGE
 
 
 def test_details_of_another_domain_or_for_another_status_are_not_read():
-    foreign = _refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
+    foreign = errors.refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
         ABORTED, MESSAGE, error_info(domain="proxy.example", reason="RATE", holder="x"))]))
     assert (foreign.reason, foreign.holder, foreign.metadata) == (None, None, {})
-    rewritten = _refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
+    rewritten = errors.refusal(FailedCall(ABORTED, MESSAGE, [details_trailer(
         ABORTED, "another message", error_info(holder="holder-a"))]))
     assert (rewritten.reason, rewritten.holder) == (None, None)
-    garbled = _refusal(FailedCall(ABORTED, MESSAGE, [("grpc-status-details-bin", b"\xff\xff")]))
+    garbled = errors.refusal(FailedCall(ABORTED, MESSAGE,
+                                        [("grpc-status-details-bin", b"\xff\xff")]))
     assert garbled.reason is None
 
 
 def test_other_statuses_are_not_refusals():
     unavailable = grpc.StatusCode.UNAVAILABLE
     trailer = details_trailer(unavailable, "Redis is down", error_info(reason="REDIS_UNAVAILABLE"))
-    assert _refusal(FailedCall(unavailable, "Redis is down", [trailer])) is None
+    assert errors.refusal(FailedCall(unavailable, "Redis is down", [trailer])) is None

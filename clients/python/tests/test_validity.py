@@ -10,7 +10,8 @@ import time
 import pytest
 
 from leasehold.v1 import election_pb2, lock_pb2
-from leasehold_client import Candidate, Lease, NotAcquired, _vouched_until, aio
+from leasehold_client import Candidate, Lease, NotAcquired, aio
+from leasehold_client.validity import vouched_until
 
 # Every message that vouches: all carry valid_for_ms and valid_to_ms.
 VOUCHING = [lock_pb2.Acquired, lock_pb2.Extended, election_pb2.Elected]
@@ -20,7 +21,7 @@ VOUCHING = [lock_pb2.Acquired, lock_pb2.Extended, election_pb2.Elected]
 def test_without_valid_to_the_validity_counts_from_receipt(message):
     # A server that predates valid_to_ms sends 0: only the receipt counts, however late.
     vouch = message(valid_for_ms=2000, valid_to_ms=0)
-    assert _vouched_until(opened=100.0, received=105.0, vouch=vouch) == pytest.approx(107.0)
+    assert vouched_until(opened=100.0, received=105.0, vouch=vouch) == pytest.approx(107.0)
 
 
 @pytest.mark.parametrize("message", VOUCHING)
@@ -28,7 +29,7 @@ def test_a_message_held_up_past_its_validity_has_already_run_out(message):
     # Opened at 100, vouched for until 103 by the server's count, but received at 105: 2 s of
     # valid_for_ms from receipt would believe it until 107.
     vouch = message(valid_for_ms=2000, valid_to_ms=3000)
-    until = _vouched_until(opened=100.0, received=105.0, vouch=vouch)
+    until = vouched_until(opened=100.0, received=105.0, vouch=vouch)
     assert until == pytest.approx(103.0)
     assert until <= 105.0, "already past on receipt"
 
@@ -37,10 +38,10 @@ def test_a_message_held_up_past_its_validity_has_already_run_out(message):
 def test_a_timely_message_vouches_until_the_earlier_bound(message):
     vouch = message(valid_for_ms=2000, valid_to_ms=2200)
     # Delivered 0.5 s after the opening: the bound from the opening (102.2) comes first.
-    assert _vouched_until(100.0, 100.5, vouch) == pytest.approx(102.2)
+    assert vouched_until(100.0, 100.5, vouch) == pytest.approx(102.2)
     # Delivered at once: the bound from receipt (102.1) comes first.
     vouch = message(valid_for_ms=2000, valid_to_ms=2500)
-    assert _vouched_until(100.0, 100.1, vouch) == pytest.approx(102.1)
+    assert vouched_until(100.0, 100.1, vouch) == pytest.approx(102.1)
 
 
 # Stand-ins for a stream whose one answer arrives late: held up for HELD_UP seconds, and

@@ -1,0 +1,110 @@
+"""Locks for asyncio: ``lease`` holds one for an ``async with`` block (an ``AsyncLease``,
+driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list`` shows the locks held now.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Optional
+
+from grpc import aio
+from leasehold.v1 import lock_pb2, lock_pb2_grpc
+
+from .aio_channels import own_channel
+from .aio_tasks import HeldTask
+from .answers import Listing, listing
+from .errors import NotAcquired, describe, refusal
+from .held import LeaseHeld
+from .options import DEFAULT_SERVER, acquire_request, grace
+from .views import HeldLease
+
+_log = logging.getLogger("leasehold_client")
+
+
+class AsyncLease(HeldLease):
+    """A held lock. Use ``lease(...)``.
+
+    ``lost`` (an ``asyncio.Event``) and ``lost_reason`` say whether and why it was lost;
+    ``resumes`` counts the times it was taken back on a new stream after its stream broke;
+    ``valid_until`` is when the validity last confirmed runs out (``loop.time()``).
+    """
+
+    def __init__(self, stub: lock_pb2_grpc.LockServiceStub, request: lock_pb2.LeaseAcquire,
+                 auto_resume: bool = False):
+        self.name = request.name
+        self._stub = stub
+        self._stream = HeldTask(
+            lambda **model: LeaseHeld(request, auto_resume=auto_resume, **model), stub.Lease,
+            self._release_by_token)
+        self._held = self._stream.held
+
+    async def _acquire(self) -> None:
+        call = await self._stream.open()
+        try:
+            while True:
+                event = await call.read()
+                if event is aio.EOF:
+                    raise NotAcquired(f"lock {self.name!r}: the server ended the stream")
+                if event.HasField("acquired"):
+                    break
+        except aio.AioRpcError as error:
+            refused = refusal(error)
+            if refused is not None:
+                raise refused from None
+            raise
+        late = self._held.first(event.acquired, self._stream.now())
+        if late is not None:
+            # Held up on its way: the lease may be someone else's by now. The cancelled stream
+            # lets go of it (or keeps it only for its grace).
+            call.cancel()
+            raise NotAcquired(f"lock {self.name!r}: {late}")
+        self._stream.watch(call)
+
+    async def _release_by_token(self) -> Optional[bool]:
+        """Releases with the unary call, on any server: for a release asked between streams."""
+        timeout = max(1.0, self._held.valid_until - self._stream.now())
+        try:
+            answer = await self._stub.Release(
+                lock_pb2.ReleaseRequest(name=self.name, token=self.token), timeout=timeout,
+                wait_for_ready=True)
+            return answer.released
+        except aio.AioRpcError as error:
+            _log.warning("lease %r: release failed (%s); it expires by itself", self.name,
+                         describe(error))
+            return None
+
+    async def release(self, timeout: float = 10.0) -> bool:
+        """Releases the lock; returns True if it was still held."""
+        await self._stream.let_go(self._stream.finished.is_set, timeout)
+        return self._held.was_held and not self.lost.is_set()
+
+
+@asynccontextmanager
+async def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0,
+                wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
+                shared: bool = False, auto_resume: bool = True,
+                resume_grace: Optional[float] = None, resume_token: str = "",
+                channel: Optional[aio.Channel] = None) -> AsyncIterator[AsyncLease]:
+    """Holds lock ``name`` for the ``async with`` block; NotAcquired if it stays taken. The
+    options are those of ``leasehold_client.lease``."""
+    request = acquire_request(name, ttl, wait, holder, fair, limit, shared,
+                              grace(ttl, resume_grace, auto_resume), resume_token)
+    async with own_channel(server, channel) as chan:
+        held = AsyncLease(lock_pb2_grpc.LockServiceStub(chan), request, auto_resume)
+        await held._acquire()
+        try:
+            yield held
+        finally:
+            await held.release()
+
+
+async def list(limit: int = 0, *, server: str = DEFAULT_SERVER,
+               channel: Optional[aio.Channel] = None) -> Listing:
+    """The locks held now, at most ``limit`` (0: the server's maximum, 1,000), and whether more
+    are held: as ``leasehold_client.list``, a bounded look for people and tools, not a
+    snapshot to act on."""
+    async with own_channel(server, channel) as chan:
+        answer = await lock_pb2_grpc.LockServiceStub(chan).List(lock_pb2.ListRequest(limit=limit))
+        return listing(answer)
+

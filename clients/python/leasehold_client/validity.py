@@ -1,0 +1,111 @@
+"""How long a lease or a leadership may be believed, by this process's own clock, and the
+sentences said when it may not any more; ``Belief``, what every kind of held thing knows of
+itself (a lease, a leadership, a session's leases), threaded or asyncio.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+SILENT = "no renewal confirmed before the lease ran out (server silent)"
+LEADER_SILENT = "no renewal confirmed before the leadership ran out (server silent)"
+#: An `acquired` or `elected` that arrives after the validity it gives has run out (held up on
+#: its way, as by a partition that healed): the lease may be someone else's by now, another may
+#: lead.
+LATE_ACQUIRED = "acquired, but the news arrived after its validity had run out"
+LATE_ELECTED = "elected, but the news arrived after the leadership's validity had run out"
+
+#: Pauses between attempts to resume: from the first, doubling up to the last, with jitter.
+FIRST_PAUSE, LAST_PAUSE = 0.02, 0.5
+
+
+def vouched_until(opened: float, received: float, vouch: Any) -> float:
+    """Until when ``vouch`` (an ``acquired``, ``extended`` or ``elected``) vouches for a lease
+    or a leadership, by the clock of ``opened`` and ``received``: ``valid_for_ms`` from its
+    receipt, and never past ``valid_to_ms`` after ``opened``, when the client opened the stream
+    (the server counts it from when the stream reached it, which is later). That bound still
+    holds when the message was held up on its way: a healed partition delivers old messages
+    late, and one read as fresh would keep its client believing past the key. ``valid_to_ms``
+    0: a server that predates it, only the receipt counts. A result not after ``received``:
+    the news came too late to be believed at all."""
+    from_receipt = received + vouch.valid_for_ms / 1000
+    if not vouch.valid_to_ms:
+        return from_receipt
+    return min(from_receipt, opened + vouch.valid_to_ms / 1000)
+
+
+def other_lease(token: str, fencing_token: int, answer: Any) -> Optional[str]:
+    """Why a resume's ``acquired`` is not the lease of ``token`` and ``fencing_token``, or None
+    if it is: a resumed lease is the same lease or none."""
+    if answer.token != token or answer.fencing_token != fencing_token:
+        return f"resumed with fencing token {answer.fencing_token} instead of {fencing_token}"
+    return None
+
+
+def other_leadership(term: Optional[int], answer: Any) -> Optional[str]:
+    """Why a resume's ``elected`` is not the leadership of ``term``, or None if it is."""
+    if answer.term != term:
+        return f"resumed with term {answer.term} instead of {term}"
+    return None
+
+
+def too_late(what: str, error: str) -> str:
+    return f"could not resume before the {what}'s validity ran out: {error}"
+
+
+def pause(delay: float, until: float, now: float) -> float:
+    """A jittered pause of about ``delay``, not past ``until``."""
+    return max(0.0, min(random.uniform(delay / 2, delay), until - now))
+
+
+class Belief:
+    """What every held thing knows of itself, held on its own stream (``held.Held``) or on a
+    session's (``session_core.Member``): its token and fencing token, until when it may be
+    believed, how often it was resumed, and whether it is lost (``lost``, an event of its
+    driver's model). ``take`` and ``retake`` are the one rule for a first answer and a
+    resume's: news that came too late is no lease, and a resumed lease is the same lease."""
+
+    #: Why an answer that came too late is refused.
+    late = LATE_ACQUIRED
+
+    def __init__(self, lost: Any):
+        self.token = ""
+        self.fencing_token = 0
+        #: When the validity last confirmed runs out (the driver's clock).
+        self.valid_until = 0.0
+        #: How many times it was taken back on a new stream after a break.
+        self.resumes = 0
+        self.lost = lost
+        self.was_held = False
+        #: Held, asked again with its token on a new stream, not answered yet.
+        self.resuming = False
+
+    def number(self, answer: Any) -> int:
+        """The fencing token an answer gives (a leadership's is its term)."""
+        return answer.fencing_token
+
+    def other(self, answer: Any) -> Optional[str]:
+        """Why a resume's answer is not what it held, or None if it is."""
+        return other_lease(self.token, self.fencing_token, answer)
+
+    def take(self, answer: Any, valid_until: float, received: float) -> Optional[str]:
+        """Takes a first ``acquired`` or ``elected`` (received at ``received``, vouching until
+        ``valid_until``): why it came too late to be believed, or None once held."""
+        if valid_until <= received:
+            return self.late
+        self.token, self.fencing_token = answer.token, self.number(answer)
+        self.valid_until = valid_until
+        return None
+
+    def retake(self, answer: Any, valid_until: float, received: float) -> Optional[str]:
+        """Takes a resume's answer: why it is not this lease any more (another, or news that
+        came too late), or None once held again."""
+        mismatch = self.other(answer)
+        if mismatch is None and valid_until <= received:
+            mismatch = f"could not resume: {self.late}"
+        if mismatch is None:
+            self.resuming = False
+            self.resumes += 1
+            self.valid_until = valid_until
+        return mismatch

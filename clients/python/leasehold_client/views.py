@@ -1,0 +1,58 @@
+"""What a holder reads of what it holds: the public attributes of ``Lease``, ``AsyncLease`` and
+of a session's leases and candidates, each read from the core that keeps it (``held``,
+``session_core``), so that the threaded and asyncio classes say the same thing the same way."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class Read:
+    """A read-only attribute read from the core its owner keeps in ``core`` (an attribute
+    name): ``fencing_token = Read("_held")`` reads ``self._held.fencing_token``."""
+
+    def __init__(self, core: str):
+        self._core = core
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, holder: Any, owner: Optional[type] = None) -> Any:
+        if holder is None:
+            return self
+        return getattr(getattr(holder, self._core), self._name)
+
+
+class HeldLease:
+    """What a held lock tells its holder, threaded (``Lease``) or asyncio (``AsyncLease``):
+    ``lost`` (an event) and ``lost_reason`` say whether and why it was lost; ``resumes`` counts
+    the times it was taken back on a new stream after its stream broke; ``valid_until`` is when
+    the validity last confirmed runs out (the driver's clock)."""
+
+    _held: Any  # a held.LeaseHeld
+    lost = Read("_held")
+    fencing_token = Read("_held")
+    token = Read("_held")
+    resumes = Read("_held")
+    valid_until = Read("_held")
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self._held.reason if self._held.lost.is_set() else None
+
+
+class HeldOnSession:
+    """What a lease on a session tells its holder, threaded or asyncio: ``fencing_token`` and
+    ``token`` as for a ``Lease``; ``lost_reason`` says why this lease alone was lost;
+    ``resumes`` counts the times it was taken back on a new stream; ``valid_until`` is when the
+    validity last confirmed for it runs out (the driver's clock). A candidate's ``term`` too."""
+
+    _member: Any  # a session_core.Member
+    id = Read("_member")
+    name = Read("_member")
+    token = Read("_member")
+    fencing_token = Read("_member")
+    valid_until = Read("_member")
+    resumes = Read("_member")
+    lost_reason = Read("_member")
