@@ -20,8 +20,8 @@
 # part of a lock's, and differs between languages several times over), and beside direct Redis
 # from Rust measured minutes apart in the same run.
 #
-# Usage: scripts/bench-peers.sh [--quick]     (--quick: 1,000 pairs a path, under ~3 minutes
-# once built; else 5,000). LEASEHOLD_BIN picks the server binary (default target/release/
+# Usage: scripts/bench-peers.sh [--quick]     (--quick: 1,000 pairs a path and 10 hand-offs,
+# about 1.5 minutes once built; else 5,000 and 30, about 2.5 minutes). LEASEHOLD_BIN picks the server binary (default target/release/
 # leasehold, built if missing). A peer whose toolchain is missing is reported "not measured".
 # The machine is named and its load (`uptime`) printed before and after: on a shared machine
 # only ratios within one run mean anything. Not part of CI.
@@ -118,17 +118,21 @@ for p in json.load(open(sys.argv[1]))["uncontended"]["paths"]:
 EOF
 if [ -n "$go_bin" ]; then
   say "measuring: Go (direct go-redis, Leasehold, redsync${etcd_url:+, etcd})"
-  "$go_bin" -redis "127.0.0.1:$redis_port" -leasehold "127.0.0.1:$grpc_port" ${etcd_url:+-etcd "$etcd_url"} -ops "$ops" -handoffs "$handoffs" \
-    | sed -n 's/^ROW\t/Go\t/p' >>"$rows"
+  "$go_bin" -redis "127.0.0.1:$redis_port" -leasehold "127.0.0.1:$grpc_port" ${etcd_url:+-etcd "$etcd_url"} \
+    -ops "$ops" -handoffs "$handoffs" | sed -n 's/^ROW\t/Go\t/p' >>"$rows" \
+    || missing+=("Go's rows (redsync, etcd, Leasehold from Go): the program failed, see above")
 fi
 if [ -n "$java_cp" ]; then
   say "measuring: Java (direct Lettuce, Redisson, Leasehold)"
-  java -cp "$java_cp" Peers 127.0.0.1 "$redis_port" "$ops" "$handoffs" "127.0.0.1:$grpc_port" | sed -n 's/^ROW\t/Java\t/p' >>"$rows"
+  java -cp "$java_cp" Peers 127.0.0.1 "$redis_port" "$ops" "$handoffs" "127.0.0.1:$grpc_port" \
+    | sed -n 's/^ROW\t/Java\t/p' >>"$rows" \
+    || missing+=("Java's rows (Redisson, Leasehold from Java): the program failed, see above")
 fi
 if $node_ok; then
   say "measuring: Node (direct ioredis, Leasehold stream, node-redlock, hand-off)"
   (cd clients/node && LEASEHOLD_SERVER="127.0.0.1:$grpc_port" LEASEHOLD_REDIS_PORT=$redis_port \
-    node dist/bench/bench.js "$ops" "$handoffs") | sed -n 's/^ROW\t/Node\t/p' >>"$rows"
+    node dist/bench/bench.js "$ops" "$handoffs") | sed -n 's/^ROW\t/Node\t/p' >>"$rows" \
+    || missing+=("Node's rows (node-redlock, Leasehold from Node): the bench failed, see above")
 fi
 load_after=$(uptime)
 
