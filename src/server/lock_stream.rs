@@ -1,6 +1,7 @@
 //! The `Lease` stream: a lock held for the life of the stream, as a [`LeaseStream`] kind.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use super::auth::Scope;
 use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words, no_message};
@@ -9,53 +10,84 @@ use crate::lease::held::Lock;
 use crate::lease::spec::{self, LeaseSpec, LockName};
 use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
 
-impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
-    type Error = Error;
+/// What a lock request asks for besides its TTL and resume grace: the fields a `Lease`
+/// stream's `acquire`, a unary `Acquire` and a session's `acquire` share. A session states its
+/// TTL and grace once, for all its leases, so each is checked once, where it is stated.
+pub struct LockAsk {
+    pub name: String,
+    pub wait_ms: u32,
+    pub holder: String,
+    pub fair: Option<bool>,
+    pub limit: u32,
+    pub mode: i32,
+    pub resume_token: String,
+}
 
-    fn try_from(request: pb::LeaseAcquire) -> Result<Self> {
-        let ttl = spec::ttl(request.ttl_ms)?;
-        let shared = match pb::LeaseMode::try_from(request.mode) {
+impl LockAsk {
+    /// The lease asked for, for `ttl`; `resume_grace` as checked where it was stated (its
+    /// error, if any, reported after those of the name, wait, holder and limit, as ever).
+    pub fn spec(self, ttl: Duration, resume_grace: Result<Option<Duration>>) -> Result<LeaseSpec> {
+        let shared = match pb::LeaseMode::try_from(self.mode) {
             Ok(pb::LeaseMode::Unspecified | pb::LeaseMode::Exclusive) => false,
             Ok(pb::LeaseMode::Shared) => true,
             Err(_) => {
                 return Err(Error::invalid(format!(
                     "mode is {}; it must be LEASE_MODE_EXCLUSIVE or LEASE_MODE_SHARED",
-                    request.mode
+                    self.mode
                 )));
             }
         };
-        let resume = match request.resume_token {
+        let resume = match self.resume_token {
             token if token.is_empty() => None,
             token => Some(spec::token(token)?),
         };
         Ok(LeaseSpec {
-            name: LockName::parse(request.name)?,
+            name: LockName::parse(self.name)?,
             ttl,
-            wait: spec::wait(request.wait_ms)?,
-            holder: spec::holder(request.holder)?,
-            fair: request.fair.unwrap_or(true),
-            mode: spec::mode(request.limit, shared)?,
-            resume_grace: spec::resume_grace(request.resume_grace_ms, ttl)?,
+            wait: spec::wait(self.wait_ms)?,
+            holder: spec::holder(self.holder)?,
+            fair: self.fair.unwrap_or(true),
+            mode: spec::mode(self.limit, shared)?,
+            resume_grace: resume_grace?,
             resume,
         })
+    }
+}
+
+impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
+    type Error = Error;
+
+    fn try_from(request: pb::LeaseAcquire) -> Result<Self> {
+        let ttl = spec::ttl(request.ttl_ms)?;
+        let ask = LockAsk {
+            name: request.name,
+            wait_ms: request.wait_ms,
+            holder: request.holder,
+            fair: request.fair,
+            limit: request.limit,
+            mode: request.mode,
+            resume_token: request.resume_token,
+        };
+        ask.spec(ttl, spec::resume_grace(request.resume_grace_ms, ttl))
     }
 }
 
 impl TryFrom<pb::AcquireRequest> for LeaseSpec {
     type Error = Error;
 
-    /// The unary call asks for the same lease as the stream's `acquire`.
+    /// The unary call asks for the same lease as the stream's `acquire`, never resumable.
     fn try_from(request: pb::AcquireRequest) -> Result<Self> {
-        LeaseSpec::try_from(pb::LeaseAcquire {
+        let ttl = spec::ttl(request.ttl_ms)?;
+        let ask = LockAsk {
             name: request.name,
-            ttl_ms: request.ttl_ms,
             wait_ms: request.wait_ms,
             holder: request.holder,
             fair: request.fair,
             limit: request.limit,
             mode: request.mode,
-            ..Default::default()
-        })
+            resume_token: String::new(),
+        };
+        ask.spec(ttl, Ok(None))
     }
 }
 
