@@ -75,19 +75,18 @@ impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
 impl TryFrom<pb::AcquireRequest> for LeaseSpec {
     type Error = Error;
 
-    /// The unary call asks for the same lease as the stream's `acquire`, never resumable.
+    /// The unary call asks for the same lease as the stream's `acquire`.
     fn try_from(request: pb::AcquireRequest) -> Result<Self> {
-        let ttl = spec::ttl(request.ttl_ms)?;
-        let ask = LockAsk {
+        LeaseSpec::try_from(pb::LeaseAcquire {
             name: request.name,
+            ttl_ms: request.ttl_ms,
             wait_ms: request.wait_ms,
             holder: request.holder,
             fair: request.fair,
             limit: request.limit,
             mode: request.mode,
-            resume_token: String::new(),
-        };
-        ask.spec(ttl, Ok(None))
+            ..Default::default()
+        })
     }
 }
 
