@@ -9,9 +9,10 @@ use std::time::Duration;
 use tracing::info;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
 use crate::lease::held::Leadership;
+use crate::lease::life::Vouched;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_WAIT};
 use crate::pb::{
     self, CampaignRequest, CampaignResponse, campaign_request::Action, campaign_response::Event,

@@ -9,9 +9,7 @@
 //! itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
 //! and what it answers; it never repeats the lifecycle.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
@@ -21,11 +19,11 @@ use tracing::{Instrument, debug, info, info_span};
 use super::admission::{ConnectionLimits, LeaseSlot};
 use super::auth::{Caller, Role, Scope};
 use super::events::{Events, ResponseStream};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
-use crate::lease::acquire::{Acquisition, WaitingState};
-use crate::lease::held::{HeldLease, Holding};
-pub use crate::lease::life::Vouched;
-use crate::lease::life::{End, Life, Told};
+use crate::lease::acquire::Acquisition;
+use crate::lease::held::Holding;
+use crate::lease::life::{End, Life, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::{Lost, Scheduler};
 use crate::lease::spec::LeaseSpec;
@@ -54,130 +52,6 @@ impl Streams {
     pub fn metrics(&self) -> &Metrics {
         self.store.connection().metrics()
     }
-}
-
-/// A client message, as the driver sees it.
-pub enum Move<S, M> {
-    /// The message that opens the lease (`acquire`, `start`).
-    Start(S),
-    /// Let go (`release`, `resign`).
-    Release,
-    /// A message of this kind of stream alone (`proclaim`).
-    Other(M),
-    NoAction,
-    HalfClosed,
-    /// The request could not be read, or the transport failed.
-    Broken(Status),
-}
-
-/// What a stream-specific step came to.
-pub enum Step<R> {
-    /// Still held; send this.
-    Reply(R),
-    /// The lease is gone, for this reason.
-    Lost(String),
-}
-
-/// How a kind of stream names its parts, in logs and in the errors its clients read.
-#[derive(Clone, Copy)]
-pub struct Words {
-    /// The stream: "lease", "campaign".
-    pub stream: &'static str,
-    /// Its first message: "acquire", "start".
-    pub start: &'static str,
-    /// Its letting go: "release", "resign".
-    pub release: &'static str,
-    /// Every action a request may set.
-    pub actions: &'static str,
-    /// What it holds: "lock", "leadership".
-    pub held: &'static str,
-}
-
-impl Words {
-    /// The words in the order the fields list them.
-    pub const fn new(
-        stream: &'static str,
-        start: &'static str,
-        release: &'static str,
-        actions: &'static str,
-        held: &'static str,
-    ) -> Self {
-        Words {
-            stream,
-            start,
-            release,
-            actions,
-            held,
-        }
-    }
-}
-
-/// Something the driver tells the client; each kind says it in its own message, or not at all
-/// (progress it does not report).
-pub enum Tell<'a> {
-    /// Still waiting: the holder and the place in line.
-    Waiting(&'a WaitingState),
-    /// Renewed: vouched for this long. `resumable`: the client asked for a resume grace (and so
-    /// needs to know how long it may believe in the lease between streams).
-    Extended {
-        ttl: Duration,
-        vouched: Vouched,
-        resumable: bool,
-    },
-    /// Let go at the client's request; `false` if it was not held (any more).
-    Released { was_held: bool },
-    /// Gone, for this reason.
-    Lost(String),
-}
-
-/// A held lease, as a kind of stream sees it.
-pub struct Held<'a, H: Holding> {
-    pub lease: &'a HeldLease<H>,
-    pub spec: &'a LeaseSpec,
-    pub fencing_token: u64,
-}
-
-/// One kind of held-lease stream: its messages, what it holds, and its answers.
-pub trait LeaseStream: Sized + Send + 'static {
-    type Request: Send + 'static;
-    type Response: Send + 'static;
-    /// The first message's content.
-    type Start: Send;
-    /// Messages of this kind alone ([`Infallible`] for none).
-    type Message: Send;
-    type Holding: Holding;
-
-    const WORDS: Words;
-    /// Which names this kind holds, for authorisation.
-    const SCOPE: Scope;
-    /// After the longest wait, wait again (candidates) instead of giving up (locks).
-    const WAITS_AGAIN: bool = false;
-
-    fn read(request: Self::Request) -> Move<Self::Start, Self::Message>;
-    /// The name of a stream-specific message, for errors.
-    fn message_name(message: &Self::Message) -> &'static str;
-    /// Checks the first message: the lease it asks for, and this stream's own state.
-    fn open(start: Self::Start) -> Result<(LeaseSpec, Self)>;
-    /// Why a stream-specific message is refused while the lease is not held yet.
-    fn refuse_while_waiting(message: Self::Message) -> Error;
-
-    /// The lease was just taken, vouched for as `vouched` says: the answer to send, once the
-    /// stream's own work is done.
-    fn acquired(
-        &mut self,
-        held: &Held<'_, Self::Holding>,
-        vouched: Vouched,
-    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
-    /// A stream-specific message while held.
-    fn handle(
-        &mut self,
-        message: Self::Message,
-        held: &Held<'_, Self::Holding>,
-    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
-
-    /// This kind's message for what the driver has to tell; `None` for progress it does not
-    /// report. `Released` and `Lost` must be told.
-    fn tell(event: Tell<'_>) -> Option<Self::Response>;
 }
 
 /// Admits a new stream of kind `K` and starts its driver as a task of the server.
@@ -536,9 +410,4 @@ fn before_start<K: LeaseStream>(what: &str) -> Error {
     Error::invalid(format!(
         "{what} sent before {start}: the first message of a {stream} stream must be {start}"
     ))
-}
-
-/// For kinds without messages of their own.
-pub fn no_message(message: &Infallible) -> ! {
-    match *message {}
 }

@@ -4,9 +4,10 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words, no_message};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
 use crate::error::{Error, Result};
 use crate::lease::held::Lock;
+use crate::lease::life::Vouched;
 use crate::lease::spec::{self, LeaseSpec, LockName};
 use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
 

@@ -29,10 +29,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::admission::LeaseSlot;
 use super::auth::Caller;
-use super::driver::{self, Streams, Vouched};
+use super::driver::{self, Streams};
 use super::events::{Events, ResponseStream};
 use crate::error::{Error, Result};
 use crate::lease::group::RenewalGroup;
+use crate::lease::life::Vouched;
 use crate::lease::life::{End, Fate, Phase, Told, fate};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::Scheduled;

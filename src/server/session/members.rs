@@ -22,7 +22,7 @@ use crate::pb::{self, session_response::Event};
 use crate::server::admission::LeaseSlot;
 use crate::server::auth::{Role, Scope};
 use crate::server::campaign::Campaign;
-use crate::server::driver::{Held, LeaseStream, Step};
+use crate::server::lease_stream::{Held, LeaseStream, Step};
 use crate::server::lock_stream::LockAsk;
 use crate::store::Token;
 
