@@ -43,8 +43,8 @@ pub enum Error {
     )]
     ModeMismatch {
         name: String,
-        held: crate::store::locks::Mode,
-        asked: crate::store::locks::Mode,
+        held: crate::mode::Mode,
+        asked: crate::mode::Mode,
     },
 
     /// A resume token that holds no lease of this name.
@@ -355,7 +355,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::locks::Mode;
+    use crate::mode::Mode;
     use tonic_types::StatusExt;
 
     /// One of every error a client can be answered with.

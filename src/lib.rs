@@ -19,6 +19,7 @@ pub mod client;
 pub mod error;
 pub mod lease;
 pub mod metrics;
+pub mod mode;
 pub mod pb;
 pub mod server;
 pub mod store;

@@ -20,11 +20,10 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::held::Lock;
 use super::renewal::drift;
 use super::scheduler::Renewable;
 use crate::error::Result;
-use crate::store::{LockKeys, Token};
+use crate::store::{LockKeys, Locks, Token};
 
 /// A group's member, by the key the session gave it.
 struct Member {
@@ -122,14 +121,14 @@ impl Renewable for RenewalGroup {
 /// Renews every lease of a round: leases of one store in one request to its batches (no
 /// future, reply channel or queue message of their own), anything else each on its own.
 async fn renew_all(round: &[(u64, Arc<dyn Renewable>)], ttl: Duration) -> Vec<Result<bool>> {
-    let claims: Option<Vec<(&Lock, &Token)>> =
+    let claims: Option<Vec<(&Locks, &LockKeys, &Token)>> =
         round.iter().map(|(_, lease)| lease.claim()).collect();
     match claims {
         Some(claims) if !claims.is_empty() => {
-            let locks = &claims[0].0.locks;
+            let locks = claims[0].0;
             let leases: Vec<(&LockKeys, &Token)> = claims
                 .iter()
-                .map(|(lock, token)| (&lock.keys, *token))
+                .map(|&(_, keys, token)| (keys, token))
                 .collect();
             locks.extend_all(&leases, ttl).await
         }

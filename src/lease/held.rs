@@ -129,8 +129,9 @@ impl<H: Holding> Renewable for Claim<H> {
         locks.leave_in_background(keys.clone(), String::new());
     }
 
-    fn claim(&self) -> Option<(&Lock, &Token)> {
-        Some((self.holding.lock(), &self.token))
+    fn claim(&self) -> Option<(&Locks, &LockKeys, &Token)> {
+        let Lock { locks, keys } = self.holding.lock();
+        Some((locks, keys, &self.token))
     }
 }
 

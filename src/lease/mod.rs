@@ -1,5 +1,9 @@
 //! The lease layer: what it means to hold a lease, independent of gRPC (etcd's `concurrency`).
 //!
+//! - [`life`]: a lease's whole life as one state machine, free of gRPC: waiting -> held ->
+//!   released, lost, kept for its grace or handed over, driven by what its transport saw (an
+//!   [`life::End`]) and telling it what the holder must hear. The grace rule lives there alone;
+//!   a stream of the server layer, or each lease of a session, is a translator over it.
 //! - [`spec`]: what a lease is asked for (name, TTL, wait, holder), checked against the limits.
 //! - [`held`]: a lease that is, or may be, held: renewal, and letting go on every way out; what
 //!   it holds per key space ([`held::Lock`], [`held::Leadership`]).
@@ -16,6 +20,7 @@
 pub mod acquire;
 pub mod group;
 pub mod held;
+pub mod life;
 pub mod observers;
 pub mod renewal;
 pub mod scheduler;

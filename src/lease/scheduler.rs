@@ -22,7 +22,7 @@ use tracing::debug;
 
 use super::renewal::{RenewalClock, RenewalDue};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{LockKeys, Locks, Store, Token};
 use crate::tasks::Tasks;
 
 /// What the scheduler renews: one lease (its lock and token, shared with the lease's holder, so
@@ -35,9 +35,9 @@ pub trait Renewable: Send + Sync + 'static {
     /// A renewal found it no longer ours: an expiry this server saw, so wake the line if the lock
     /// is free.
     fn not_held(&self);
-    /// One lease's lock and token, so a group can renew its members in one request (`None`: a
-    /// group, or anything else renewed on its own).
-    fn claim(&self) -> Option<(&super::held::Lock, &crate::store::Token)> {
+    /// One lease's key space, keys and token, so a group can renew its members in one request
+    /// (`None`: a group, or anything else renewed on its own).
+    fn claim(&self) -> Option<(&Locks, &LockKeys, &Token)> {
         None
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-pub use crate::store::locks::Mode;
+pub use crate::mode::Mode;
 
 /// Longest lock name, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 256;

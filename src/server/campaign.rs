@@ -4,12 +4,15 @@
 //! then announces itself; `proclaim` publishes a new value while it leads. Letting go releases
 //! the lease and retires the announcement ([`Leadership`]), so no exit leaves a stale leader.
 
+use std::time::Duration;
+
 use tracing::info;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
 use crate::lease::held::Leadership;
+use crate::lease::life::Vouched;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_WAIT};
 use crate::pb::{
     self, CampaignRequest, CampaignResponse, campaign_request::Action, campaign_response::Event,
@@ -29,6 +32,32 @@ pub struct Campaign {
 }
 
 impl Campaign {
+    /// The candidacy asked for, for `ttl`; `resume_grace` as checked where it was stated (a
+    /// session states it once for all its leases).
+    pub fn ask(
+        election: String,
+        value: Vec<u8>,
+        resume_token: String,
+        ttl: Duration,
+        resume_grace: Result<Option<Duration>>,
+    ) -> Result<(LeaseSpec, Self)> {
+        let spec = LeaseSpec {
+            name: LockName::parse_election(election)?,
+            ttl,
+            wait: MAX_WAIT,
+            holder: CANDIDATE.to_owned(),
+            fair: true,
+            mode: spec::Mode::LOCK,
+            resume_grace: resume_grace?,
+            resume: match resume_token {
+                token if token.is_empty() => None,
+                token => Some(spec::token(token)?),
+            },
+        };
+        let value = spec::election_value(value)?;
+        Ok((spec, Campaign { value, term: 0 }))
+    }
+
     /// The value it publishes.
     pub fn value(&self) -> &[u8] {
         &self.value
@@ -92,21 +121,8 @@ impl LeaseStream for Campaign {
 
     fn open(start: pb::CampaignStart) -> Result<(LeaseSpec, Self)> {
         let ttl = spec::ttl(start.ttl_ms)?;
-        let spec = LeaseSpec {
-            name: LockName::parse_election(start.election)?,
-            ttl,
-            wait: MAX_WAIT,
-            holder: CANDIDATE.to_owned(),
-            fair: true,
-            mode: spec::Mode::LOCK,
-            resume_grace: spec::resume_grace(start.resume_grace_ms, ttl)?,
-            resume: match start.resume_token {
-                token if token.is_empty() => None,
-                token => Some(spec::token(token)?),
-            },
-        };
-        let value = spec::election_value(start.value)?;
-        Ok((spec, Campaign { value, term: 0 }))
+        let grace = spec::resume_grace(start.resume_grace_ms, ttl);
+        Campaign::ask(start.election, start.value, start.resume_token, ttl, grace)
     }
 
     fn refuse_while_waiting(_: Vec<u8>) -> Error {

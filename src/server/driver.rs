@@ -1,33 +1,35 @@
 //! The one driver of every stream that holds a lease (`Lease`, `Campaign`; semaphores next).
 //!
-//! A stream is one lease: Waiting -> Held -> Released | Lost. The driver owns everything such
-//! streams share: admission, the first message, waiting (and giving up), the hold loop (shutdown,
-//! client message, client gone, a loss the server's renewal scheduler found), and letting go on
-//! every way out through [`HeldLease`]. Renewals never wake the stream's task: the scheduler
-//! renews and tells the client `extended` itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it
-//! holds, and what it answers; it never repeats the lifecycle.
+//! A stream is one lease, whose life is a [`Life`] of the lease layer: the driver translates
+//! between the stream's messages and that machine, and decides nothing about the lease itself.
+//! It owns what such streams share: admission, the first message, waiting (and giving up), and
+//! the hold loop, which reads shutdown, a client message, a client gone or a loss the server's
+//! renewal scheduler found as the lease's [`End`] and tells the client what the machine answers.
+//! Renewals never wake the stream's task: the scheduler renews and tells the client `extended`
+//! itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
+//! and what it answers; it never repeats the lifecycle.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span};
 
 use super::admission::{ConnectionLimits, LeaseSlot};
 use super::auth::{Caller, Role, Scope};
 use super::events::{Events, ResponseStream};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
-use crate::lease::acquire::{Acquisition, WaitingState, acquire, resume};
-use crate::lease::held::{HeldLease, Holding};
+use crate::lease::acquire::Acquisition;
+use crate::lease::held::Holding;
+use crate::lease::life::{End, Life, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
-use crate::lease::scheduler::{Lost, Scheduled, Scheduler};
+use crate::lease::scheduler::{Lost, Scheduler};
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
-use crate::metrics::{Metrics, Outcome};
-use crate::store::{Store, Token};
+use crate::metrics::Metrics;
+use crate::store::Store;
 use crate::tasks::Tasks;
 
 /// What every held-lease stream of one server shares; each stream keeps one pointer to it.
@@ -50,151 +52,6 @@ impl Streams {
     pub fn metrics(&self) -> &Metrics {
         self.store.connection().metrics()
     }
-}
-
-/// A client message, as the driver sees it.
-pub enum Move<S, M> {
-    /// The message that opens the lease (`acquire`, `start`).
-    Start(S),
-    /// Let go (`release`, `resign`).
-    Release,
-    /// A message of this kind of stream alone (`proclaim`).
-    Other(M),
-    NoAction,
-    HalfClosed,
-    /// The request could not be read, or the transport failed.
-    Broken(Status),
-}
-
-/// What a stream-specific step came to.
-pub enum Step<R> {
-    /// Still held; send this.
-    Reply(R),
-    /// The lease is gone, for this reason.
-    Lost(String),
-}
-
-/// How a kind of stream names its parts, in logs and in the errors its clients read.
-#[derive(Clone, Copy)]
-pub struct Words {
-    /// The stream: "lease", "campaign".
-    pub stream: &'static str,
-    /// Its first message: "acquire", "start".
-    pub start: &'static str,
-    /// Its letting go: "release", "resign".
-    pub release: &'static str,
-    /// Every action a request may set.
-    pub actions: &'static str,
-    /// What it holds: "lock", "leadership".
-    pub held: &'static str,
-}
-
-impl Words {
-    /// The words in the order the fields list them.
-    pub const fn new(
-        stream: &'static str,
-        start: &'static str,
-        release: &'static str,
-        actions: &'static str,
-        held: &'static str,
-    ) -> Self {
-        Words {
-            stream,
-            start,
-            release,
-            actions,
-            held,
-        }
-    }
-}
-
-/// How long the server vouches for a held lease, said two ways: `valid_for` from the moment the
-/// message is built, and `valid_to` after the stream opened, which a client can trust even when
-/// the message is held up on its way (a healed partition delivers old messages late; see
-/// `Acquired.valid_to_ms`).
-#[derive(Clone, Copy, Debug)]
-pub struct Vouched {
-    pub valid_for: Duration,
-    pub valid_to: Duration,
-}
-
-impl Vouched {
-    /// Vouched for `valid_for` from now, on a stream opened at `opened`.
-    pub fn now(valid_for: Duration, opened: Instant) -> Self {
-        let valid_to = (Instant::now() + valid_for).saturating_duration_since(opened);
-        Vouched {
-            valid_for,
-            valid_to,
-        }
-    }
-}
-
-/// Something the driver tells the client; each kind says it in its own message, or not at all
-/// (progress it does not report).
-pub enum Tell<'a> {
-    /// Still waiting: the holder and the place in line.
-    Waiting(&'a WaitingState),
-    /// Renewed: vouched for this long. `resumable`: the client asked for a resume grace (and so
-    /// needs to know how long it may believe in the lease between streams).
-    Extended {
-        ttl: Duration,
-        vouched: Vouched,
-        resumable: bool,
-    },
-    /// Let go at the client's request; `false` if it was not held (any more).
-    Released { was_held: bool },
-    /// Gone, for this reason.
-    Lost(String),
-}
-
-/// A held lease, as a kind of stream sees it.
-pub struct Held<'a, H: Holding> {
-    pub lease: &'a HeldLease<H>,
-    pub spec: &'a LeaseSpec,
-    pub fencing_token: u64,
-}
-
-/// One kind of held-lease stream: its messages, what it holds, and its answers.
-pub trait LeaseStream: Sized + Send + 'static {
-    type Request: Send + 'static;
-    type Response: Send + 'static;
-    /// The first message's content.
-    type Start: Send;
-    /// Messages of this kind alone ([`Infallible`] for none).
-    type Message: Send;
-    type Holding: Holding;
-
-    const WORDS: Words;
-    /// Which names this kind holds, for authorisation.
-    const SCOPE: Scope;
-    /// After the longest wait, wait again (candidates) instead of giving up (locks).
-    const WAITS_AGAIN: bool = false;
-
-    fn read(request: Self::Request) -> Move<Self::Start, Self::Message>;
-    /// The name of a stream-specific message, for errors.
-    fn message_name(message: &Self::Message) -> &'static str;
-    /// Checks the first message: the lease it asks for, and this stream's own state.
-    fn open(start: Self::Start) -> Result<(LeaseSpec, Self)>;
-    /// Why a stream-specific message is refused while the lease is not held yet.
-    fn refuse_while_waiting(message: Self::Message) -> Error;
-
-    /// The lease was just taken, vouched for as `vouched` says: the answer to send, once the
-    /// stream's own work is done.
-    fn acquired(
-        &mut self,
-        held: &Held<'_, Self::Holding>,
-        vouched: Vouched,
-    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
-    /// A stream-specific message while held.
-    fn handle(
-        &mut self,
-        message: Self::Message,
-        held: &Held<'_, Self::Holding>,
-    ) -> impl Future<Output = Result<Step<Self::Response>>> + Send;
-
-    /// This kind's message for what the driver has to tell; `None` for progress it does not
-    /// report. `Released` and `Lost` must be told.
-    fn tell(event: Tell<'_>) -> Option<Self::Response>;
 }
 
 /// Admits a new stream of kind `K` and starts its driver as a task of the server.
@@ -226,51 +83,9 @@ pub fn admit<T>(streams: &Streams, request: &Request<T>) -> Result<(LeaseSlot, C
     Ok((slot, Caller::of(request)))
 }
 
-/// Takes `lease` as `spec` asks (or resumes it by its token), counting the attempt in the
-/// metrics; `on_waiting` hears the waiter's state. A refusal (Redis said someone else holds it)
-/// disarms the lease: nothing of ours to let go; except a wait that merely passed when the
-/// caller `waits_again` (a candidate), whose lease is tried again. Any other error leaves it
-/// armed: an attempt whose outcome is unknown may have landed, and is let go on drop.
-pub async fn take<H: Holding>(
-    streams: &Streams,
-    lease: &mut HeldLease<H>,
-    spec: &LeaseSpec,
-    waits_again: bool,
-    mut on_waiting: impl FnMut(&WaitingState),
-) -> Result<Acquisition> {
-    if spec.resume.is_some() {
-        let resumed = resume(lease, spec).await;
-        if resumed.is_err() {
-            // Not ours (or unknown, if no answer came): never release a lease this stream did
-            // not get back; a resume that landed unanswered expires by its TTL.
-            lease.disarm();
-        }
-        return resumed;
-    }
-    let metrics = streams.metrics();
-    let asked = Instant::now();
-    let mut counted = None;
-    let attempt = acquire(lease, spec, streams.room.as_ref(), |state| {
-        counted.get_or_insert_with(|| metrics.waiting());
-        on_waiting(state);
-    })
-    .await;
-    metrics.acquisition(spec.name.as_str(), Outcome::of(&attempt), asked.elapsed());
-    match &attempt {
-        Err(Error::WaitExpired { .. }) if waits_again => {}
-        Err(Error::LockHeld { .. } | Error::WaitExpired { .. } | Error::ModeMismatch { .. }) => {
-            lease.disarm();
-        }
-        _ => {}
-    }
-    attempt
-}
-
 /// How the waiting phase ended.
 enum Waited {
     Acquired(Acquisition),
-    /// The longest wait passed and this kind waits again.
-    StillWaiting,
     /// The client let go (or half-closed) before the lease was taken.
     GaveUp,
     /// The client went away.
@@ -310,19 +125,14 @@ where
             return Ok(());
         };
         let holding = K::Holding::at(&self.streams.store, &spec.name);
-        // A resumed lease is the one its token already holds.
-        let token = match &spec.resume {
-            Some(secret) => Token::from_client(secret.clone()),
-            None => Token::random(),
-        };
-        let mut lease = HeldLease::claim(holding, token);
+        let mut life = Life::claim(holding, &spec);
         let span = info_span!(
             "lease",
             stream = K::WORDS.stream,
             lock = %spec.name,
-            lease = lease.token().lease_id()
+            lease = life.token().lease_id()
         );
-        self.lease(&spec, &mut stream, &mut lease)
+        self.lease(&spec, &mut stream, &mut life)
             .instrument(span)
             .await
     }
@@ -350,38 +160,29 @@ where
         }
     }
 
-    /// Takes the lease, then holds it. Arguments by reference and locals scoped: an async fn's
-    /// future keeps a slot for every by-value argument and every local that lives across an
-    /// await, for the whole lease.
+    /// Takes the lease and tells the client, then holds it. Arguments by reference and locals
+    /// scoped: an async fn's future keeps a slot for every by-value argument and every local
+    /// that lives across an await, for the whole lease.
     async fn lease(
         &mut self,
         spec: &LeaseSpec,
         stream: &mut K,
-        lease: &mut HeldLease<K::Holding>,
+        life: &mut Life<K::Holding>,
     ) -> Result<()> {
-        let (fencing_token, attachment, clock, held_for) = {
+        let (fencing_token, clock, held_for) = {
             // Boxed: a held lease should not carry the waiting phase's state for its lifetime.
-            let acquisition = loop {
-                match Box::pin(self.wait(spec, lease)).await? {
-                    Waited::Acquired(acquisition) => break acquisition,
-                    Waited::StillWaiting => continue,
-                    Waited::GaveUp => {
-                        self.essential(Tell::Released { was_held: false });
-                        return Ok(());
-                    }
-                    Waited::Gone => return Ok(()),
-                }
+            let acquisition = match Box::pin(self.wait(spec, life)).await? {
+                Waited::Acquired(acquisition) => acquisition,
+                Waited::GaveUp => return self.end(life, End::ReleaseAsked).await.map(drop),
+                Waited::Gone => return Ok(()),
             };
+            let clock = life.granted(&acquisition);
             let Acquisition {
                 fencing_token,
                 attachment,
                 ..
             } = acquisition;
-            let clock = RenewalClock::resumable(spec.ttl, spec.resume_grace, acquisition.sent_at);
             info!(fencing_token, resumed = attachment > 0, "acquired");
-            if spec.resume.is_some() {
-                self.streams.metrics().moved("resumed");
-            }
             // Counts the lease as held, and its hold time, from here to the end of the stream.
             let metrics = self.streams.metrics();
             let held_for = (
@@ -389,81 +190,52 @@ where
                 matches!(K::SCOPE, Scope::Election).then(|| metrics.leading()),
             );
             let held = Held {
-                lease,
+                lease: life.lease(),
                 spec,
                 fencing_token,
             };
             let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
-            let answer = match Box::pin(stream.acquired(&held, vouched)).await {
-                Ok(answer) => answer,
-                // A resumed lease's client still believes in it: an error here (Redis slow)
-                // must not release it under the client, which resumes it elsewhere.
-                Err(error) if spec.resume.is_some() => {
-                    Box::pin(keep_if_resumable(
-                        (spec.ttl, spec.resume_grace),
-                        None,
-                        lease,
-                        attachment,
-                    ))
-                    .await;
+            let end = match Box::pin(stream.acquired(&held, vouched)).await {
+                // Redis slow: the lease ends as a broken stream's does.
+                Err(error) => {
+                    let _ = self.end(life, End::Broken).await;
                     return Err(error);
                 }
-                Err(error) => return Err(error),
+                // The client left before it was told.
+                Ok(Step::Reply(answer)) => {
+                    (!self.events.essential(Ok(answer))).then_some(End::Broken)
+                }
+                Ok(Step::Lost(reason)) => Some(End::Superseded(reason)),
             };
-            match answer {
-                Step::Reply(answer) => {
-                    if !self.events.essential(Ok(answer)) {
-                        // The client left. A resumed lease's client may still believe in it,
-                        // from what its earlier stream vouched for: kept for its grace. Any
-                        // other was never told it holds: `lease` lets go on drop.
-                        if spec.resume.is_some() {
-                            let keep = (spec.ttl, spec.resume_grace);
-                            Box::pin(keep_if_resumable(keep, None, lease, attachment)).await;
-                        }
-                        return Ok(());
-                    }
-                }
-                Step::Lost(reason) => {
-                    warn!(%reason, "lease lost");
-                    self.lost(reason);
-                    return Ok(());
-                }
+            if let Some(end) = end {
+                return self.end(life, end).await.map(drop);
             }
-            (fencing_token, attachment, clock, held_for)
+            (fencing_token, clock, held_for)
         };
-        let held = self
-            .hold(stream, spec, (fencing_token, attachment), lease, clock)
-            .await;
+        let held = self.hold(stream, spec, fencing_token, life, clock).await;
         drop(held_for);
         held
     }
 
     /// Waits for the lease as `spec` allows, unless the client gives up first.
-    async fn wait(
-        &mut self,
-        spec: &LeaseSpec,
-        lease: &mut HeldLease<K::Holding>,
-    ) -> Result<Waited> {
+    async fn wait(&mut self, spec: &LeaseSpec, life: &mut Life<K::Holding>) -> Result<Waited> {
+        let room = self.streams.room.as_ref();
         if spec.resume.is_some() {
-            return take(&self.streams, lease, spec, false, |_| {})
+            return life
+                .take(spec, room, false, |_| {})
                 .await
                 .map(Waited::Acquired);
         }
         let events = &self.events;
-        let waiting = take(&self.streams, lease, spec, K::WAITS_AGAIN, |state| {
+        let waiting = life.take(spec, room, K::WAITS_AGAIN, |state| {
             if let Some(progress) = K::tell(Tell::Waiting(state)) {
                 events.progress(progress);
             }
         });
-        let attempt = tokio::select! {
-            acquired = waiting => acquired,
-            // A give-up leaves `lease` armed: the attempt in flight may have won just then.
-            gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks(), self.streams.max_message_bytes) => return gave_up,
-        };
-        match attempt {
-            Ok(acquisition) => Ok(Waited::Acquired(acquisition)),
-            Err(Error::WaitExpired { .. }) if K::WAITS_AGAIN => Ok(Waited::StillWaiting),
-            Err(error) => Err(error),
+        tokio::select! {
+            acquired = waiting => acquired.map(Waited::Acquired),
+            // A give-up leaves the lease armed: the attempt in flight may have won just then.
+            gave_up = Self::gives_up(&mut self.inbound, events, self.streams.tasks(), self.streams.max_message_bytes) => gave_up,
         }
     }
 
@@ -488,13 +260,14 @@ where
         }
     }
 
-    /// Keeps the lease alive until the client lets go, the lease is lost, or the server stops.
+    /// Holds the lease until it ends: reads what happens as the lease's [`End`], and tells the
+    /// client what its life answers.
     async fn hold(
         &mut self,
         stream: &mut K,
         spec: &LeaseSpec,
-        (fencing_token, attachment): (u64, u64),
-        lease: &mut HeldLease<K::Holding>,
+        fencing_token: u64,
+        life: &mut Life<K::Holding>,
         clock: RenewalClock,
     ) -> Result<()> {
         let events = self.events.clone();
@@ -508,103 +281,89 @@ where
                 events.progress(progress);
             }
         });
-        let mut renewals =
-            self.streams
-                .scheduler
-                .schedule(lease.renewable(), ttl, clock, on_renewed);
-        loop {
+        life.hold(&self.streams.scheduler, clock, on_renewed);
+        // Why the stream ends with an error, if it does.
+        let mut failure = None;
+        let end = loop {
             tokio::select! {
                 biased;
-                () = self.streams.tasks().stopping() => {
-                    renewals.stop();
-                    if let Some(grace) = spec.resume_grace {
-                        // Hand the lease over: the client hears it first, so it moves at once;
-                        // the lease is then kept for its grace.
-                        let held = K::WORDS.held;
-                        self.events.essential(Err(Error::HandedOver { held, grace_ms: grace.as_millis() }.into()));
-                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
-                        info!("kept for its client to resume elsewhere");
-                        self.streams.metrics().moved("handed_over");
-                        return Ok(());
-                    }
-                    let released = Box::pin(lease.release()).await;
-                    let held = K::WORDS.held;
-                    let reason = match released {
-                        Ok(_) => format!("server shutting down; the {held} was released"),
-                        Err(error) => format!("server shutting down; release failed ({error}), the {held} expires by its TTL"),
-                    };
-                    info!("released for shutdown");
-                    self.streams.metrics().lost("shutdown");
-                    self.lost(reason);
-                    return Ok(());
-                }
+                () = self.streams.tasks().stopping() => break End::Shutdown,
                 message = self.inbound.next() => match read::<K>(message) {
-                    // tonic reports a request stream cut off by a dead connection (a keepalive
-                    // timeout, a reset) as a half-close: a resumable lease's client may still
-                    // believe in it, so only an explicit release (`release`, `resign`) lets it
-                    // go at once; every client of the project sends one. (Found by the
-                    // robustness checker: a frozen client's lock was taken over while its last
-                    // confirmed validity still ran; then with real processes, a frozen leader
-                    // replaced 9.8 s before its validity ended, issue 38.)
-                    Move::HalfClosed if spec.resume_grace.is_some() => {
-                        info!("stream ended without a release; kept for its grace");
-                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
-                        return Ok(());
+                    Move::HalfClosed => break End::HalfClosed,
+                    Move::Release => break End::ReleaseAsked,
+                    Move::Other(message) => {
+                        let held = Held { lease: life.lease(), spec, fencing_token };
+                        match Box::pin(stream.handle(message, &held)).await {
+                            Ok(Step::Reply(answer)) => {
+                                self.events.essential(Ok(answer));
+                            }
+                            Ok(Step::Lost(reason)) => break End::Superseded(reason),
+                            // Redis slow: the client still believes in the lease.
+                            Err(error) => {
+                                failure = Some(error);
+                                break End::Broken;
+                            }
+                        }
                     }
-                    Move::Release | Move::HalfClosed => {
-                        renewals.stop();
-                        let was_held = Box::pin(lease.release()).await?;
-                        info!(was_held, "released");
-                        self.essential(Tell::Released { was_held });
-                        return Ok(());
-                    }
-                    Move::Other(message) => match Box::pin(stream.handle(message, &Held { lease, spec, fencing_token })).await {
-                        // The client believes in the lease: an error (Redis slow) keeps a
-                        // resumable one for it to resume elsewhere, as a broken stream does.
-                        Err(error) => {
-                            Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
-                            return Err(error);
-                        }
-                        Ok(step) => match step {
-                        Step::Reply(answer) => {
-                            self.events.essential(Ok(answer));
-                        }
-                        Step::Lost(reason) => {
-                            renewals.stop();
-                            warn!(%reason, "lease lost");
-                            self.streams.metrics().lost("superseded");
-                            self.lost(reason);
-                            return Ok(());
-                        }
-                    }},
-                    // A transport failure or an unreadable message: let go (on drop, unless
-                    // resumable) and say why, in case the client can still hear it.
+                    // A transport failure or an unreadable message: said, in case the client
+                    // can still hear it.
                     Move::Broken(status) => {
                         info!(code = ?status.code(), message = status.message(), "client stream broke");
-                        Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
-                        return Err(self.broken(status));
+                        failure = Some(self.broken(status));
+                        break End::Broken;
                     }
-                    Move::Start(_) => return Err(second_start::<K>()),
-                    Move::NoAction => return Err(no_action::<K>()),
+                    Move::Start(_) => {
+                        failure = Some(second_start::<K>());
+                        break End::Refused;
+                    }
+                    Move::NoAction => {
+                        failure = Some(no_action::<K>());
+                        break End::Refused;
+                    }
                 },
                 () = self.events.closed() => {
                     info!("client went away");
-                    Box::pin(keep_if_resumable((spec.ttl, spec.resume_grace), Some(&mut renewals), lease, attachment)).await;
-                    return Ok(());
+                    break End::Broken;
                 }
-                Lost { cause, reason, due } = renewals.lost() => {
-                    warn!(%reason, ?due, "lease lost");
-                    lease.lost();
-                    self.streams.metrics().lost(cause);
-                    self.lost(due.explain(reason));
-                    return Ok(());
+                Lost { cause, reason, due } = life.lost() => {
+                    break End::Lost { cause, reason: due.explain(reason) };
                 }
             }
+        };
+        if let Told::HandedOver { .. } = self.end(life, end).await? {
+            self.streams.metrics().moved("handed_over");
         }
+        failure.map_or(Ok(()), Err)
     }
 
-    fn lost(&self, reason: String) {
-        self.essential(Tell::Lost(reason));
+    /// Ends the lease as its life says, telling the client. Boxed: the hold loop's future
+    /// should not carry the release's or detach's state for the lease's lifetime.
+    async fn end(&self, life: &mut Life<K::Holding>, end: End) -> Result<Told> {
+        Box::pin(life.end(end, |told| self.tell(told))).await
+    }
+
+    /// Tells the client what its lease's life answered.
+    fn tell(&self, told: &Told) {
+        let held = K::WORDS.held;
+        match told {
+            Told::Nothing => {}
+            Told::Released { was_held } => self.essential(Tell::Released {
+                was_held: *was_held,
+            }),
+            Told::Lost(reason) => self.essential(Tell::Lost(reason.clone())),
+            // The client hears it before the lease is kept, so it moves at once.
+            Told::HandedOver { grace } => {
+                let grace_ms = grace.as_millis();
+                self.events
+                    .essential(Err(Error::HandedOver { held, grace_ms }.into()));
+            }
+            Told::ShutDown(Ok(_)) => self.essential(Tell::Lost(format!(
+                "server shutting down; the {held} was released"
+            ))),
+            Told::ShutDown(Err(error)) => self.essential(Tell::Lost(format!(
+                "server shutting down; release failed ({error}), the {held} expires by its TTL"
+            ))),
+        }
     }
 
     fn broken(&self, status: Status) -> Error {
@@ -614,31 +373,6 @@ where
     fn essential(&self, event: Tell<'_>) {
         if let Some(answer) = K::tell(event) {
             self.events.essential(Ok(answer));
-        }
-    }
-}
-
-/// The client went away without letting go, or the server stops under it: a resumable lease is
-/// kept for its grace instead of released (any other is released when `lease` drops). A grace
-/// of the whole TTL needs no command: renewed at most a TTL ago, the key already ends within
-/// the grace, and its client was never told more (the attachment check is moot: nothing is
-/// shortened). Only a shorter grace shortens the key, so a deploy of a replica costs Redis
-/// nothing per lease with the clients' default grace.
-pub async fn keep_if_resumable<H: Holding>(
-    (ttl, grace): (Duration, Option<Duration>),
-    renewals: Option<&mut Scheduled>,
-    lease: &mut HeldLease<H>,
-    attachment: u64,
-) {
-    if let Some(grace) = grace {
-        if let Some(renewals) = renewals {
-            renewals.stop();
-        }
-        if grace >= ttl {
-            lease.disarm();
-            info!("kept until its TTL runs out, for its client to resume");
-        } else {
-            lease.detach(grace, attachment).await;
         }
     }
 }
@@ -676,9 +410,4 @@ fn before_start<K: LeaseStream>(what: &str) -> Error {
     Error::invalid(format!(
         "{what} sent before {start}: the first message of a {stream} stream must be {start}"
     ))
-}
-
-/// For kinds without messages of their own.
-pub fn no_message(message: &Infallible) -> ! {
-    match *message {}
 }

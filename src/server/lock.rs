@@ -16,9 +16,10 @@ use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
 use crate::metrics::Outcome;
+use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::{LockState, Mode};
+use crate::store::locks::LockState;
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]

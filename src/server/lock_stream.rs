@@ -1,43 +1,75 @@
 //! The `Lease` stream: a lock held for the life of the stream, as a [`LeaseStream`] kind.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use super::auth::Scope;
-use super::driver::{Held, LeaseStream, Move, Step, Tell, Vouched, Words, no_message};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
 use crate::error::{Error, Result};
 use crate::lease::held::Lock;
+use crate::lease::life::Vouched;
 use crate::lease::spec::{self, LeaseSpec, LockName};
 use crate::pb::{self, LeaseRequest, LeaseResponse, lease_request::Action, lease_response::Event};
+
+/// What a lock request asks for besides its TTL and resume grace: the fields a `Lease`
+/// stream's `acquire`, a unary `Acquire` and a session's `acquire` share. A session states its
+/// TTL and grace once, for all its leases, so each is checked once, where it is stated.
+pub struct LockAsk {
+    pub name: String,
+    pub wait_ms: u32,
+    pub holder: String,
+    pub fair: Option<bool>,
+    pub limit: u32,
+    pub mode: i32,
+    pub resume_token: String,
+}
+
+impl LockAsk {
+    /// The lease asked for, for `ttl`; `resume_grace` as checked where it was stated (its
+    /// error, if any, reported after those of the name, wait, holder and limit, as ever).
+    pub fn spec(self, ttl: Duration, resume_grace: Result<Option<Duration>>) -> Result<LeaseSpec> {
+        let shared = match pb::LeaseMode::try_from(self.mode) {
+            Ok(pb::LeaseMode::Unspecified | pb::LeaseMode::Exclusive) => false,
+            Ok(pb::LeaseMode::Shared) => true,
+            Err(_) => {
+                return Err(Error::invalid(format!(
+                    "mode is {}; it must be LEASE_MODE_EXCLUSIVE or LEASE_MODE_SHARED",
+                    self.mode
+                )));
+            }
+        };
+        let resume = match self.resume_token {
+            token if token.is_empty() => None,
+            token => Some(spec::token(token)?),
+        };
+        Ok(LeaseSpec {
+            name: LockName::parse(self.name)?,
+            ttl,
+            wait: spec::wait(self.wait_ms)?,
+            holder: spec::holder(self.holder)?,
+            fair: self.fair.unwrap_or(true),
+            mode: spec::mode(self.limit, shared)?,
+            resume_grace: resume_grace?,
+            resume,
+        })
+    }
+}
 
 impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
     type Error = Error;
 
     fn try_from(request: pb::LeaseAcquire) -> Result<Self> {
         let ttl = spec::ttl(request.ttl_ms)?;
-        let shared = match pb::LeaseMode::try_from(request.mode) {
-            Ok(pb::LeaseMode::Unspecified | pb::LeaseMode::Exclusive) => false,
-            Ok(pb::LeaseMode::Shared) => true,
-            Err(_) => {
-                return Err(Error::invalid(format!(
-                    "mode is {}; it must be LEASE_MODE_EXCLUSIVE or LEASE_MODE_SHARED",
-                    request.mode
-                )));
-            }
+        let ask = LockAsk {
+            name: request.name,
+            wait_ms: request.wait_ms,
+            holder: request.holder,
+            fair: request.fair,
+            limit: request.limit,
+            mode: request.mode,
+            resume_token: request.resume_token,
         };
-        let resume = match request.resume_token {
-            token if token.is_empty() => None,
-            token => Some(spec::token(token)?),
-        };
-        Ok(LeaseSpec {
-            name: LockName::parse(request.name)?,
-            ttl,
-            wait: spec::wait(request.wait_ms)?,
-            holder: spec::holder(request.holder)?,
-            fair: request.fair.unwrap_or(true),
-            mode: spec::mode(request.limit, shared)?,
-            resume_grace: spec::resume_grace(request.resume_grace_ms, ttl)?,
-            resume,
-        })
+        ask.spec(ttl, spec::resume_grace(request.resume_grace_ms, ttl))
     }
 }
 

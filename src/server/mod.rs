@@ -7,9 +7,12 @@
 //! - [`message_size`]: the request size limit, answered as a limit.
 //! - [`health`]: `grpc.health.v1` following Redis; [`exporter`]: Prometheus `/metrics`.
 //! - [`events`]: the non-blocking sending side of a response stream.
-//! - [`driver`]: the one driver of every stream that holds a lease.
+//! - [`driver`]: the one driver of every stream that holds a lease: a translator between its
+//!   messages and the lease's life ([`crate::lease::life`]), which decides every exit.
+//! - [`lease_stream`]: what a kind of held-lease stream declares for the driver.
 //! - [`lock_stream`], [`campaign`]: the two kinds of held-lease stream, declared for the driver.
 //! - [`lock`], [`election`]: the `LockService` and `ElectionService`.
+//! - [`session`]: the `SessionService`: many leases on one stream, a group of lease lives.
 //!
 //! Errors become gRPC statuses in one place: `From<Error> for Status` in [`crate::error`].
 
@@ -22,6 +25,7 @@ pub mod election;
 pub mod events;
 pub mod exporter;
 pub mod health;
+pub mod lease_stream;
 pub mod listener;
 pub mod lock;
 pub mod lock_stream;

@@ -504,6 +504,12 @@ async fn bounded<T>(
     }
 }
 
+/// A duration as the milliseconds argument of a command or script (`PX`, a TTL), saturating:
+/// every key space states its TTLs this way.
+pub fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// The least time a subscriber connection is given to connect (see [`Connection::subscriber`]).
 const SUBSCRIBER_CONNECT_LEAST: Duration = Duration::from_secs(5);
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::connection::Connection;
+use super::connection::{Connection, millis};
 use super::keys::{LockKeys, lock_keys};
 use super::quorum::{Answers, Nodes};
 use super::renewals::RenewalBatches;
@@ -315,10 +315,6 @@ impl Locks {
 /// The keys of the scripts that see a lease wherever it lives: the lock, or a permit.
 fn permit_script_keys(keys: &LockKeys) -> Vec<String> {
     vec![keys.lock().to_owned(), keys.holders(), keys.permits()]
-}
-
-pub(super) fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A `PTTL` reply as a duration; negative values mean no expiry (or no key).

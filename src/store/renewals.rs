@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
 use super::connection::Connection;
+use super::connection::millis;
 use super::keys::permit_keys;
-use super::locks::millis;
 use crate::error::{Error, Result};
 
 /// How long the batch stays open after its first request: the leases due at the same instant

@@ -8,9 +8,9 @@ use std::time::Duration;
 use fred::prelude::*;
 
 use super::types::{AcquireOutcome, Mode, Waiter};
-use super::{Locks, bad_reply, millis, pttl};
+use super::{Locks, bad_reply, pttl};
 use crate::error::{Error, Result};
-use crate::store::connection::Connection;
+use crate::store::connection::{Connection, millis};
 use crate::store::keys::LockKeys;
 use crate::store::quorum::{Answers, drift};
 use crate::store::token::Token;

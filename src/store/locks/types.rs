@@ -1,6 +1,8 @@
-//! The key space's vocabulary: modes, waiters, and what its calls answer.
+//! The key space's vocabulary: waiters, and what its calls answer (modes are [`crate::mode`]'s).
 
 use std::time::Duration;
+
+pub use crate::mode::Mode;
 
 /// How one acquire attempt relates to the line of waiters.
 #[derive(Clone, Debug)]
@@ -23,57 +25,6 @@ pub struct Waiter<'a> {
     /// Its first attempt: a plain lock then tries the common case alone first (`take.lua`: a
     /// script with few arguments). Later attempts follow a wait, so the common case is unlikely.
     pub first_attempt: bool,
-}
-
-/// How many may hold one name at once, and how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Up to `limit` holders, each with its own token and expiry: 1 is a plain lock (and the
-    /// writer of a read-write lock), more is a counting semaphore.
-    Exclusive { limit: u32 },
-    /// A reader of a read-write lock: readers hold together; a writer excludes them all.
-    Shared,
-}
-
-impl Mode {
-    /// A plain lock.
-    pub const LOCK: Mode = Mode::Exclusive { limit: 1 };
-
-    /// How the scripts spell it (`permits.lua`), and errors' details name it: the limit, or
-    /// `shared`.
-    pub fn kind(self) -> String {
-        match self {
-            Mode::Exclusive { limit } => limit.to_string(),
-            Mode::Shared => "shared".to_owned(),
-        }
-    }
-
-    pub(super) fn from_kind(kind: &str) -> Option<Mode> {
-        match kind {
-            "shared" => Some(Mode::Shared),
-            limit => limit.parse().ok().map(|limit| Mode::Exclusive { limit }),
-        }
-    }
-
-    /// A new waiter's id in the line: its first letter tells the scripts what it waits for (a
-    /// waiting writer, `x`, keeps later readers out).
-    pub fn waiter_id(self) -> String {
-        let kind = match self {
-            Mode::LOCK => 'x',
-            Mode::Exclusive { .. } => 'p',
-            Mode::Shared => 's',
-        };
-        format!("{kind}{:016x}", rand::random::<u64>())
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Mode::Exclusive { limit } => write!(f, "limit {limit}"),
-            Mode::Shared => f.write_str("shared (a read-write lock, limit 1)"),
-        }
-    }
 }
 
 /// What an acquire attempt found.
