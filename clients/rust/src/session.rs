@@ -2,7 +2,7 @@
 //! any number of locks, permits, shared holds and leaderships on it.
 //!
 //! ```no_run
-//! # async fn example(client: leasehold::client::Client) -> Result<(), leasehold::client::ClientError> {
+//! # async fn example(client: leasehold_client::Client) -> Result<(), leasehold_client::ClientError> {
 //! let session = client.session().ttl(std::time::Duration::from_secs(10)).open().await?;
 //! let shard = session.lock("shard-7").acquire().await?;
 //! let leader = session.campaign("scheduler", b"host-a".to_vec()).await?;
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! One task per session reads the stream and keeps, for every lease, until when the server last
-//! vouched for it ([`super::lease::vouched_until`]: from its `acquired`, then from every later
+//! vouched for it ([`crate::lease::vouched_until`]: from its `acquired`, then from every later
 //! `kept_alive`); a lease that passes that instant unconfirmed is lost by this process's clock.
 //! When the stream breaks (its server stopped or crashed) and the session has a resume grace, the
 //! task opens a new session on any replica and takes every lease back by its token, with the
@@ -30,12 +30,13 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 
-use super::lease::{LeaseState, lost_reason, resumable, vouched_until};
-use super::{Client, ClientError, moves_on};
+use crate::client::moves_on;
+use crate::lease::{LeaseState, lost_reason, resumable, vouched_until};
 use crate::pb::session_request::Action;
 use crate::pb::session_response::Event;
 use crate::pb::session_service_client::SessionServiceClient;
 use crate::pb::{self, SessionRequest, SessionResponse, millis};
+use crate::{Client, ClientError};
 
 /// Longest one attempt to open a session on a replica may take before the next is tried.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -54,7 +55,7 @@ pub struct SessionBuilder {
 }
 
 impl SessionBuilder {
-    pub(super) fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         SessionBuilder {
             client,
             ttl: Duration::from_secs(30),
@@ -512,7 +513,7 @@ struct Stream {
     events: Streaming<SessionResponse>,
     /// When `open` was sent: what `valid_to_ms` counts from.
     opened: Instant,
-    replica: super::replicas::Replica,
+    replica: crate::replicas::Replica,
 }
 
 impl Held {

@@ -2,9 +2,9 @@
 //!
 //! ```no_run
 //! # async fn serve_as_leader(_term: u64) {}
-//! # async fn example() -> Result<(), leasehold::client::ClientError> {
+//! # async fn example() -> Result<(), leasehold_client::ClientError> {
 //! use std::time::Duration;
-//! use leasehold::client::Client;
+//! use leasehold_client::Client;
 //!
 //! let client = Client::connect("http://127.0.0.1:50051").await?;
 //! let mut candidate = client
@@ -25,16 +25,17 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use super::lease::vouched_until;
+use crate::lease::vouched_until;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use super::lease::resumable;
-use super::{Client, ClientError, moves_on};
+use crate::client::moves_on;
+use crate::lease::resumable;
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
 use crate::pb::election_service_client::ElectionServiceClient;
 use crate::pb::{self, CampaignRequest, CampaignResponse, millis};
+use crate::{Client, ClientError};
 
 /// An election's leader.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -186,7 +187,7 @@ pub struct Candidate {
     proclaiming: Option<Vec<u8>>,
     /// A `resign` sent: a resume sends it again on the new stream.
     resigning: bool,
-    /// When the current stream was opened (see [`super::lease::vouched_until`]).
+    /// When the current stream was opened (see [`crate::lease::vouched_until`]).
     opened: Instant,
 }
 

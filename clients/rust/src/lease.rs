@@ -8,12 +8,13 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use super::replicas::Replica;
-use super::{Client, ClientError, moves_on};
+use crate::client::moves_on;
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, LeaseRequest, LeaseResponse, millis};
+use crate::replicas::Replica;
+use crate::{Client, ClientError};
 
 /// Options of one lease; finish with [`LeaseBuilder::acquire`].
 #[derive(Debug)]
@@ -32,7 +33,7 @@ pub struct LeaseBuilder {
 }
 
 impl LeaseBuilder {
-    pub(super) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Client, name: String) -> Self {
         LeaseBuilder {
             client,
             name,
@@ -307,7 +308,7 @@ pub(crate) fn vouched_until(opened: Instant, valid_for_ms: u32, valid_to_ms: u64
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum LeaseState {
+pub(crate) enum LeaseState {
     Held,
     Lost(String),
     Released { was_held: bool },
@@ -315,7 +316,7 @@ pub(super) enum LeaseState {
 
 /// Waits for `state` to say the lease is lost, and says why; also when its watcher stopped
 /// without a verdict (nothing vouches for the lease any more).
-pub(super) async fn lost_reason(state: &watch::Receiver<LeaseState>) -> String {
+pub(crate) async fn lost_reason(state: &watch::Receiver<LeaseState>) -> String {
     let mut state = state.clone();
     let reason = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
         Ok(lost) => match &*lost {
@@ -337,7 +338,7 @@ struct Resumes {
 
 /// Whether a broken stream may be resumed: the transport failed or the server went away, rather
 /// than the server saying no.
-pub(super) fn resumable(status: &Status) -> bool {
+pub(crate) fn resumable(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::Unavailable
