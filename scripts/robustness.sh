@@ -98,7 +98,7 @@ broken fence-not-compared chaos::holder_client_frozen_then_writes_late checker \
 # A client that believes the server three times as long as it vouched for the lease: the
 # holder's server freezes, and the holder still believes when the next holder takes over.
 broken validity-overstated chaos::holder_server_paused_longer_than_the_ttl checker \
-  clients/rust/src/lease.rs \
+  clients/rust/src/held.rs \
   "    from_receipt.min(opened + Duration::from_millis(valid_to_ms))" \
   "    opened + 3 * Duration::from_millis(valid_to_ms)"
 # The seed's third rule undone: extend.lua and extend_many.lua (one renewal goes through either,

@@ -23,19 +23,17 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep_until, timeout_at};
-
-use crate::lease::vouched_until;
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use crate::client::moves_on;
-use crate::lease::resumable;
+use crate::held::resumable;
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
 use crate::pb::election_service_client::ElectionServiceClient;
 use crate::pb::{self, CampaignRequest, CampaignResponse, millis};
-use crate::{Client, ClientError};
+use crate::stream::{Heard, HeldStream, Kind, Next};
+use crate::{Client, ClientError, Transport};
 
 /// An election's leader.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,45 +78,12 @@ impl Client {
             resume_token: String::new(),
             resume_grace_ms: if auto_resume { millis(ttl) } else { 0 },
         };
-        let opened = Instant::now();
-        let (requests, responses) = self.start_campaign(start.clone()).await?;
+        let stream = HeldStream::start(self, Campaign(start)).await?;
         Ok(Candidate {
-            requests,
-            responses: Some(responses),
-            client: self.clone(),
-            opened,
-            start,
-            leading: None,
+            stream,
             proclaiming: None,
             resigning: false,
         })
-    }
-
-    async fn start_campaign(
-        &self,
-        start: pb::CampaignStart,
-    ) -> Result<(mpsc::Sender<CampaignRequest>, Streaming<CampaignResponse>), Status> {
-        let (requests, outbox) = mpsc::channel(4);
-        let start = CampaignRequest {
-            action: Some(Action::Start(start)),
-        };
-        requests
-            .send(start)
-            .await
-            .map_err(|_| Status::internal("campaign request channel closed"))?;
-        let replica = self.replicas.current();
-        match ElectionServiceClient::new(replica.transport.clone())
-            .campaign(ReceiverStream::new(outbox))
-            .await
-        {
-            Ok(responses) => Ok((requests, responses.into_inner())),
-            Err(status) => {
-                if moves_on(&status) {
-                    self.replicas.failed(&replica);
-                }
-                Err(status)
-            }
-        }
     }
 
     /// The current leader of `election`, if any.
@@ -175,27 +140,79 @@ impl Client {
 /// [`Candidate::lost`] polled while leading (as in the example above), so a broken stream is
 /// resumed on another server while the leadership is still valid.
 pub struct Candidate {
-    requests: mpsc::Sender<CampaignRequest>,
-    /// `None` only once dropped: its drop reads it to its end (see `Drop`).
-    responses: Option<Streaming<CampaignResponse>>,
-    client: Client,
-    /// What resumes the leadership: the start, with the current value (and, once elected, the
-    /// lease's token). A grace of 0: never resumed.
-    start: pb::CampaignStart,
-    leading: Option<Leading>,
+    /// Its campaign on the held-stream core; the kind holds what resumes the leadership: the
+    /// start, with the value last published. A grace of 0: never resumed.
+    stream: HeldStream<Campaign>,
     /// A `proclaim` not yet answered: a resume publishes this value instead, and answers it.
     proclaiming: Option<Vec<u8>>,
     /// A `resign` sent: a resume sends it again on the new stream.
     resigning: bool,
-    /// When the current stream was opened (see [`crate::lease::vouched_until`]).
-    opened: Instant,
 }
 
-/// The leadership, once elected.
-struct Leading {
-    term: u64,
-    /// Until when the server last vouched for it, by this process's clock.
-    valid_until: Instant,
+/// The `Campaign` stream's messages, for the held-stream core; holds the start it asks with.
+struct Campaign(pb::CampaignStart);
+
+impl Kind for Campaign {
+    type Request = CampaignRequest;
+    type Response = CampaignResponse;
+    type Event = Event;
+    const WHAT: &'static str = "leadership";
+    const STREAM: &'static str = "campaign";
+    const HELD: &'static str = "elected";
+
+    async fn call(
+        transport: Transport,
+        requests: ReceiverStream<CampaignRequest>,
+    ) -> Result<tonic::Response<Streaming<CampaignResponse>>, Status> {
+        ElectionServiceClient::new(transport)
+            .campaign(requests)
+            .await
+    }
+
+    fn start(&self, resume_token: Option<&str>) -> CampaignRequest {
+        let mut start = self.0.clone();
+        if let Some(token) = resume_token {
+            start.resume_token = token.to_owned();
+        }
+        CampaignRequest {
+            action: Some(Action::Start(start)),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.0.election
+    }
+
+    fn stop(&self) -> CampaignRequest {
+        CampaignRequest {
+            action: Some(Action::Resign(pb::Resign {})),
+        }
+    }
+
+    fn hear(&self, response: CampaignResponse) -> Heard<Event> {
+        match response.event {
+            Some(Event::Elected(elected)) => Heard::Held {
+                token: elected.token.clone(),
+                fencing_token: elected.term,
+                valid_for_ms: elected.valid_for_ms,
+                valid_to_ms: elected.valid_to_ms,
+                event: Event::Elected(elected),
+            },
+            Some(Event::Extended(extended)) => Heard::Extended {
+                valid_for_ms: extended.valid_for_ms,
+                valid_to_ms: extended.valid_to_ms,
+            },
+            Some(Event::Lost(lost)) => Heard::Lost(lost.reason),
+            Some(event) => Heard::Other(event),
+            None => Heard::Nothing,
+        }
+    }
+
+    /// Only a leader that asked for a grace hears renewals; one that did not keeps the old rule
+    /// (its server tells it `lost`).
+    fn clocked(&self) -> bool {
+        self.0.resume_grace_ms > 0
+    }
 }
 
 impl Candidate {
@@ -203,64 +220,19 @@ impl Candidate {
     /// leader is resumed on another server (the caller sees nothing of it, unless it fails).
     async fn next_event(&mut self) -> Result<Event, ClientError> {
         loop {
-            // Only a leader that asked for a grace hears renewals; one that did not keeps the
-            // old rule (its server tells it `lost`).
-            let believed = match &self.leading {
-                Some(leading) if self.start.resume_grace_ms > 0 => Some(leading.valid_until),
-                _ => None,
+            let broke = match self.stream.next().await {
+                Next::Event(event) => return Ok(event),
+                Next::Lost(reason) => return Ok(Event::Lost(pb::Lost { reason })),
+                Next::Failed(status) => return Err(status.into()),
+                Next::Broke(broke) => broke,
             };
-            let Some(responses) = &mut self.responses else {
-                return Err(ClientError::Protocol("campaign stream closed".into()));
-            };
-            let message = match believed {
-                Some(valid_until) => tokio::select! {
-                    message = responses.message() => message,
-                    () = sleep_until(valid_until) => {
-                        return Ok(Event::Lost(pb::Lost {
-                            reason: "no renewal confirmed before the leadership ran out (server silent)".into(),
-                        }));
-                    }
-                },
-                None => responses.message().await,
-            };
-            let broke = match message {
-                Ok(Some(CampaignResponse {
-                    event: Some(Event::Extended(extended)),
-                })) => {
-                    if let Some(leading) = &mut self.leading {
-                        leading.valid_until =
-                            vouched_until(self.opened, extended.valid_for_ms, extended.valid_to_ms);
-                    }
-                    continue;
-                }
-                Ok(Some(CampaignResponse {
-                    event: Some(Event::Elected(elected)),
-                })) => {
-                    let valid_until =
-                        vouched_until(self.opened, elected.valid_for_ms, elected.valid_to_ms);
-                    if valid_until <= Instant::now() {
-                        // Held up on its way (a healed partition): another may lead by now.
-                        return Ok(Event::Lost(pb::Lost {
-                            reason: "elected, but the news arrived after the leadership's validity had run out".into(),
-                        }));
-                    }
-                    self.elected_as(&elected, valid_until);
-                    return Ok(Event::Elected(elected));
-                }
-                Ok(Some(CampaignResponse { event: Some(event) })) => return Ok(event),
-                Ok(Some(CampaignResponse { event: None })) => {
-                    return Err(ClientError::Protocol(
-                        "campaign response without an event".into(),
-                    ));
-                }
-                Err(status) if resumable(&status) => format!("campaign stream failed: {status}"),
-                Err(status) => return Err(status.into()),
-                Ok(None) => "campaign stream ended".to_owned(),
-            };
-            if self.leading.is_none() || self.start.resume_grace_ms == 0 {
+            if self.stream.holding.is_none() || self.stream.kind.0.resume_grace_ms == 0 {
                 return Err(ClientError::Protocol(broke));
             }
-            if let Err(reason) = self.resume(broke).await {
+            if let Some(value) = &self.proclaiming {
+                self.stream.kind.0.value = value.clone();
+            }
+            if let Err(reason) = self.stream.resume(broke).await {
                 return Ok(Event::Lost(pb::Lost { reason }));
             }
             if self.resigning {
@@ -274,71 +246,15 @@ impl Candidate {
         }
     }
 
-    fn elected_as(&mut self, elected: &pb::Elected, valid_until: Instant) {
-        self.start.resume_token = elected.token.clone();
-        self.leading = Some(Leading {
-            term: elected.term,
-            valid_until,
-        });
-    }
-
-    /// Takes the leadership back on a new stream (any replica) before it runs out.
-    async fn resume(&mut self, broke: String) -> Result<(), String> {
-        let Some(leading) = &self.leading else {
-            return Err(broke);
-        };
-        let (term, valid_until) = (leading.term, leading.valid_until);
-        tracing::info!(election = %self.start.election, reason = %broke, "campaign stream broke; resuming");
-        if let Some(value) = &self.proclaiming {
-            self.start.value = value.clone();
-        }
-        let mut last = broke;
-        let mut backoff = Duration::from_millis(20);
-        while Instant::now() < valid_until {
-            let opened = Instant::now();
-            let attempt = async {
-                let (requests, mut responses) =
-                    self.client.start_campaign(self.start.clone()).await?;
-                let first = responses.message().await?;
-                Ok::<_, Status>((requests, responses, first))
-            };
-            match timeout_at(valid_until, attempt).await {
-                Ok(Ok((requests, responses, first))) => match first {
-                    Some(CampaignResponse {
-                        event: Some(Event::Elected(elected)),
-                    }) if elected.term == term => {
-                        self.requests = requests;
-                        self.responses = Some(responses);
-                        self.opened = opened;
-                        let until =
-                            vouched_until(opened, elected.valid_for_ms, elected.valid_to_ms);
-                        self.elected_as(&elected, until);
-                        tracing::info!(election = %self.start.election, term, "leadership resumed");
-                        return Ok(());
-                    }
-                    other => return Err(format!("could not resume the leadership: got {other:?}")),
-                },
-                Ok(Err(status)) if resumable(&status) => last = status.to_string(),
-                Ok(Err(status)) => {
-                    return Err(format!("could not resume the leadership: {status}"));
-                }
-                Err(_) => break,
-            }
-            sleep_until((Instant::now() + backoff).min(valid_until)).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
-        }
-        Err(format!(
-            "could not resume before the leadership's validity ran out: {last}"
-        ))
-    }
-
     async fn send(&self, action: Action) -> Result<(), ClientError> {
-        self.requests
-            .send(CampaignRequest {
-                action: Some(action),
-            })
-            .await
-            .map_err(|_| ClientError::Protocol("campaign stream closed".into()))
+        let request = CampaignRequest {
+            action: Some(action),
+        };
+        if self.stream.send(request).await {
+            Ok(())
+        } else {
+            Err(ClientError::Protocol("campaign stream closed".into()))
+        }
     }
 
     /// Until when the server last vouched for the leadership, by this process's clock (`None`
@@ -346,7 +262,7 @@ impl Candidate {
     /// confirmation (a renewal, or a resume elsewhere) came in time. A candidate without a
     /// resume grace hears no renewals: this is then its `elected`'s validity only.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.leading.as_ref().map(|leading| leading.valid_until)
+        self.stream.valid_until()
     }
 
     /// Waits until this candidate leads; returns its term.
@@ -373,7 +289,7 @@ impl Candidate {
             Event::Proclaimed(_) => {
                 // A resumed leadership publishes this value again.
                 self.proclaiming = None;
-                self.start.value = value;
+                self.stream.kind.0.value = value;
                 Ok(())
             }
             Event::Lost(lost) => Err(ClientError::Protocol(format!(
@@ -426,12 +342,15 @@ impl Drop for Candidate {
             action: Some(Action::Resign(pb::Resign {})),
         };
         // Closed: the stream already ended.
-        let sent = self.requests.try_send(resign);
+        let Some(requests) = self.stream.line.requests.clone() else {
+            return;
+        };
+        let sent = requests.try_send(resign);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (requests, responses) = (self.requests.clone(), self.responses.take());
-        let ttl = Duration::from_millis(u64::from(self.start.ttl_ms));
+        let responses = self.stream.line.responses.take();
+        let ttl = Duration::from_millis(u64::from(self.stream.kind.0.ttl_ms));
         runtime.spawn(async move {
             let _ = tokio::time::timeout(ttl, async move {
                 // Full (the transport is behind): sent once there is room.

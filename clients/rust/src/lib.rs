@@ -6,6 +6,11 @@
 //! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
 //!   a held lease resumes on another server on its own when its stream breaks.
 //! - [`election`]: `campaign`, `leader`, `observe`.
+//! - [`session`]: many leases and leaderships on one stream.
+//!
+//! A lease and a leadership run on one held-stream core (`stream.rs`: renewals, this process's
+//! clock, resuming on the next replica), and every held thing, a session's leases too, keeps
+//! its belief the same way (`held.rs`), as Node's client does in `held.ts`.
 //! - `fence` (with the `fence` feature, which brings the fred Redis client): the protected
 //!   resource's side, a value that refuses stale fencing tokens.
 //!
@@ -42,11 +47,13 @@ pub mod election;
 mod error;
 #[cfg(feature = "fence")]
 pub mod fence;
+mod held;
 pub mod lease;
 pub mod pb;
 pub mod refusal;
 pub mod replicas;
 pub mod session;
+mod stream;
 
 pub use client::{BearerToken, Client, ConnectOptions, Transport};
 pub use election::{Candidate, Leader, Observation};
