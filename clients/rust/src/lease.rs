@@ -1,5 +1,5 @@
 //! Holding a lock through the `Lease` stream, as a guard that knows when the lock is gone: the
-//! lease's options, its messages as a [`Kind`] of the one held-stream core ([`crate::stream`]),
+//! lease's options, its messages as a `Kind` of the one held-stream core (`stream.rs`),
 //! and the task that follows it for the guard.
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -15,14 +15,14 @@
 //! ```
 //!
 //! One task per session reads the stream and keeps, for every lease, until when the server last
-//! vouched for it (as every held thing does, [`crate::held`]: from its `acquired`, then from every later
+//! vouched for it (as every held thing does, `held.rs`: from its `acquired`, then from every later
 //! `kept_alive`); a lease that passes that instant unconfirmed is lost by this process's clock.
 //! When the stream breaks (its server stopped or crashed) and the session has a resume grace, the
 //! task opens a new session on any replica and takes every lease back by its token, with the
 //! same ids, tokens and fencing tokens; a lease it cannot take back in time is lost alone.
 //!
-//! Here: the session and its leases as their holders use them. [`task`]: the task behind the
-//! session ([`events`]: what it does with each message of the server); [`leases`]: the leases as
+//! Here: the session and its leases as their holders use them. `task`: the task behind the
+//! session (`events`: what it does with each message of the server); `leases`: the leases as
 //! the task knows them.
 
 mod events;
