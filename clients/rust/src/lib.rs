@@ -5,7 +5,7 @@
 //! - [`replicas`]: one address or several (a list, a DNS name), and moving to another on failure.
 //! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
 //!   a held lease resumes on another server on its own when its stream breaks.
-//! - [`election`]: `campaign`, `leader`, `observe`.
+//! - [`election`]: `campaign`, `leader`; [`observation`]: `observe`.
 //! - [`session`]: many leases and leaderships on one stream.
 //!
 //! A lease and a leadership run on one held-stream core (`stream.rs`: renewals, this process's
@@ -49,6 +49,7 @@ mod error;
 pub mod fence;
 mod held;
 pub mod lease;
+pub mod observation;
 pub mod pb;
 pub mod refusal;
 pub mod replicas;
@@ -56,9 +57,10 @@ pub mod session;
 mod stream;
 
 pub use client::{BearerToken, Client, ConnectOptions, Transport};
-pub use election::{Candidate, Leader, Observation};
+pub use election::{Candidate, Leader};
 pub use error::ClientError;
 pub use lease::{LeaseBuilder, LeaseGuard, Outage};
+pub use observation::Observation;
 pub use refusal::Refusal;
 pub use replicas::Replicas;
 pub use session::{Session, SessionBuilder, SessionLeader, SessionLease};

@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Ask, unconfirmed_release};
+use super::Ask;
+use super::holds::unconfirmed_release;
 use crate::ClientError;
 use crate::held::{Belief, Keeper, LeaseState};
 
