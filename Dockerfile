@@ -7,6 +7,9 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY src src
+# The Rust client, a member of the workspace (the CLI uses it); its stubs come from proto/.
+COPY clients/rust/Cargo.toml clients/rust/build.rs clients/rust/README.md clients/rust/
+COPY clients/rust/src clients/rust/src
 # fred, patched (see vendor/README.md).
 COPY vendor vendor
 # Declared in Cargo.toml: copied so every declared target exists (it is not built here).

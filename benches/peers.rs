@@ -29,7 +29,7 @@ mod figures;
 mod paths;
 
 use figures::{Figures, print_uncontended};
-use leasehold::client::Client;
+use leasehold_client::Client;
 use paths::{BenchError, direct_redis, lease_stream, sequential, unary, unexpected};
 use support::{RedisServer, TestServer, free_port};
 use tonic::transport::Channel;

@@ -20,7 +20,7 @@ mod support;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::client::{Client, LeaseGuard, Outage};
+use leasehold_client::{Client, LeaseGuard, Outage};
 use support::{RedisServer, Replicas};
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 //! Run it against `scripts/serve.sh`: `cargo run --example hold_lock`.
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError};
+use leasehold_client::{Client, ClientError};
 
 #[tokio::main]
 async fn main() -> Result<(), ClientError> {

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError};
+use leasehold_client::{Client, ClientError};
 
 #[tokio::main]
 async fn main() -> Result<(), ClientError> {

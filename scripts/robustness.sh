@@ -89,16 +89,16 @@ broken token-without-counter chaos::holder_server_killed checker \
   "  redis.call('SET', KEYS[2], fence)
   if kind" \
   "  if kind"
-# A fenced resource that forgets to compare tokens (the client's helper, src/client/fenced.lua):
+# A fenced resource that forgets to compare tokens (the client's helper, clients/rust/src/fenced.lua):
 # the frozen client's late write is accepted.
 broken fence-not-compared chaos::holder_client_frozen_then_writes_late checker \
-  src/client/fenced.lua \
+  clients/rust/src/fenced.lua \
   "if token < seen then" \
   "if false then"
 # A client that believes the server three times as long as it vouched for the lease: the
 # holder's server freezes, and the holder still believes when the next holder takes over.
 broken validity-overstated chaos::holder_server_paused_longer_than_the_ttl checker \
-  src/client/lease.rs \
+  clients/rust/src/held.rs \
   "    from_receipt.min(opened + Duration::from_millis(valid_to_ms))" \
   "    opened + 3 * Duration::from_millis(valid_to_ms)"
 # The seed's third rule undone: extend.lua and extend_many.lua (one renewal goes through either,

@@ -12,10 +12,9 @@
 //! Beside them, for every layer: [`error`] (one error type, one mapping to gRPC statuses),
 //! [`tasks`] (every background task and the shutdown signal), [`metrics`] (Prometheus, per
 //! server), [`tls`] (TLS configurations from PEM files) and [`pb`] (the contract).
-//! [`client`] is the Rust SDK; it uses only [`pb`]. The `leasehold` binary's commands live in
-//! `src/cli/`, outside the library.
+//! The `leasehold` binary's commands live in `src/cli/`, outside the library; they use the Rust
+//! client, its own crate in `clients/rust` (`leasehold-client`).
 
-pub mod client;
 pub mod error;
 pub mod lease;
 pub mod metrics;

@@ -232,14 +232,14 @@ async fn holder_server_cut_off_from_its_clients() {
 /// do: that late write carries the old fencing token, and the resource refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes() {
-    use leasehold::client::fence::{Fenced, FencedKey};
+    use leasehold_client::fence::{Fenced, FencedKey};
     let redis = RedisServer::start();
     let server = ServerProcess::start(&redis, SERVER_FLAGS);
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("paused-client");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let marks = dir.join(format!("marks-{}", redis.port()));
     let _ = std::fs::remove_file(&marks);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/src/client/fenced.lua");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/rust/src/fenced.lua");
     // `write V`: the fenced write of V with this run's token, its answer appended to the marks.
     let command = format!(
         "write() {{ echo \"$1 $(redis-cli -p {port} EVAL \"$(cat {script})\" 2 res:fence res $LEASEHOLD_FENCING_TOKEN $1 | tr '\\n' ' ')\" >> {marks}; }}; \
@@ -282,7 +282,7 @@ async fn a_client_process_paused_longer_than_the_ttl_is_fenced_out_when_it_wakes
         signal_group(child, "STOP");
     }
     let stopped_at = Instant::now();
-    let client = leasehold::client::Client::connect(server.url())
+    let client = leasehold_client::Client::connect(server.url())
         .await
         .expect("connect");
     let next = client

@@ -511,7 +511,7 @@ async fn runs_with_a_limit_overlap_at_most_that_many() {
 async fn status_shows_every_holder_and_shared_runs_share() {
     let redis = RedisServer::start();
     let server = TestServer::start(&redis).await;
-    let client = leasehold::client::Client::connect(server.url())
+    let client = leasehold_client::Client::connect(server.url())
         .await
         .unwrap();
     let mut permits = Vec::new();

@@ -4,7 +4,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError};
+use leasehold_client::{Client, ClientError};
 use support::*;
 use tonic::Code;
 

@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
-use leasehold::client::{Client, ClientError};
+use leasehold_client::{Client, ClientError};
 use support::*;
 use tokio::time::Instant;
 use tonic::Code;
@@ -163,7 +163,7 @@ async fn conformance_election_handover() {
 }
 
 /// The status a refused lease ended with.
-fn refusal(result: Result<leasehold::client::LeaseGuard, ClientError>) -> tonic::Status {
+fn refusal(result: Result<leasehold_client::LeaseGuard, ClientError>) -> tonic::Status {
     match result {
         Err(ClientError::Status(status)) => status,
         other => panic!("expected a refusal, got {other:?}"),
@@ -263,7 +263,7 @@ async fn three_replicas_holding() -> (
     RedisServer,
     fred::prelude::Client,
     Replicas,
-    leasehold::client::LeaseGuard,
+    leasehold_client::LeaseGuard,
 ) {
     let redis = RedisServer::start();
     let direct = redis.client().await;
@@ -281,7 +281,7 @@ async fn three_replicas_holding() -> (
 /// The lease on `name` still ours (not lost, its key holding its token, its fencing token
 /// unchanged), and a thief with no wait through each server in `through` refused.
 async fn still_held(
-    guard: &leasehold::client::LeaseGuard,
+    guard: &leasehold_client::LeaseGuard,
     direct: &fred::prelude::Client,
     through: &[&ServerProcess],
 ) {

@@ -5,8 +5,8 @@ use crate::support;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
-use leasehold::client::Client;
-use leasehold::client::{Candidate, Leader, Observation};
+use leasehold_client::Client;
+use leasehold_client::{Candidate, Leader, Observation};
 use support::*;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};

@@ -251,7 +251,7 @@ async fn a_redis_that_hides_its_policy_is_served_with_a_warning_and_a_metric() {
     );
     assert_eq!(samples.get(&unknown), Some(&1.0), "{samples:#?}");
     // It serves.
-    let client = leasehold::client::Client::connect(url.clone())
+    let client = leasehold_client::Client::connect(url.clone())
         .await
         .unwrap();
     let guard = client.lease("unchecked").acquire().await.unwrap();
@@ -288,7 +288,7 @@ async fn allow_eviction_serves_with_a_warning_at_every_start() {
     for _ in 0..2 {
         let mut child = serve(&["--redis", &lru.url()], &["--redis-allow-eviction"]);
         let (url, _) = started(&mut child, false).await;
-        let client = leasehold::client::Client::connect(url.clone())
+        let client = leasehold_client::Client::connect(url.clone())
             .await
             .unwrap();
         let guard = client.lease("accepted").acquire().await.unwrap();

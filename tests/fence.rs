@@ -2,7 +2,7 @@
 
 use crate::support;
 
-use leasehold::client::fence::{Fenced, FencedKey};
+use leasehold_client::fence::{Fenced, FencedKey};
 use support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fred::prelude::ClientLike;
-use leasehold::client::{Client, LeaseGuard};
+use leasehold_client::{Client, LeaseGuard};
 use support::*;
 use tokio::time::{Instant, sleep_until};
 

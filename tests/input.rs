@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use fred::prelude::ClientLike;
 use http_body_util::{BodyExt, Full};
-use leasehold::client::{Client, ClientError, Leader};
 use leasehold::pb::campaign_request::Action;
 use leasehold::pb::campaign_response::Event as CampaignEvent;
 use leasehold::pb::election_service_client::ElectionServiceClient;
@@ -21,6 +20,7 @@ use leasehold::pb::{
     ReleaseRequest,
 };
 use leasehold::server::ServerConfig;
+use leasehold_client::{Client, ClientError, Leader};
 use support::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -165,7 +165,7 @@ async fn malformed_and_oversized_frames_get_a_status_and_disturb_nothing() {
         status.message()
     );
     // With its details, like every other refusal (docs/errors.md).
-    let refusal = leasehold::client::Refusal::of(&status).expect("details");
+    let refusal = leasehold_client::Refusal::of(&status).expect("details");
     assert_eq!(refusal.reason, "MESSAGE_TOO_LARGE");
     assert_eq!(
         refusal.metadata.get("limit"),

@@ -6,10 +6,10 @@ use crate::support;
 use std::time::Duration;
 
 use fred::prelude::*;
-use leasehold::client::Client;
 use leasehold::lease::waiting::WaitConfig;
 use leasehold::server::ServerConfig;
 use leasehold::store::keys::lock_keys;
+use leasehold_client::Client;
 use support::*;
 
 const TTL: Duration = Duration::from_millis(1_000);

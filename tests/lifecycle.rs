@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use fred::prelude::ClientLike;
-use leasehold::client::Client;
+use leasehold_client::Client;
 use support::*;
 use tokio::time::Instant;
 

@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::client::{Client, ConnectOptions};
 use leasehold::server::ServerConfig;
 use leasehold::server::auth::{AuthPolicy, token_digest};
 use leasehold::store::{RedisSettings, Store};
 use leasehold::tls::TlsFiles;
+use leasehold_client::{Client, ConnectOptions};
 use support::certs::{TempDir, TestCa};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -413,9 +413,9 @@ fn as_token(server: &TestServer, token: &str) -> ConnectOptions {
     ConnectOptions::new(server.url()).token(Some(token.to_owned()))
 }
 
-fn code(error: leasehold::client::ClientError) -> Code {
+fn code(error: leasehold_client::ClientError) -> Code {
     match error {
-        leasehold::client::ClientError::Status(status) => status.code(),
+        leasehold_client::ClientError::Status(status) => status.code(),
         other => panic!("not a status: {other}"),
     }
 }
@@ -664,7 +664,7 @@ async fn a_config_file_is_honoured_and_flags_and_variables_override_it() {
     // An on/off switch from the file (`echo = true`): the echo service is served.
     let echoed = client
         .echo()
-        .echo(leasehold::pb::bench::EchoRequest {
+        .echo(leasehold_client::pb::bench::EchoRequest {
             payload: b"x".to_vec(),
             redis: false,
         })
@@ -734,8 +734,8 @@ fn read_listen_url(child: &mut std::process::Child) -> String {
 async fn every_limit_answers_resource_exhausted_naming_itself() {
     let redis = RedisServer::start();
     let direct = redis.client().await;
-    let exhausted = |error: leasehold::client::ClientError, limit: &str| match error {
-        leasehold::client::ClientError::Status(status) => {
+    let exhausted = |error: leasehold_client::ClientError, limit: &str| match error {
+        leasehold_client::ClientError::Status(status) => {
             assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
             assert!(status.message().contains(limit), "{status:?}");
         }

@@ -447,12 +447,12 @@ async fn a_server_refuses_to_start_on_an_even_count_or_without_a_majority() {
 async fn read_write_locks_hold_on_a_majority_and_semaphores_are_refused() {
     let primaries = primaries();
     let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
-    let client = leasehold::client::Client::connect(server.url())
+    let client = leasehold_client::Client::connect(server.url())
         .await
         .expect("connect");
     // Majorities of different holders need not meet on a primary that counts them all.
     match client.lease("pool").limit(3).acquire().await {
-        Err(leasehold::client::ClientError::Status(status)) => {
+        Err(leasehold_client::ClientError::Status(status)) => {
             assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
             assert!(status.message().contains("Redlock"), "{}", status.message());
         }
@@ -518,7 +518,7 @@ async fn health_follows_the_majority_of_primaries() {
     let mut lease = LeaseStream::acquire(&mut client, "job", 1_000, 0, "").await;
     lease.acquired().await;
     assert!(lease.release().await);
-    let client = leasehold::client::Client::connect(server.url())
+    let client = leasehold_client::Client::connect(server.url())
         .await
         .unwrap();
     assert!(client.serving().await.unwrap(), "two of five down");
@@ -567,11 +567,11 @@ async fn chaos_the_lock_key_expires_early_under_the_holder() {
 async fn a_session_refuses_campaigns_and_semaphores_on_redlock_as_the_other_paths_do() {
     let primaries = primaries();
     let server = TestServer::start_redlock(&urls(&primaries), fast_keepalive()).await;
-    let client = leasehold::client::Client::connect(server.url())
+    let client = leasehold_client::Client::connect(server.url())
         .await
         .expect("connect");
-    let status_of = |outcome: Result<_, leasehold::client::ClientError>| match outcome {
-        Err(leasehold::client::ClientError::Status(status)) => status,
+    let status_of = |outcome: Result<_, leasehold_client::ClientError>| match outcome {
+        Err(leasehold_client::ClientError::Status(status)) => status,
         Err(other) => panic!("expected a refusal, got {other:?}"),
         Ok(_) => panic!("expected a refusal, got a lease"),
     };

@@ -5,10 +5,11 @@ use crate::support;
 
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError, LeaseGuard};
 use leasehold::pb::lease_request::Action;
 use leasehold::pb::lease_response::Event;
-use leasehold::pb::{self, LeaseAcquire, LeaseMode, LeaseRequest};
+use leasehold::pb::{self, LeaseAcquire, LeaseRequest};
+use leasehold_client::pb::LeaseMode;
+use leasehold_client::{Client, ClientError, LeaseGuard};
 use support::permits::Churn;
 use support::proxy::Proxy;
 use support::*;

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use leasehold::client::Client;
+use leasehold_client::Client;
 use support::sentinel::RedisSentinel;
 use support::*;
 

@@ -6,11 +6,11 @@ use crate::support;
 use std::time::Duration;
 
 use fred::prelude::KeysInterface;
-use leasehold::client::{Client, Refusal};
 use leasehold::pb::session_request::Action;
 use leasehold::pb::session_response::Event;
 use leasehold::pb::session_service_client::SessionServiceClient;
 use leasehold::pb::{self, SessionRequest, SessionResponse};
+use leasehold_client::{Client, Refusal};
 use support::*;
 use tokio::sync::mpsc;
 use tokio::time::Instant;

@@ -190,7 +190,7 @@ async fn list_reports_held_locks_only_and_says_when_it_stops_short() {
         assert!(taken.acquired);
     }
     // Neither an election's lease nor a foreign key under the prefix is a lock.
-    let _candidate = leasehold::client::Client::connect(_server.url())
+    let _candidate = leasehold_client::Client::connect(_server.url())
         .await
         .unwrap()
         .campaign("a", "x", Duration::from_secs(30))

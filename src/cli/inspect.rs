@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
-use leasehold::client::{Client, ConnectOptions};
-use leasehold::pb;
+use leasehold_client::pb;
+use leasehold_client::{Client, ConnectOptions};
 
 use super::fail;
 

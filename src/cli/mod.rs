@@ -24,10 +24,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use leasehold::client::{ClientError, ConnectOptions};
 use leasehold::server::MAX_REQUEST_BYTES;
 use leasehold::server::admission::{DEFAULT_MAX_LEASES, DEFAULT_MAX_LEASES_PER_CONNECTION};
 use leasehold::store::connection::DEFAULT_MAX_IN_FLIGHT;
+use leasehold_client::{ClientError, ConnectOptions};
 use tonic::Code;
 
 /// The lock stayed taken for the whole wait (EX_TEMPFAIL).

@@ -2,7 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use leasehold::pb;
+use leasehold_client::pb;
 use tokio::time::Instant;
 
 /// A spinner line on stderr while waiting; nothing when stderr is not a terminal.

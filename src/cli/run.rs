@@ -26,8 +26,8 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use leasehold::client::{Client, ClientError, ConnectOptions, LeaseGuard};
-use leasehold::pb;
+use leasehold_client::pb;
+use leasehold_client::{Client, ClientError, ConnectOptions, LeaseGuard};
 
 use super::group::{self, Group};
 use super::progress::StatusLine;
@@ -287,7 +287,7 @@ async fn acquire_showing_progress(
 /// Why `run` gave up, in one sentence: who holds the lock and when it frees at the latest, read
 /// from the status details; the server's message when it sent none.
 fn not_acquired(options: &RunOptions, status: &tonic::Status) -> String {
-    let Some(refusal) = leasehold::client::Refusal::of(status) else {
+    let Some(refusal) = leasehold_client::Refusal::of(status) else {
         return status.message().to_owned();
     };
     let holder = refusal.holder.unwrap_or_default();

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::fence::{Fenced, FencedKey};
-use leasehold::client::{Client, LeaseGuard, Session, SessionLease};
+use leasehold_client::fence::{Fenced, FencedKey};
+use leasehold_client::{Client, LeaseGuard, Session, SessionLease};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -834,7 +834,7 @@ impl Worker {
 
     /// Takes the lock through the server in use: on a Lease stream of its own, or on that
     /// server's session (opened again once it ended).
-    async fn acquire(&mut self) -> Result<Guard, leasehold::client::ClientError> {
+    async fn acquire(&mut self) -> Result<Guard, leasehold_client::ClientError> {
         let client = &self.routes[self.server].1;
         let holder = format!("worker-{}", self.id);
         let Some(sessions) = &mut self.sessions else {
@@ -1007,7 +1007,7 @@ impl Guard {
         }
     }
 
-    async fn release(self) -> Result<bool, leasehold::client::ClientError> {
+    async fn release(self) -> Result<bool, leasehold_client::ClientError> {
         match self {
             Guard::Stream(guard) => guard.release().await,
             Guard::Session(lease) => lease.release().await,

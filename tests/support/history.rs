@@ -125,7 +125,7 @@ impl History {
         &self,
         client: usize,
         called: Instant,
-        answer: Result<u64, &leasehold::client::ClientError>,
+        answer: Result<u64, &leasehold_client::ClientError>,
     ) -> Instant {
         let now = Instant::now();
         let (returned, outcome, token) = match answer {

@@ -889,7 +889,7 @@ impl Replicas {
         let url = self.servers[i].url();
         within(EVENT_TIMEOUT, "the replica serves again", async {
             loop {
-                if let Ok(client) = leasehold::client::Client::connect(url.clone()).await
+                if let Ok(client) = leasehold_client::Client::connect(url.clone()).await
                     && client.serving().await.unwrap_or(false)
                 {
                     return;
@@ -911,7 +911,7 @@ impl Replicas {
 /// the Redis mode behind both.
 pub async fn a_lease_moves_when_its_server_stops(a: TestServer, b: &TestServer) {
     let ttl = Duration::from_secs(2);
-    let client = leasehold::client::Client::connect(format!("{},{}", a.url(), b.url()))
+    let client = leasehold_client::Client::connect(format!("{},{}", a.url(), b.url()))
         .await
         .unwrap();
     let guard = client.lease("moving").ttl(ttl).acquire().await.unwrap();
@@ -919,7 +919,7 @@ pub async fn a_lease_moves_when_its_server_stops(a: TestServer, b: &TestServer) 
     // Past the validity it had when its server stopped: not resumed, it would be lost by now.
     tokio::time::sleep(ttl).await;
     assert!(!guard.is_lost(), "lost: {}", guard.lost().await);
-    let via_b = leasehold::client::Client::connect(b.url()).await.unwrap();
+    let via_b = leasehold_client::Client::connect(b.url()).await.unwrap();
     let described = via_b.describe("moving").await.unwrap();
     assert_eq!(described.fencing_token, guard.fencing_token());
     let thief = via_b.acquire_once("moving", ttl).await.unwrap();

@@ -2,8 +2,10 @@
 //! lease path would cost if the server did nothing but answer. A lease's added cost is judged
 //! against the Redis round trips it needs plus these.
 
-use leasehold::client::{Client, ClientError};
-use leasehold::pb::bench::{EchoRequest, EchoStreamRequest, EchoStreamResponse, TicksRequest};
+use leasehold_client::pb::bench::{
+    EchoRequest, EchoStreamRequest, EchoStreamResponse, TicksRequest,
+};
+use leasehold_client::{Client, ClientError};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -181,7 +183,7 @@ pub async fn ticking_streams(
     count: usize,
     interval: std::time::Duration,
 ) -> Result<TickingStreams, BenchError> {
-    let interval_ms = leasehold::pb::millis(interval);
+    let interval_ms = leasehold_client::pb::millis(interval);
     let mut readers = Vec::with_capacity(count);
     for i in 0..count {
         let mut ticks = spread(&connections, i, count)?

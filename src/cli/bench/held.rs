@@ -197,8 +197,8 @@ pub(super) async fn held_leases(
 
 /// A session and the leases it holds.
 type HeldSession = (
-    leasehold::client::Session,
-    Vec<leasehold::client::SessionLease>,
+    leasehold_client::Session,
+    Vec<leasehold_client::SessionLease>,
 );
 
 /// Holds `count` leases on distinct names, `per_session` on each session, the sessions spread

@@ -23,8 +23,8 @@ use fred::types::scripts::Script;
 use serde_json::json;
 use tokio::time::Instant;
 
-use leasehold::client::{Client, ConnectOptions};
 use leasehold::store::Token;
+use leasehold_client::{Client, ConnectOptions};
 
 mod contention;
 mod echo;
@@ -43,7 +43,7 @@ use stats::{cpu_seconds, cpu_share_over, redis_cpu_seconds, rss_bytes, script_ca
 use uncontended::uncontended_section;
 
 use figures::{Figures, ms, print_uncontended, ratio};
-use leasehold::client::ClientError;
+use leasehold_client::ClientError;
 use paths::{BenchError, RELEASE_SCRIPT, direct_redis, lease_stream, unary, unexpected};
 
 /// What to measure.

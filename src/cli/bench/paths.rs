@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use leasehold::client::{Client, ClientError, LeaseBuilder};
 use leasehold::store::Token;
+use leasehold_client::{Client, ClientError, LeaseBuilder};
 use tokio::time::Instant;
 
 use super::figures::Figures;

@@ -5,7 +5,7 @@
 use serde_json::json;
 use tonic::Code;
 
-use leasehold::client::{Client, ClientError};
+use leasehold_client::{Client, ClientError};
 
 use super::figures::{Figures, print_uncontended, ratio};
 use super::paths::{BenchError, shaped_lease_stream, unexpected};

@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::fence::{Fenced, FencedKey};
-use leasehold::client::{Client, ClientError, Session};
+use leasehold_client::fence::{Fenced, FencedKey};
+use leasehold_client::{Client, ClientError, Session};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 
-use super::{BearerToken, ClientError, Transport};
+use crate::{BearerToken, ClientError, Transport};
 
 /// How long a connection attempt to one replica may take before the client tries the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -7,8 +7,8 @@
 //! holder can no longer be overwritten by an older holder's read-modify-write.
 //!
 //! ```no_run
-//! # async fn example(redis: fred::prelude::Client, fencing_token: u64) -> Result<(), leasehold::client::fence::FenceError> {
-//! use leasehold::client::fence::{Fenced, FencedKey};
+//! # async fn example(redis: fred::prelude::Client, fencing_token: u64) -> Result<(), leasehold_client::fence::FenceError> {
+//! use leasehold_client::fence::{Fenced, FencedKey};
 //!
 //! let balance = FencedKey::new(redis, "accounts:42:balance").await?;
 //! if let Fenced::Accepted(current) = balance.get(fencing_token).await? {

@@ -1,42 +1,5 @@
-//! The Rust SDK: hold a lock as a guard value that knows when the lock is gone, run for
-//! leader, and guard a resource with fencing tokens.
-//!
-//! - [`Client`] (here): the connection, and the unary calls.
-//! - [`replicas`]: one address or several (a list, a DNS name), and moving to another on failure.
-//! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
-//!   a held lease resumes on another server on its own when its stream breaks.
-//! - [`election`]: `campaign`, `leader`, `observe`.
-//! - [`fence`]: the protected resource's side, a value that refuses stale fencing tokens.
-//!
-//! ```no_run
-//! # async fn do_work(_fencing_token: u64) {}
-//! # async fn example() -> Result<(), leasehold::client::ClientError> {
-//! use std::time::Duration;
-//! use leasehold::client::Client;
-//!
-//! let client = Client::connect("http://127.0.0.1:50051").await?;
-//! let guard = client
-//!     .lease("nightly-report")
-//!     .ttl(Duration::from_secs(10))
-//!     .wait(Duration::from_secs(30))
-//!     .holder("report@host-a")
-//!     .acquire()
-//!     .await?;
-//! tokio::select! {
-//!     reason = guard.lost() => eprintln!("lock lost, stopping: {reason}"),
-//!     () = do_work(guard.fencing_token()) => {}
-//! }
-//! guard.release().await?; // Dropping the guard releases too.
-//! # Ok(())
-//! # }
-//! ```
-
-pub mod election;
-pub mod fence;
-pub mod lease;
-pub mod refusal;
-pub mod replicas;
-pub mod session;
+//! [`Client`]: the connection to a deployment's replicas, how to reach them ([`ConnectOptions`]),
+//! and the unary calls.
 
 use std::time::Duration;
 
@@ -48,48 +11,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::pb::{self, millis};
-pub use election::{Candidate, Leader, Observation};
-pub use lease::{LeaseBuilder, LeaseGuard, Outage};
-pub use refusal::Refusal;
-pub use replicas::Replicas;
-pub use session::{Session, SessionBuilder, SessionLeader, SessionLease};
-
-/// What can go wrong on the client side.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
-    /// A bearer token that cannot be sent as a header (not ASCII).
-    #[error("the bearer token must be printable ASCII")]
-    Token,
-    #[error("invalid server url {url:?}: {source}")]
-    Url {
-        url: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
-    /// The server answered with an error status (e.g. `ABORTED`: the lock is taken).
-    #[error("server refused ({:?}): {}", .0.code(), .0.message())]
-    Status(#[from] Status),
-    /// The server broke the protocol (e.g. ended the stream without an answer).
-    #[error("unexpected answer from the server: {0}")]
-    Protocol(String),
-}
-
-impl ClientError {
-    /// The server's reason and values for refusing, when it refused (e.g. `LOCK_HELD` with the
-    /// holder and when to retry); `None` for errors that are not the server's answer.
-    pub fn refusal(&self) -> Option<Refusal> {
-        match self {
-            ClientError::Status(status) => Refusal::of(status),
-            _ => None,
-        }
-    }
-}
+use crate::{ClientError, LeaseBuilder, Replicas};
 
 /// How to reach a server: its URL, TLS (for `https://`) and a bearer token.
 #[derive(Clone, Debug, Default)]
@@ -155,7 +77,7 @@ impl Interceptor for BearerToken {
 /// A connection to a Leasehold server (one of its replicas). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Client {
-    replicas: Replicas,
+    pub(crate) replicas: Replicas,
 }
 
 /// Whether a call's failure says its server is unreachable or going away, so another replica
@@ -204,7 +126,7 @@ impl Client {
 
     /// Runs a call that may be repeated (it changes nothing, or nothing twice) on the replica
     /// in use, moving on to the next while one is unreachable.
-    async fn idempotent<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    pub(crate) async fn idempotent<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Transport) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -242,10 +164,8 @@ impl Client {
 
     /// The no-op echo service of a server started with `--echo`: the transport's own round trip,
     /// on this client's connection (`leasehold bench` measures leases against it).
-    pub fn echo(&self) -> crate::pb::bench::echo_service_client::EchoServiceClient<Transport> {
-        crate::pb::bench::echo_service_client::EchoServiceClient::new(
-            self.replicas.current().transport,
-        )
+    pub fn echo(&self) -> pb::bench::echo_service_client::EchoServiceClient<Transport> {
+        pb::bench::echo_service_client::EchoServiceClient::new(self.replicas.current().transport)
     }
 
     /// Starts building a lease on `name`.
