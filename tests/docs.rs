@@ -2,7 +2,8 @@
 //! with `#anchor`, to one of its headings; every option the docs name exists in the binary's
 //! `--help`; the exit-status table of docs/cli.md is what src/cli/ returns and what each command's
 //! help says; every alert rule links to its own section of docs/operations.md; the memory a lease
-//! costs is stated in one place; every test file and script is on docs/layout.md's map.
+//! costs is stated in one place; every test file and script is on docs/layout.md's map; the
+//! tour of docs/layout.md names only files that exist and names defined in them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -585,4 +586,176 @@ fn every_test_file_and_script_is_on_the_layout_map() {
             );
         }
     }
+}
+
+/// docs/layout.md's tour: the section from its `## A ten-minute tour` heading to the next.
+fn tour() -> String {
+    let layout = read("docs/layout.md");
+    let start = layout
+        .find("\n## A ten-minute tour")
+        .expect("docs/layout.md has a ten-minute tour");
+    // The map stays the page's first code block: tests/layout.rs reads it there.
+    let map_end = layout.match_indices("```").nth(1).map(|(at, _)| at);
+    assert!(
+        map_end.is_some_and(|end| end < start),
+        "the tour must come after the map"
+    );
+    let section = &layout[start + 1..];
+    let end = section.find("\n## ").unwrap_or(section.len());
+    section[..end].to_owned()
+}
+
+/// The tour's paragraphs and list items, each as its inline code spans in order.
+fn tour_blocks(tour: &str) -> Vec<Vec<String>> {
+    let mut blocks: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for line in prose(tour) {
+        let trimmed = line.trim_start();
+        let item = trimmed.starts_with("- ")
+            || trimmed
+                .split_once(". ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if trimmed.is_empty() || item {
+            blocks.push(std::mem::take(&mut current));
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    blocks.push(current);
+    blocks
+        .iter()
+        .map(|block| {
+            block
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// A code span that names a file or folder of the repository: no spaces, a `/`.
+fn is_path(span: &str) -> bool {
+    span.contains('/')
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+}
+
+/// A code span that names an item of a file (`fate`, `Life::take`, `fate()`): its parts.
+fn item_path(span: &str) -> Option<Vec<&str>> {
+    let span = span.strip_suffix("()").unwrap_or(span);
+    let parts: Vec<&str> = span.split("::").collect();
+    let identifier = |part: &&str| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    parts.iter().all(identifier).then_some(parts)
+}
+
+/// Whether `text` has `word` right after `before` (`"fn "`, `"message "`), as a whole word.
+fn follows(text: &str, before: &str, word: &str) -> bool {
+    let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let wanted = format!("{before}{word}");
+    text.match_indices(wanted.as_str()).any(|(at, _)| {
+        !ident(text[..at].chars().next_back()) && !ident(text[at + wanted.len()..].chars().next())
+    })
+}
+
+/// Whether the file at `path` (Rust, Lua or protobuf) defines `name`: a Rust item, an `impl`
+/// of or for it, an enum variant or a field; a Lua function, or a Redis command the script
+/// calls; a protobuf message, enum, service, RPC or field. Comment lines do not count.
+fn defines(path: &str, text: &str, name: &str) -> bool {
+    let (comment, keywords): (&str, &[&str]) = match path.rsplit('.').next() {
+        Some("rs") => (
+            "//",
+            &[
+                "fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ", "mod ",
+            ],
+        ),
+        Some("lua") => ("--", &["function "]),
+        Some("proto") => ("//", &["message ", "enum ", "service ", "rpc "]),
+        _ => return false,
+    };
+    let code: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with(comment))
+        .collect();
+    code.iter().any(|line| {
+        let declared = keywords.iter().any(|keyword| follows(line, keyword, name));
+        let rust = path.ends_with(".rs") && {
+            let bare = ["pub(crate) ", "pub(super) ", "pub "]
+                .iter()
+                .find_map(|vis| line.strip_prefix(vis))
+                .unwrap_or(line);
+            let member = bare.strip_prefix(name).is_some_and(|rest| {
+                rest.is_empty() || [",", "(", " {", ":"].iter().any(|p| rest.starts_with(p))
+            });
+            (line.starts_with("impl") && follows(line, "", name)) || member
+        };
+        let lua = path.ends_with(".lua") && follows(line, "redis.call('", name);
+        let field = path.ends_with(".proto") && follows(line, "", &format!("{name} ="));
+        declared || rust || lua || field
+    })
+}
+
+#[test]
+fn the_tour_of_the_code_names_files_that_exist_and_what_they_define() {
+    let tour = tour();
+    let lines = tour.lines().count();
+    assert!(
+        lines <= 150,
+        "the ten-minute tour is {lines} lines; keep it short enough to read in ten minutes"
+    );
+    let mut paths = Vec::new();
+    let mut items = 0;
+    for spans in tour_blocks(&tour) {
+        let mut file: Option<(String, String)> = None;
+        for span in spans {
+            if is_path(&span) {
+                let full = root().join(&span);
+                assert!(
+                    full.exists(),
+                    "the tour names {span}, which is not in the tree"
+                );
+                file = full.is_file().then(|| (span.clone(), read(&span)));
+                paths.push(span);
+            } else if let Some(parts) = item_path(&span) {
+                let Some((path, text)) = &file else {
+                    panic!(
+                        "the tour names `{span}` after no file of its paragraph: name the file first"
+                    );
+                };
+                for part in parts {
+                    assert!(
+                        defines(path, text, part),
+                        "the tour says `{span}` is in {path}, which defines no {part}"
+                    );
+                }
+                items += 1;
+            }
+        }
+    }
+    // One lease through every layer: proto -> server -> lease -> store -> scripts, and the client.
+    for layer in [
+        "proto/",
+        "src/server/",
+        "src/lease/",
+        "src/store/",
+        "clients/rust/",
+    ] {
+        assert!(
+            paths.iter().any(|path| path.starts_with(layer)),
+            "the tour never opens a file under {layer}"
+        );
+    }
+    assert!(
+        paths.iter().any(|path| path.ends_with(".lua")),
+        "the tour never reaches a script"
+    );
+    assert!(items >= 40, "the tour names only {items} items of the code");
 }
