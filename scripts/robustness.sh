@@ -112,12 +112,13 @@ broken extend-without-token chaos::lock_key_expires_early_under_the_holder check
   src/store/locks/extend_many.lua \
   "  if ours(value, token) then" \
   "  if value then"
-# A campaign that steps down on a bare half-close (the server's keepalive cutting a frozen
-# leader's connection): the next candidate is elected while the frozen leader still believes.
-broken campaign-steps-down-on-half-close conformance::conformance_frozen_leader_not_replaced test \
-  src/server/driver.rs \
-  "Move::HalfClosed if spec.resume_grace.is_some() => {" \
-  "Move::HalfClosed if spec.resume_grace.is_some() && K::WORDS.stream != \"campaign\" => {"
+# A lease (a leadership among them) let go on a bare half-close, the grace kept only for a
+# broken stream (the server's keepalive cutting a frozen leader's connection half-closes it):
+# the next candidate is elected while the frozen leader still believes.
+broken steps-down-on-half-close conformance::conformance_frozen_leader_not_replaced test \
+  src/lease/life.rs \
+  "(phase, End::HalfClosed | End::Broken) if resumable && phase.believed() => Fate::Keep," \
+  "(phase, End::Broken) if resumable && phase.believed() => Fate::Keep,"
 # A `leasehold run` that signals only its direct child: the command's own children (a shell's
 # background job, a pool's workers) run on after the lease is lost.
 broken run-signals-only-its-child cli::a_lost_lease_stops_the_commands_whole_process_tree test \
