@@ -5,7 +5,8 @@
 //! never came (a timeout, a client that left mid-wait) may still have landed in Redis, so from
 //! that moment every exit must let go. Its `Drop` lets go in the background unless an explicit
 //! [`HeldLease::release`] did, or the lease is known not to be held ([`HeldLease::disarm`]), so
-//! no branch of any stream can forget it.
+//! no branch of any stream can forget it. A resume is the exception: it creates nothing, so it
+//! is armed only once resumed ([`HeldLease::claim_held`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -150,6 +151,21 @@ impl<H: Holding> HeldLease<H> {
 
     pub fn token(&self) -> &Token {
         &self.claim.token
+    }
+
+    /// Claims a lease its holder already holds, to resume it: nothing to let go on drop until
+    /// it is resumed ([`HeldLease::arm`]). A resume creates nothing, so one given up, or whose
+    /// answer never came, must never release the lease its holder believes in.
+    pub fn claim_held(holding: H, token: Token) -> Self {
+        HeldLease {
+            claim: Arc::new(Claim { holding, token }),
+            armed: false,
+        }
+    }
+
+    /// Resumed: from now on this stream's, let go on every way out as a lease it took.
+    pub fn arm(&mut self) {
+        self.armed = true;
     }
 
     /// What the renewal scheduler needs to keep this lease alive.

@@ -31,6 +31,11 @@ use crate::store::Token;
 pub enum Phase {
     /// Asked for, not taken yet: in line, or an attempt in flight.
     Waiting,
+    /// Asked to resume a lease its holder already believes in, the answer not in yet. A resume
+    /// creates nothing: the key is the one the holder's earlier stream vouched for, so however
+    /// the resume ends (given up, its stream gone, the server stopping, its answer lost) it
+    /// never lets go of that key unless the holder asks to.
+    Resuming,
     /// Taken, its holder not told yet: only a resumed lease's holder already believes in it,
     /// from what its earlier stream vouched for.
     Granted { resumed: bool },
@@ -41,7 +46,10 @@ pub enum Phase {
 impl Phase {
     /// Whether the holder may believe it holds the lease: what a grace protects.
     fn believed(self) -> bool {
-        matches!(self, Phase::Held | Phase::Granted { resumed: true })
+        matches!(
+            self,
+            Phase::Held | Phase::Resuming | Phase::Granted { resumed: true }
+        )
     }
 }
 
@@ -102,6 +110,14 @@ pub fn fate(phase: Phase, end: End, resumable: bool) -> Fate {
     match (phase, end) {
         (_, End::Lost { cause, reason }) => Fate::Lose { cause, reason },
         (_, End::Superseded(reason)) => Fate::Supersede(reason),
+        // A resume creates nothing: the key is what another stream (perhaps on another replica)
+        // keeps for its grace, or what the resume renewed unanswered. Letting it go would let
+        // the next holder in while the holder still believes in it, and may resume it again:
+        // only the holder's release lets it go. (Found in review: a session that ended with a
+        // resume in flight released the key, and the next waiter took it at once.)
+        (Phase::Resuming, End::ReleaseAsked) => Fate::Release,
+        (Phase::Resuming, End::Shutdown) => Fate::HandOver,
+        (Phase::Resuming, _) => Fate::Keep,
         (Phase::Waiting, End::ReleaseAsked | End::HalfClosed) => Fate::GiveUp,
         (Phase::Waiting, _) | (_, End::Refused) => Fate::LetGo,
         (_, End::ReleaseAsked) => Fate::Release,
@@ -164,8 +180,6 @@ enum Renewals {
 pub struct Life<H: Holding> {
     lease: HeldLease<H>,
     phase: Phase,
-    /// Whether it resumes a lease its holder already believes in.
-    resuming: bool,
     ttl: Duration,
     grace: Option<Duration>,
     /// Which attachment of the lease this is (a resumed lease's is above 0).
@@ -174,17 +188,20 @@ pub struct Life<H: Holding> {
 }
 
 impl<H: Holding> Life<H> {
-    /// The lease `spec` asks for, claimed before the first attempt: a resumed lease is the one
-    /// its token already holds.
+    /// The lease `spec` asks for, claimed before the first attempt (dropped, it is let go). A
+    /// resumed lease is the one its token already holds: [`Phase::Resuming`], it is let go on
+    /// drop only once granted, as [`fate`] keeps a resume that ends before.
     pub fn claim(holding: H, spec: &LeaseSpec) -> Self {
-        let token = match &spec.resume {
-            Some(secret) => Token::from_client(secret.clone()),
-            None => Token::random(),
+        let (lease, phase) = match &spec.resume {
+            Some(secret) => {
+                let token = Token::from_client(secret.clone());
+                (HeldLease::claim_held(holding, token), Phase::Resuming)
+            }
+            None => (HeldLease::claim(holding, Token::random()), Phase::Waiting),
         };
         Life {
-            lease: HeldLease::claim(holding, token),
-            phase: Phase::Waiting,
-            resuming: spec.resume.is_some(),
+            lease,
+            phase,
             ttl: spec.ttl,
             grace: spec.resume_grace,
             attachment: 0,
@@ -212,7 +229,10 @@ impl<H: Holding> Life<H> {
     /// the metrics; `on_waiting` hears the waiter's state. A candidate (`waits_again`) waits
     /// again after each longest wait, as long as it lives. A refusal (Redis said someone else
     /// holds it) disarms the lease: nothing of ours to let go. Any other error leaves it armed:
-    /// an attempt whose outcome is unknown may have landed, and is let go on drop.
+    /// an attempt whose outcome is unknown may have landed, and is let go on drop. A resume is
+    /// never armed before it is granted: not ours, or unknown if no answer came, a lease this
+    /// stream did not get back is never released by it (one that landed unanswered expires by
+    /// its TTL, or is resumed again).
     pub async fn take(
         &mut self,
         spec: &LeaseSpec,
@@ -220,14 +240,8 @@ impl<H: Holding> Life<H> {
         waits_again: bool,
         mut on_waiting: impl FnMut(&WaitingState),
     ) -> Result<Acquisition> {
-        if self.resuming {
-            let resumed = resume(&self.lease, spec).await;
-            if resumed.is_err() {
-                // Not ours (or unknown, if no answer came): never release a lease this stream
-                // did not get back; a resume that landed unanswered expires by its TTL.
-                self.lease.disarm();
-            }
-            return resumed;
+        if self.phase == Phase::Resuming {
+            return resume(&self.lease, spec).await;
         }
         loop {
             let metrics = self.metrics().clone();
@@ -250,14 +264,15 @@ impl<H: Holding> Life<H> {
         }
     }
 
-    /// Taken: from now on, its holder may be told. Returns its renewal clock, counted from
-    /// before the command that took it was sent.
+    /// Taken: from now on, its holder may be told, and a resumed lease is this stream's to let
+    /// go as [`fate`] says. Returns its renewal clock, counted from before the command that took
+    /// it was sent.
     pub fn granted(&mut self, acquisition: &Acquisition) -> RenewalClock {
-        self.phase = Phase::Granted {
-            resumed: self.resuming,
-        };
+        let resumed = self.phase == Phase::Resuming;
+        self.phase = Phase::Granted { resumed };
         self.attachment = acquisition.attachment;
-        if self.resuming {
+        if resumed {
+            self.lease.arm();
             self.metrics().moved("resumed");
         }
         RenewalClock::resumable(self.ttl, self.grace, acquisition.sent_at)
@@ -356,8 +371,15 @@ impl<H: Holding> Life<H> {
     /// needs no command: renewed at most a TTL ago, the key already ends within the grace, and
     /// its client was never told more (the attachment check is moot: nothing is shortened).
     /// Only a shorter grace shortens the key, so a deploy of a replica costs Redis nothing per
-    /// lease with the clients' default grace.
+    /// lease with the clients' default grace. A resume not answered yet shortens nothing: the
+    /// stream that kept the lease before did, and one that landed counts an attachment this
+    /// stream never heard of; the key ends by its TTL at the latest.
     async fn keep(&mut self) {
+        if self.phase == Phase::Resuming {
+            self.lease.disarm();
+            info!("resume not answered; the lease is left to its grace or TTL");
+            return;
+        }
         let Some(grace) = self.grace else {
             return;
         };
@@ -394,6 +416,18 @@ mod tests {
         // An explicit release, or a client breaking the protocol, lets go whatever the grace.
         assert_eq!(fate(Phase::Held, End::ReleaseAsked, true), Fate::Release);
         assert_eq!(fate(Phase::Held, End::Refused, true), Fate::LetGo);
+    }
+
+    #[test]
+    fn a_resume_not_answered_yet_is_let_go_only_at_its_holders_request() {
+        for resumable in [false, true] {
+            let fate = |end| fate(Phase::Resuming, end, resumable);
+            for end in [End::HalfClosed, End::Broken, End::Refused] {
+                assert_eq!(fate(end), Fate::Keep);
+            }
+            assert_eq!(fate(End::Shutdown), Fate::HandOver);
+            assert_eq!(fate(End::ReleaseAsked), Fate::Release);
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::lease::life::{End, Life, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::NOT_HELD;
 use crate::lease::spec::LeaseSpec;
+use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Counted, HeldFor};
 use crate::pb::{self, session_response::Event};
 use crate::server::admission::LeaseSlot;
@@ -106,6 +107,31 @@ pub(super) struct Waited {
     name: String,
     outcome: Option<(Kind, Result<Acquisition>)>,
     slot: LeaseSlot,
+}
+
+/// Takes `life`'s lease unless the client releases its id first (`gave_up`): then it ends as
+/// a release asked for before it was held, as its life says. A wait is given up (an attempt in
+/// flight may have taken the lease just then: dropped armed, it is let go); a resume lets go
+/// of the lease its holder no longer wants. (The session's own end drops the wait instead: a
+/// lease in flight is let go, a resume never.)
+async fn take<H: Holding>(
+    life: &mut Life<H>,
+    spec: &LeaseSpec,
+    room: Option<&WaitRoom>,
+    waits_again: bool,
+    on_waiting: impl FnMut(&WaitingState),
+    gave_up: oneshot::Receiver<()>,
+) -> Option<Result<Acquisition>> {
+    let taken = tokio::select! {
+        taken = life.take(spec, room, waits_again, on_waiting) => Some(taken),
+        _ = gave_up => None,
+    };
+    if taken.is_none() {
+        if let Err(error) = life.end(End::ReleaseAsked, |_| {}).await {
+            warn!(%error, "could not let go of a lease given up while resuming; it expires by its TTL");
+        }
+    }
+    taken
 }
 
 impl Session {
@@ -198,24 +224,16 @@ impl Session {
                 })));
             };
             let room = streams.room.as_ref();
-            let taken = async {
-                match start {
-                    Start::Lock(mut life) => {
-                        let outcome = life.take(&spec, room, false, on_waiting).await;
-                        (Kind::Lock(life), outcome)
-                    }
-                    // Candidates wait as long as the session lives, as on a Campaign stream.
-                    Start::Campaign(mut life, stream) => {
-                        let outcome = life.take(&spec, room, true, on_waiting).await;
-                        (Kind::Campaign(life, stream, Box::new(spec)), outcome)
-                    }
+            let outcome = match start {
+                Start::Lock(mut life) => {
+                    let taken = take(&mut life, &spec, room, false, on_waiting, gave_up).await;
+                    taken.map(|outcome| (Kind::Lock(life), outcome))
                 }
-            };
-            let outcome = tokio::select! {
-                taken = taken => Some(taken),
-                // Given up: a lease in flight may have been taken just then; dropped armed, it
-                // is let go.
-                _ = gave_up => None,
+                // Candidates wait as long as the session lives, as on a Campaign stream.
+                Start::Campaign(mut life, stream) => {
+                    let taken = take(&mut life, &spec, room, true, on_waiting, gave_up).await;
+                    taken.map(|outcome| (Kind::Campaign(life, stream, Box::new(spec)), outcome))
+                }
             };
             Waited {
                 id,
