@@ -98,7 +98,7 @@ pub(crate) async fn scrape(addr: &str) -> HashMap<String, f64> {
 
 /// Scrapes until `sample` reaches `value` (metrics are updated as events happen, but the test
 /// sees them only by scraping).
-async fn until_metric(addr: &str, sample: &str, value: f64) -> HashMap<String, f64> {
+pub(crate) async fn until_metric(addr: &str, sample: &str, value: f64) -> HashMap<String, f64> {
     let started = tokio::time::Instant::now();
     loop {
         let metrics = scrape(addr).await;
@@ -126,12 +126,7 @@ async fn metrics_move_as_leases_come_and_go() {
             "billing/",
         ],
     );
-    let line = server.next_line();
-    let addr = line
-        .strip_prefix("leasehold: metrics on http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
+    let addr = server.metrics_addr();
     let client = Client::connect(server.url()).await.unwrap();
 
     let guard = client

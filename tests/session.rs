@@ -66,6 +66,16 @@ impl Raw {
         }));
     }
 
+    /// Asks to resume, as `id`, the lease `token` holds on `name`.
+    fn resume(&self, id: u64, name: &str, token: &str) {
+        self.send(Action::Acquire(pb::SessionAcquire {
+            id,
+            name: name.into(),
+            resume_token: token.into(),
+            ..Default::default()
+        }));
+    }
+
     /// The next message, confirmations included.
     async fn next(&mut self) -> Result<Option<Event>, Status> {
         let message = within(EVENT_TIMEOUT, "a session message", self.events.message()).await;
@@ -465,4 +475,164 @@ async fn a_release_no_server_answers_ends_with_the_leases_validity() {
         late < Duration::from_millis(200),
         "answered {late:?} after the validity"
     );
+}
+
+/// How a resume's stream ends while Redis still has the resume in hand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ResumeEnds {
+    /// The client leaves its session (the connection dropped).
+    ClientLeaves,
+    /// The session's server stops (SIGTERM): the session is handed over.
+    ServerStops,
+    /// The client releases the id it is resuming: the one end that lets the lease go.
+    ClientReleases,
+    /// The client leaves a `Lease` stream, whose driver waits for the resume's answer.
+    LeaseStreamLeft,
+}
+
+/// A resume creates nothing: the key is the one the holder's earlier stream vouched for, and
+/// may have been renewed by the resume itself. A resume abandoned while Redis has it in hand
+/// (its session ended by the client or by a stopping server) must not release it: the next
+/// waiter would get the lock while the holder still believes in it, and resumes it again.
+/// (Found in review: a session dropped its resume in flight, and the lease with it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_in_flight_when_its_stream_ends_never_lets_the_lease_go() {
+    use ResumeEnds::*;
+    const TTL_MS: u32 = 5_000;
+    let redis = RedisServer::start();
+    let direct = redis.client().await;
+    let a = TestServer::start(&redis).await;
+    for (i, how) in [ClientLeaves, ServerStops, ClientReleases, LeaseStreamLeft]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("job-{i}");
+        let key = lock_key(&name);
+        // B, where the client resumes: a process of its own, whose metrics show its commands in
+        // flight, and whose Redis timeout outlasts the freeze (the resume stays in flight).
+        let mut b = ServerProcess::start(
+            &redis,
+            &["--metrics", "127.0.0.1:0", "--redis-timeout", "60s"],
+        );
+        let metrics = b.metrics_addr();
+        // X holds the lock on A, whose session then breaks: A keeps it for its grace.
+        let mut x = Raw::open(&a.url(), TTL_MS, TTL_MS).await;
+        x.acquire(1, &name, 0);
+        let held = x.acquired(1).await;
+        drop(x);
+        // W waits for it.
+        let mut w = Raw::open(&a.url(), TTL_MS, 0).await;
+        w.acquire(1, &name, 60_000);
+        match w.next_about().await {
+            Ok(Some(Event::Waiting(_))) => {}
+            other => panic!("{how:?}: expected waiting, got {other:?}"),
+        }
+        let value: String = direct.get(&key).await.unwrap();
+        let attachment = lease_value(&value).attachment;
+        let in_flight = "leasehold_redis_in_flight";
+        crate::operations::until_metric(&metrics, in_flight, 0.0).await;
+        // X resumes on B, and Redis has the resume in hand, frozen.
+        redis.pause();
+        let mut session = None;
+        let mut lease = None;
+        if how == LeaseStreamLeft {
+            let mut request = acquire_request(&name, TTL_MS, 0, "raw lease");
+            if let Some(leasehold::pb::lease_request::Action::Acquire(acquire)) =
+                &mut request.action
+            {
+                acquire.resume_token = held.token.clone();
+                acquire.resume_grace_ms = TTL_MS;
+            }
+            lease = Some(LeaseStream::open(&mut connect(&b.url()).await, request).await);
+        } else {
+            let raw = Raw::open(&b.url(), TTL_MS, TTL_MS).await;
+            raw.resume(1, &name, &held.token);
+            session = Some(raw);
+        }
+        crate::operations::until_metric(&metrics, in_flight, 1.0).await;
+        // Its stream ends with the resume in flight.
+        let streams = match how {
+            ClientLeaves => {
+                drop(session.take());
+                let open = r#"leasehold_open_streams{kind="session"}"#;
+                crate::operations::until_metric(&metrics, open, 0.0).await;
+                open
+            }
+            ServerStops => {
+                signal(b.pid(), "TERM");
+                match session.as_mut().unwrap().next_about().await {
+                    Err(status) => {
+                        assert_eq!(Refusal::of(&status).unwrap().reason, "HANDED_OVER")
+                    }
+                    other => panic!("expected HANDED_OVER, got {other:?}"),
+                }
+                ""
+            }
+            ClientReleases => {
+                let raw = session.as_mut().unwrap();
+                raw.send(Action::Release(pb::SessionRelease { id: 1 }));
+                match raw.next_about().await {
+                    Ok(Some(Event::Released(released))) => assert!(!released.was_held),
+                    other => panic!("expected released, got {other:?}"),
+                }
+                ""
+            }
+            // The driver waits for the resume's answer, whatever its client does meanwhile.
+            LeaseStreamLeft => {
+                drop(lease.take());
+                r#"leasehold_open_streams{kind="lease"}"#
+            }
+        };
+        redis.resume();
+        // Every command B sent answered, its streams ended (or B exited).
+        if how == ServerStops {
+            let exited = b.exited_within(EVENT_TIMEOUT).await;
+            assert!(exited.is_some(), "B did not exit after its stop");
+        } else {
+            if !streams.is_empty() {
+                crate::operations::until_metric(&metrics, streams, 0.0).await;
+            }
+            crate::operations::until_metric(&metrics, in_flight, 0.0).await;
+        }
+        if how == ClientReleases {
+            // Released at the holder's request: the waiter's at once.
+            within(EVENT_TIMEOUT, "released", async {
+                while get(&direct, &key).await == Some(held.token.clone()) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            w.acquired(1).await;
+            continue;
+        }
+        // The resume lands (one attachment on), and nothing lets the lease go.
+        within(EVENT_TIMEOUT, "the resume landing", async {
+            loop {
+                let value: Option<String> = direct.get(&key).await.unwrap();
+                let value = value.map(|value| lease_value(&value));
+                let value = value.unwrap_or_else(|| {
+                    panic!("{how:?}: the lease was let go under its holder, who resumed it")
+                });
+                assert!(
+                    value.token == held.token,
+                    "{how:?}: the lease was let go under its holder, and the waiter took it"
+                );
+                if value.attachment > attachment {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        // X resumes it again (the answer never reached it): the same lease, W still in line.
+        let mut x = Raw::open(&a.url(), TTL_MS, TTL_MS).await;
+        x.resume(1, &name, &held.token);
+        let again = x.acquired(1).await;
+        assert_eq!(again.fencing_token, held.fencing_token, "{how:?}");
+        let early = tokio::time::timeout(Duration::from_millis(300), w.next_about()).await;
+        assert!(early.is_err(), "{how:?}: the waiter heard {early:?}");
+        // X lets go: now W has it.
+        x.send(Action::Close(pb::SessionClose {}));
+        w.acquired(1).await;
+    }
 }

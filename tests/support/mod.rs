@@ -508,6 +508,15 @@ impl ServerProcess {
         line.trim().to_owned()
     }
 
+    /// Where a server started with `--metrics` serves them (`host:port`): its next line.
+    pub fn metrics_addr(&mut self) -> String {
+        let line = self.next_line();
+        line.strip_prefix("leasehold: metrics on http://")
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_owned()
+    }
+
     /// Waits for the process to exit by itself, up to `limit`: its status, or `None`.
     pub async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let started = tokio::time::Instant::now();
