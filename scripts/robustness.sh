@@ -119,6 +119,13 @@ broken steps-down-on-half-close conformance::conformance_frozen_leader_not_repla
   src/lease/life.rs \
   "(phase, End::HalfClosed | End::Broken) if resumable && phase.believed() => Fate::Keep," \
   "(phase, End::Broken) if resumable && phase.believed() => Fate::Keep,"
+# A resume armed from its claim, as a lease it took: a session that ends (its client gone, its
+# server stopping) with the resume in flight releases the key its holder believes in, and the
+# next waiter takes it at once.
+broken resume-armed-before-granted session::a_resume_in_flight_when_its_stream_ends_never_lets_the_lease_go test \
+  src/lease/life.rs \
+  "(HeldLease::claim_held(holding, token), Phase::Resuming)" \
+  "(HeldLease::claim(holding, token), Phase::Resuming)"
 # A `leasehold run` that signals only its direct child: the command's own children (a shell's
 # background job, a pool's workers) run on after the lease is lost.
 broken run-signals-only-its-child cli::a_lost_lease_stops_the_commands_whole_process_tree test \
