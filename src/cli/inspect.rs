@@ -28,6 +28,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                         holders: lock.holders,
                         limit: lock.limit,
                         mode: lock.mode,
+                        waiting: lock.waiting,
                     };
                     (lock.name, described)
                 }));

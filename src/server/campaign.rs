@@ -184,7 +184,7 @@ impl LeaseStream for Campaign {
             Tell::Released { was_held } => Some(response(Event::Resigned(pb::Resigned {
                 was_leader: was_held,
             }))),
-            Tell::Lost(reason) => Some(response(Event::Lost(pb::Lost { reason }))),
+            Tell::Lost(reason) => Some(response(Event::Lost(pb::Lost { reason, code: 0 }))),
         }
     }
 }

@@ -192,4 +192,18 @@ impl ElectionService for ElectionServer {
         self.available()?;
         driver::open::<Campaign>(&self.streams, request)
     }
+
+    async fn revoke(
+        &self,
+        _request: Request<pb::ElectionServiceRevokeRequest>,
+    ) -> Result<Response<pb::ElectionServiceRevokeResponse>, Status> {
+        Err(Status::unimplemented("Revoke is not built yet"))
+    }
+
+    async fn list(
+        &self,
+        _request: Request<pb::ElectionServiceListRequest>,
+    ) -> Result<Response<pb::ElectionServiceListResponse>, Status> {
+        Err(Status::unimplemented("List is not built yet"))
+    }
 }

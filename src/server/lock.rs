@@ -164,10 +164,27 @@ impl LockService for LockServer {
                     holders: described.holders,
                     limit: described.limit,
                     mode: described.mode,
+                    waiting: described.waiting,
                 }
             })
             .collect();
         Ok(Response::new(pb::ListResponse { locks, truncated }))
+    }
+
+    async fn revoke(
+        &self,
+        _request: Request<pb::RevokeRequest>,
+    ) -> Result<Response<pb::RevokeResponse>, Status> {
+        Err(Status::unimplemented("Revoke is not built yet"))
+    }
+
+    type WatchStream = ResponseStream<pb::WatchResponse>;
+
+    async fn watch(
+        &self,
+        _request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("Watch is not built yet"))
     }
 }
 
@@ -199,5 +216,6 @@ fn described(state: LockState) -> pb::DescribeResponse {
         holders,
         limit,
         mode: mode.into(),
+        waiting: 0,
     }
 }

@@ -163,7 +163,7 @@ impl LeaseStream for LockStream {
                 valid_to_ms: pb::millis_u64(vouched.valid_to),
             }),
             Tell::Released { was_held } => Event::Released(pb::Released { was_held }),
-            Tell::Lost(reason) => Event::Lost(pb::Lost { reason }),
+            Tell::Lost(reason) => Event::Lost(pb::Lost { reason, code: 0 }),
         }))
     }
 }

@@ -287,7 +287,7 @@ impl Session {
             }
             Fate::Lose { reason, .. } => {
                 warn!(%reason, leases, "session lost");
-                self.send(Event::Lost(pb::Lost { reason })).await;
+                self.send(Event::Lost(pb::Lost { reason, code: 0 })).await;
             }
             Fate::HandOver => {
                 info!(leases, "kept for its client to resume elsewhere");
@@ -301,7 +301,7 @@ impl Session {
                 let reason = format!(
                     "server shutting down; {released} of the session's {leases} leases were released, the rest expire by their TTL"
                 );
-                self.send(Event::Lost(pb::Lost { reason })).await;
+                self.send(Event::Lost(pb::Lost { reason, code: 0 })).await;
             }
             Fate::Keep | Fate::LetGo | Fate::GiveUp | Fate::Supersede(_) => {}
         }
@@ -321,8 +321,12 @@ impl Session {
     }
 
     async fn lease_lost(&mut self, id: u64, reason: String) {
-        self.send(Event::LeaseLost(pb::SessionLeaseLost { id, reason }))
-            .await;
+        self.send(Event::LeaseLost(pb::SessionLeaseLost {
+            id,
+            reason,
+            code: 0,
+        }))
+        .await;
     }
 
     /// Every answer about a lease must arrive: it waits for room (never for a renewal).

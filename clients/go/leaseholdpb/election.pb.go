@@ -847,6 +847,308 @@ func (x *ObserveResponse) GetTerm() uint64 {
 	return 0
 }
 
+// Ends a leadership by force.
+type ElectionServiceRevokeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name.
+	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// The term to end; 0 ends whichever leads.
+	Term          uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionServiceRevokeRequest) Reset() {
+	*x = ElectionServiceRevokeRequest{}
+	mi := &file_leasehold_v1_election_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionServiceRevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionServiceRevokeRequest) ProtoMessage() {}
+
+func (x *ElectionServiceRevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_election_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionServiceRevokeRequest.ProtoReflect.Descriptor instead.
+func (*ElectionServiceRevokeRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_election_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ElectionServiceRevokeRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *ElectionServiceRevokeRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+// What ElectionService.Revoke ended.
+type ElectionServiceRevokeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a leadership was ended.
+	Revoked bool `protobuf:"varint,1,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	// The revoked leader's published value.
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The revoked leader's term; 0 if none was revoked.
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionServiceRevokeResponse) Reset() {
+	*x = ElectionServiceRevokeResponse{}
+	mi := &file_leasehold_v1_election_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionServiceRevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionServiceRevokeResponse) ProtoMessage() {}
+
+func (x *ElectionServiceRevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_election_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionServiceRevokeResponse.ProtoReflect.Descriptor instead.
+func (*ElectionServiceRevokeResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_election_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ElectionServiceRevokeResponse) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+func (x *ElectionServiceRevokeResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ElectionServiceRevokeResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+// Asks which elections have a leader.
+type ElectionServiceListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many elections; 0 means the maximum, 1000.
+	Limit         uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionServiceListRequest) Reset() {
+	*x = ElectionServiceListRequest{}
+	mi := &file_leasehold_v1_election_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionServiceListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionServiceListRequest) ProtoMessage() {}
+
+func (x *ElectionServiceListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_election_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionServiceListRequest.ProtoReflect.Descriptor instead.
+func (*ElectionServiceListRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_election_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ElectionServiceListRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// Elections with a leader now.
+type ElectionServiceListResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The elections, in no particular order.
+	Elections []*ElectionState `protobuf:"bytes,1,rep,name=elections,proto3" json:"elections,omitempty"`
+	// True if more elections have a leader than were returned.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionServiceListResponse) Reset() {
+	*x = ElectionServiceListResponse{}
+	mi := &file_leasehold_v1_election_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionServiceListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionServiceListResponse) ProtoMessage() {}
+
+func (x *ElectionServiceListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_election_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionServiceListResponse.ProtoReflect.Descriptor instead.
+func (*ElectionServiceListResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_election_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ElectionServiceListResponse) GetElections() []*ElectionState {
+	if x != nil {
+		return x.Elections
+	}
+	return nil
+}
+
+func (x *ElectionServiceListResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// One election with a leader, as List reports it.
+type ElectionState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name.
+	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// The leader's published value.
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The leader's term.
+	Term uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// The leadership lease's remaining time to live in Redis, in milliseconds.
+	TtlRemainingMs uint32 `protobuf:"varint,4,opt,name=ttl_remaining_ms,json=ttlRemainingMs,proto3" json:"ttl_remaining_ms,omitempty"`
+	// How many candidates wait in line.
+	Waiting       uint32 `protobuf:"varint,5,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionState) Reset() {
+	*x = ElectionState{}
+	mi := &file_leasehold_v1_election_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionState) ProtoMessage() {}
+
+func (x *ElectionState) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_election_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionState.ProtoReflect.Descriptor instead.
+func (*ElectionState) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_election_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ElectionState) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *ElectionState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ElectionState) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ElectionState) GetTtlRemainingMs() uint32 {
+	if x != nil {
+		return x.TtlRemainingMs
+	}
+	return 0
+}
+
+func (x *ElectionState) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
 var File_leasehold_v1_election_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_election_proto_rawDesc = "" +
@@ -900,11 +1202,31 @@ const file_leasehold_v1_election_proto_rawDesc = "" +
 	"\n" +
 	"has_leader\x18\x01 \x01(\bR\thasLeader\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term2\xef\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"N\n" +
+	"\x1cElectionServiceRevokeRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\"c\n" +
+	"\x1dElectionServiceRevokeResponse\x12\x18\n" +
+	"\arevoked\x18\x01 \x01(\bR\arevoked\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"2\n" +
+	"\x1aElectionServiceListRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\"v\n" +
+	"\x1bElectionServiceListResponse\x129\n" +
+	"\telections\x18\x01 \x03(\v2\x1b.leasehold.v1.ElectionStateR\telections\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x99\x01\n" +
+	"\rElectionState\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12(\n" +
+	"\x10ttl_remaining_ms\x18\x04 \x01(\rR\x0ettlRemainingMs\x12\x18\n" +
+	"\awaiting\x18\x05 \x01(\rR\awaiting2\xaf\x03\n" +
 	"\x0fElectionService\x12M\n" +
 	"\bCampaign\x12\x1d.leasehold.v1.CampaignRequest\x1a\x1e.leasehold.v1.CampaignResponse(\x010\x01\x12C\n" +
 	"\x06Leader\x12\x1b.leasehold.v1.LeaderRequest\x1a\x1c.leasehold.v1.LeaderResponse\x12H\n" +
-	"\aObserve\x12\x1c.leasehold.v1.ObserveRequest\x1a\x1d.leasehold.v1.ObserveResponse0\x01b\x06proto3"
+	"\aObserve\x12\x1c.leasehold.v1.ObserveRequest\x1a\x1d.leasehold.v1.ObserveResponse0\x01\x12a\n" +
+	"\x06Revoke\x12*.leasehold.v1.ElectionServiceRevokeRequest\x1a+.leasehold.v1.ElectionServiceRevokeResponse\x12[\n" +
+	"\x04List\x12(.leasehold.v1.ElectionServiceListRequest\x1a).leasehold.v1.ElectionServiceListResponseb\x06proto3"
 
 var (
 	file_leasehold_v1_election_proto_rawDescOnce sync.Once
@@ -918,22 +1240,27 @@ func file_leasehold_v1_election_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_election_proto_rawDescData
 }
 
-var file_leasehold_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_leasehold_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_leasehold_v1_election_proto_goTypes = []any{
-	(*CampaignRequest)(nil),  // 0: leasehold.v1.CampaignRequest
-	(*CampaignStart)(nil),    // 1: leasehold.v1.CampaignStart
-	(*Proclaim)(nil),         // 2: leasehold.v1.Proclaim
-	(*Resign)(nil),           // 3: leasehold.v1.Resign
-	(*CampaignResponse)(nil), // 4: leasehold.v1.CampaignResponse
-	(*Elected)(nil),          // 5: leasehold.v1.Elected
-	(*Proclaimed)(nil),       // 6: leasehold.v1.Proclaimed
-	(*Resigned)(nil),         // 7: leasehold.v1.Resigned
-	(*LeaderRequest)(nil),    // 8: leasehold.v1.LeaderRequest
-	(*LeaderResponse)(nil),   // 9: leasehold.v1.LeaderResponse
-	(*ObserveRequest)(nil),   // 10: leasehold.v1.ObserveRequest
-	(*ObserveResponse)(nil),  // 11: leasehold.v1.ObserveResponse
-	(*Lost)(nil),             // 12: leasehold.v1.Lost
-	(*Extended)(nil),         // 13: leasehold.v1.Extended
+	(*CampaignRequest)(nil),               // 0: leasehold.v1.CampaignRequest
+	(*CampaignStart)(nil),                 // 1: leasehold.v1.CampaignStart
+	(*Proclaim)(nil),                      // 2: leasehold.v1.Proclaim
+	(*Resign)(nil),                        // 3: leasehold.v1.Resign
+	(*CampaignResponse)(nil),              // 4: leasehold.v1.CampaignResponse
+	(*Elected)(nil),                       // 5: leasehold.v1.Elected
+	(*Proclaimed)(nil),                    // 6: leasehold.v1.Proclaimed
+	(*Resigned)(nil),                      // 7: leasehold.v1.Resigned
+	(*LeaderRequest)(nil),                 // 8: leasehold.v1.LeaderRequest
+	(*LeaderResponse)(nil),                // 9: leasehold.v1.LeaderResponse
+	(*ObserveRequest)(nil),                // 10: leasehold.v1.ObserveRequest
+	(*ObserveResponse)(nil),               // 11: leasehold.v1.ObserveResponse
+	(*ElectionServiceRevokeRequest)(nil),  // 12: leasehold.v1.ElectionServiceRevokeRequest
+	(*ElectionServiceRevokeResponse)(nil), // 13: leasehold.v1.ElectionServiceRevokeResponse
+	(*ElectionServiceListRequest)(nil),    // 14: leasehold.v1.ElectionServiceListRequest
+	(*ElectionServiceListResponse)(nil),   // 15: leasehold.v1.ElectionServiceListResponse
+	(*ElectionState)(nil),                 // 16: leasehold.v1.ElectionState
+	(*Lost)(nil),                          // 17: leasehold.v1.Lost
+	(*Extended)(nil),                      // 18: leasehold.v1.Extended
 }
 var file_leasehold_v1_election_proto_depIdxs = []int32{
 	1,  // 0: leasehold.v1.CampaignRequest.start:type_name -> leasehold.v1.CampaignStart
@@ -941,20 +1268,25 @@ var file_leasehold_v1_election_proto_depIdxs = []int32{
 	3,  // 2: leasehold.v1.CampaignRequest.resign:type_name -> leasehold.v1.Resign
 	5,  // 3: leasehold.v1.CampaignResponse.elected:type_name -> leasehold.v1.Elected
 	6,  // 4: leasehold.v1.CampaignResponse.proclaimed:type_name -> leasehold.v1.Proclaimed
-	12, // 5: leasehold.v1.CampaignResponse.lost:type_name -> leasehold.v1.Lost
+	17, // 5: leasehold.v1.CampaignResponse.lost:type_name -> leasehold.v1.Lost
 	7,  // 6: leasehold.v1.CampaignResponse.resigned:type_name -> leasehold.v1.Resigned
-	13, // 7: leasehold.v1.CampaignResponse.extended:type_name -> leasehold.v1.Extended
-	0,  // 8: leasehold.v1.ElectionService.Campaign:input_type -> leasehold.v1.CampaignRequest
-	8,  // 9: leasehold.v1.ElectionService.Leader:input_type -> leasehold.v1.LeaderRequest
-	10, // 10: leasehold.v1.ElectionService.Observe:input_type -> leasehold.v1.ObserveRequest
-	4,  // 11: leasehold.v1.ElectionService.Campaign:output_type -> leasehold.v1.CampaignResponse
-	9,  // 12: leasehold.v1.ElectionService.Leader:output_type -> leasehold.v1.LeaderResponse
-	11, // 13: leasehold.v1.ElectionService.Observe:output_type -> leasehold.v1.ObserveResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	18, // 7: leasehold.v1.CampaignResponse.extended:type_name -> leasehold.v1.Extended
+	16, // 8: leasehold.v1.ElectionServiceListResponse.elections:type_name -> leasehold.v1.ElectionState
+	0,  // 9: leasehold.v1.ElectionService.Campaign:input_type -> leasehold.v1.CampaignRequest
+	8,  // 10: leasehold.v1.ElectionService.Leader:input_type -> leasehold.v1.LeaderRequest
+	10, // 11: leasehold.v1.ElectionService.Observe:input_type -> leasehold.v1.ObserveRequest
+	12, // 12: leasehold.v1.ElectionService.Revoke:input_type -> leasehold.v1.ElectionServiceRevokeRequest
+	14, // 13: leasehold.v1.ElectionService.List:input_type -> leasehold.v1.ElectionServiceListRequest
+	4,  // 14: leasehold.v1.ElectionService.Campaign:output_type -> leasehold.v1.CampaignResponse
+	9,  // 15: leasehold.v1.ElectionService.Leader:output_type -> leasehold.v1.LeaderResponse
+	11, // 16: leasehold.v1.ElectionService.Observe:output_type -> leasehold.v1.ObserveResponse
+	13, // 17: leasehold.v1.ElectionService.Revoke:output_type -> leasehold.v1.ElectionServiceRevokeResponse
+	15, // 18: leasehold.v1.ElectionService.List:output_type -> leasehold.v1.ElectionServiceListResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_election_proto_init() }
@@ -981,7 +1313,7 @@ func file_leasehold_v1_election_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_election_proto_rawDesc), len(file_leasehold_v1_election_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,8 @@ const (
 	ElectionService_Campaign_FullMethodName = "/leasehold.v1.ElectionService/Campaign"
 	ElectionService_Leader_FullMethodName   = "/leasehold.v1.ElectionService/Leader"
 	ElectionService_Observe_FullMethodName  = "/leasehold.v1.ElectionService/Observe"
+	ElectionService_Revoke_FullMethodName   = "/leasehold.v1.ElectionService/Revoke"
+	ElectionService_List_FullMethodName     = "/leasehold.v1.ElectionService/List"
 )
 
 // ElectionServiceClient is the client API for ElectionService service.
@@ -75,6 +77,16 @@ type ElectionServiceClient interface {
 	// twice in a row. An observer that stops reading and falls more than 64
 	// changes behind is sent the newest state instead of those it missed.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
+	// Revoke ends a leadership by force, as LockService.Revoke ends a lock's
+	// holding: the leader is told `lost` with code LOST_REASON_REVOKED at once,
+	// its leadership cannot be resumed, and the next candidate in line is
+	// elected with a larger term. Needs the `admin` role on the election.
+	// No leader (or another term leads) is no error: `revoked` is false.
+	Revoke(ctx context.Context, in *ElectionServiceRevokeRequest, opts ...grpc.CallOption) (*ElectionServiceRevokeResponse, error)
+	// List reports the elections that have a leader now, at most `limit` of
+	// them: a bounded SCAN, as LockService.List. Needs the `admin` role; only
+	// elections under the caller's prefixes are shown.
+	List(ctx context.Context, in *ElectionServiceListRequest, opts ...grpc.CallOption) (*ElectionServiceListResponse, error)
 }
 
 type electionServiceClient struct {
@@ -127,6 +139,26 @@ func (c *electionServiceClient) Observe(ctx context.Context, in *ObserveRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ElectionService_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 
+func (c *electionServiceClient) Revoke(ctx context.Context, in *ElectionServiceRevokeRequest, opts ...grpc.CallOption) (*ElectionServiceRevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectionServiceRevokeResponse)
+	err := c.cc.Invoke(ctx, ElectionService_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionServiceClient) List(ctx context.Context, in *ElectionServiceListRequest, opts ...grpc.CallOption) (*ElectionServiceListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectionServiceListResponse)
+	err := c.cc.Invoke(ctx, ElectionService_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ElectionServiceServer is the server API for ElectionService service.
 // All implementations must embed UnimplementedElectionServiceServer
 // for forward compatibility.
@@ -163,6 +195,16 @@ type ElectionServiceServer interface {
 	// twice in a row. An observer that stops reading and falls more than 64
 	// changes behind is sent the newest state instead of those it missed.
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
+	// Revoke ends a leadership by force, as LockService.Revoke ends a lock's
+	// holding: the leader is told `lost` with code LOST_REASON_REVOKED at once,
+	// its leadership cannot be resumed, and the next candidate in line is
+	// elected with a larger term. Needs the `admin` role on the election.
+	// No leader (or another term leads) is no error: `revoked` is false.
+	Revoke(context.Context, *ElectionServiceRevokeRequest) (*ElectionServiceRevokeResponse, error)
+	// List reports the elections that have a leader now, at most `limit` of
+	// them: a bounded SCAN, as LockService.List. Needs the `admin` role; only
+	// elections under the caller's prefixes are shown.
+	List(context.Context, *ElectionServiceListRequest) (*ElectionServiceListResponse, error)
 	mustEmbedUnimplementedElectionServiceServer()
 }
 
@@ -181,6 +223,12 @@ func (UnimplementedElectionServiceServer) Leader(context.Context, *LeaderRequest
 }
 func (UnimplementedElectionServiceServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedElectionServiceServer) Revoke(context.Context, *ElectionServiceRevokeRequest) (*ElectionServiceRevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
+}
+func (UnimplementedElectionServiceServer) List(context.Context, *ElectionServiceListRequest) (*ElectionServiceListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
 }
 func (UnimplementedElectionServiceServer) mustEmbedUnimplementedElectionServiceServer() {}
 func (UnimplementedElectionServiceServer) testEmbeddedByValue()                         {}
@@ -239,6 +287,42 @@ func _ElectionService_Observe_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ElectionService_ObserveServer = grpc.ServerStreamingServer[ObserveResponse]
 
+func _ElectionService_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ElectionServiceRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServiceServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ElectionService_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServiceServer).Revoke(ctx, req.(*ElectionServiceRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ElectionService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ElectionServiceListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ElectionService_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServiceServer).List(ctx, req.(*ElectionServiceListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ElectionService_ServiceDesc is the grpc.ServiceDesc for ElectionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +333,14 @@ var ElectionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leader",
 			Handler:    _ElectionService_Leader_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _ElectionService_Revoke_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _ElectionService_List_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -101,6 +101,68 @@ func (LeaseMode) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{0}
 }
 
+// Why a lease was lost.
+type LostReason int32
+
+const (
+	// A server that predates the code.
+	LostReason_LOST_REASON_UNSPECIFIED LostReason = 0
+	// The key was deleted, expired, or holds another holder's token.
+	LostReason_LOST_REASON_TAKEN LostReason = 1
+	// No renewal could be confirmed before the lease ran out (Redis
+	// unreachable or too slow).
+	LostReason_LOST_REASON_UNREACHABLE LostReason = 2
+	// The server is shutting down and the lease had no resume grace.
+	LostReason_LOST_REASON_SHUTDOWN LostReason = 3
+	// An operator revoked it (LockService.Revoke, ElectionService.Revoke).
+	LostReason_LOST_REASON_REVOKED LostReason = 4
+)
+
+// Enum value maps for LostReason.
+var (
+	LostReason_name = map[int32]string{
+		0: "LOST_REASON_UNSPECIFIED",
+		1: "LOST_REASON_TAKEN",
+		2: "LOST_REASON_UNREACHABLE",
+		3: "LOST_REASON_SHUTDOWN",
+		4: "LOST_REASON_REVOKED",
+	}
+	LostReason_value = map[string]int32{
+		"LOST_REASON_UNSPECIFIED": 0,
+		"LOST_REASON_TAKEN":       1,
+		"LOST_REASON_UNREACHABLE": 2,
+		"LOST_REASON_SHUTDOWN":    3,
+		"LOST_REASON_REVOKED":     4,
+	}
+)
+
+func (x LostReason) Enum() *LostReason {
+	p := new(LostReason)
+	*p = x
+	return p
+}
+
+func (x LostReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LostReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (LostReason) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_lock_proto_enumTypes[1]
+}
+
+func (x LostReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LostReason.Descriptor instead.
+func (LostReason) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
 // A message from the client on a Lease stream.
 type LeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -787,7 +849,9 @@ type Lost struct {
 	// Why, in words: e.g. the key was deleted or taken by another holder,
 	// Redis could not be reached before the lease ran out, or the server is
 	// shutting down.
-	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why, for programs. LOST_REASON_UNSPECIFIED from servers that predate it.
+	Code          LostReason `protobuf:"varint,2,opt,name=code,proto3,enum=leasehold.v1.LostReason" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +891,13 @@ func (x *Lost) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Lost) GetCode() LostReason {
+	if x != nil {
+		return x.Code
+	}
+	return LostReason_LOST_REASON_UNSPECIFIED
 }
 
 // The lock was released at the client's request (a `release` message or
@@ -1359,7 +1430,9 @@ type DescribeResponse struct {
 	Limit uint32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// How the name is held: exclusive, or shared by readers. Unspecified if not
 	// held.
-	Mode          LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	Mode LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	// How many wait for the name now (in its fair line or not).
+	Waiting       uint32 `protobuf:"varint,8,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1441,6 +1514,13 @@ func (x *DescribeResponse) GetMode() LeaseMode {
 		return x.Mode
 	}
 	return LeaseMode_LEASE_MODE_UNSPECIFIED
+}
+
+func (x *DescribeResponse) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
 }
 
 // One holder of a lock.
@@ -1624,7 +1704,9 @@ type HeldLock struct {
 	// As in DescribeResponse.limit.
 	Limit uint32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// As in DescribeResponse.mode.
-	Mode          LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	Mode LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	// As in DescribeResponse.waiting.
+	Waiting       uint32 `protobuf:"varint,8,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1708,6 +1790,208 @@ func (x *HeldLock) GetMode() LeaseMode {
 	return LeaseMode_LEASE_MODE_UNSPECIFIED
 }
 
+func (x *HeldLock) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+// Ends holdings of a lock by force.
+type RevokeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The holding to end, by its fencing token; 0 ends every holder.
+	FencingToken  uint64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RevokeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+// The holdings Revoke ended.
+type RevokeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each holding ended, as it was just before; empty if nothing was held
+	// (or nothing with that fencing token).
+	Revoked       []*Holder `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RevokeResponse) GetRevoked() []*Holder {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+// Follows a lock.
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WatchRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// One state of a lock: the first message is the state when the watch began,
+// each later one a change.
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's state, as Describe reports it.
+	State         *DescribeResponse `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *WatchResponse) GetState() *DescribeResponse {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 var File_leasehold_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_lock_proto_rawDesc = "" +
@@ -1751,9 +2035,10 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x01 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
 	"validForMs\x12\x1e\n" +
-	"\vvalid_to_ms\x18\x03 \x01(\x04R\tvalidToMs\"\x1e\n" +
+	"\vvalid_to_ms\x18\x03 \x01(\x04R\tvalidToMs\"L\n" +
 	"\x04Lost\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"%\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12,\n" +
+	"\x04code\x18\x02 \x01(\x0e2\x18.leasehold.v1.LostReasonR\x04code\"%\n" +
 	"\bReleased\x12\x19\n" +
 	"\bwas_held\x18\x01 \x01(\bR\awasHeld\"\xd1\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
@@ -1787,7 +2072,7 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"%\n" +
 	"\x0fDescribeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x80\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x9a\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12(\n" +
@@ -1795,7 +2080,8 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12.\n" +
 	"\aholders\x18\x05 \x03(\v2\x14.leasehold.v1.HolderR\aholders\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12+\n" +
-	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\"o\n" +
+	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\x12\x18\n" +
+	"\awaiting\x18\b \x01(\rR\awaiting\"o\n" +
 	"\x06Holder\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12(\n" +
 	"\x10ttl_remaining_ms\x18\x02 \x01(\rR\x0ettlRemainingMs\x12#\n" +
@@ -1804,7 +2090,7 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"Z\n" +
 	"\fListResponse\x12,\n" +
 	"\x05locks\x18\x01 \x03(\v2\x16.leasehold.v1.HeldLockR\x05locks\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xf8\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x92\x02\n" +
 	"\bHeldLock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12(\n" +
@@ -1812,18 +2098,37 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12.\n" +
 	"\aholders\x18\x05 \x03(\v2\x14.leasehold.v1.HolderR\aholders\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12+\n" +
-	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode*X\n" +
+	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\x12\x18\n" +
+	"\awaiting\x18\b \x01(\rR\awaiting\"H\n" +
+	"\rRevokeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"@\n" +
+	"\x0eRevokeResponse\x12.\n" +
+	"\arevoked\x18\x01 \x03(\v2\x14.leasehold.v1.HolderR\arevoked\"\"\n" +
+	"\fWatchRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"E\n" +
+	"\rWatchResponse\x124\n" +
+	"\x05state\x18\x01 \x01(\v2\x1e.leasehold.v1.DescribeResponseR\x05state*X\n" +
 	"\tLeaseMode\x12\x1a\n" +
 	"\x16LEASE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14LEASE_MODE_EXCLUSIVE\x10\x01\x12\x15\n" +
-	"\x11LEASE_MODE_SHARED\x10\x022\xb2\x03\n" +
+	"\x11LEASE_MODE_SHARED\x10\x02*\x90\x01\n" +
+	"\n" +
+	"LostReason\x12\x1b\n" +
+	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11LOST_REASON_TAKEN\x10\x01\x12\x1b\n" +
+	"\x17LOST_REASON_UNREACHABLE\x10\x02\x12\x18\n" +
+	"\x14LOST_REASON_SHUTDOWN\x10\x03\x12\x17\n" +
+	"\x13LOST_REASON_REVOKED\x10\x042\xbb\x04\n" +
 	"\vLockService\x12D\n" +
 	"\x05Lease\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x01\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12C\n" +
 	"\x06Extend\x12\x1b.leasehold.v1.ExtendRequest\x1a\x1c.leasehold.v1.ExtendResponse\x12F\n" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12I\n" +
 	"\bDescribe\x12\x1d.leasehold.v1.DescribeRequest\x1a\x1e.leasehold.v1.DescribeResponse\x12=\n" +
-	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponseb\x06proto3"
+	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12C\n" +
+	"\x06Revoke\x12\x1b.leasehold.v1.RevokeRequest\x1a\x1c.leasehold.v1.RevokeResponse\x12B\n" +
+	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01b\x06proto3"
 
 var (
 	file_leasehold_v1_lock_proto_rawDescOnce sync.Once
@@ -1837,64 +2142,76 @@ func file_leasehold_v1_lock_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_lock_proto_rawDescData
 }
 
-var file_leasehold_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_leasehold_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_leasehold_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_leasehold_v1_lock_proto_goTypes = []any{
 	(LeaseMode)(0),           // 0: leasehold.v1.LeaseMode
-	(*LeaseRequest)(nil),     // 1: leasehold.v1.LeaseRequest
-	(*LeaseAcquire)(nil),     // 2: leasehold.v1.LeaseAcquire
-	(*LeaseRelease)(nil),     // 3: leasehold.v1.LeaseRelease
-	(*LeaseResponse)(nil),    // 4: leasehold.v1.LeaseResponse
-	(*Waiting)(nil),          // 5: leasehold.v1.Waiting
-	(*Acquired)(nil),         // 6: leasehold.v1.Acquired
-	(*Extended)(nil),         // 7: leasehold.v1.Extended
-	(*Lost)(nil),             // 8: leasehold.v1.Lost
-	(*Released)(nil),         // 9: leasehold.v1.Released
-	(*AcquireRequest)(nil),   // 10: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),  // 11: leasehold.v1.AcquireResponse
-	(*ExtendRequest)(nil),    // 12: leasehold.v1.ExtendRequest
-	(*ExtendResponse)(nil),   // 13: leasehold.v1.ExtendResponse
-	(*ReleaseRequest)(nil),   // 14: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 15: leasehold.v1.ReleaseResponse
-	(*DescribeRequest)(nil),  // 16: leasehold.v1.DescribeRequest
-	(*DescribeResponse)(nil), // 17: leasehold.v1.DescribeResponse
-	(*Holder)(nil),           // 18: leasehold.v1.Holder
-	(*ListRequest)(nil),      // 19: leasehold.v1.ListRequest
-	(*ListResponse)(nil),     // 20: leasehold.v1.ListResponse
-	(*HeldLock)(nil),         // 21: leasehold.v1.HeldLock
+	(LostReason)(0),          // 1: leasehold.v1.LostReason
+	(*LeaseRequest)(nil),     // 2: leasehold.v1.LeaseRequest
+	(*LeaseAcquire)(nil),     // 3: leasehold.v1.LeaseAcquire
+	(*LeaseRelease)(nil),     // 4: leasehold.v1.LeaseRelease
+	(*LeaseResponse)(nil),    // 5: leasehold.v1.LeaseResponse
+	(*Waiting)(nil),          // 6: leasehold.v1.Waiting
+	(*Acquired)(nil),         // 7: leasehold.v1.Acquired
+	(*Extended)(nil),         // 8: leasehold.v1.Extended
+	(*Lost)(nil),             // 9: leasehold.v1.Lost
+	(*Released)(nil),         // 10: leasehold.v1.Released
+	(*AcquireRequest)(nil),   // 11: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),  // 12: leasehold.v1.AcquireResponse
+	(*ExtendRequest)(nil),    // 13: leasehold.v1.ExtendRequest
+	(*ExtendResponse)(nil),   // 14: leasehold.v1.ExtendResponse
+	(*ReleaseRequest)(nil),   // 15: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),  // 16: leasehold.v1.ReleaseResponse
+	(*DescribeRequest)(nil),  // 17: leasehold.v1.DescribeRequest
+	(*DescribeResponse)(nil), // 18: leasehold.v1.DescribeResponse
+	(*Holder)(nil),           // 19: leasehold.v1.Holder
+	(*ListRequest)(nil),      // 20: leasehold.v1.ListRequest
+	(*ListResponse)(nil),     // 21: leasehold.v1.ListResponse
+	(*HeldLock)(nil),         // 22: leasehold.v1.HeldLock
+	(*RevokeRequest)(nil),    // 23: leasehold.v1.RevokeRequest
+	(*RevokeResponse)(nil),   // 24: leasehold.v1.RevokeResponse
+	(*WatchRequest)(nil),     // 25: leasehold.v1.WatchRequest
+	(*WatchResponse)(nil),    // 26: leasehold.v1.WatchResponse
 }
 var file_leasehold_v1_lock_proto_depIdxs = []int32{
-	2,  // 0: leasehold.v1.LeaseRequest.acquire:type_name -> leasehold.v1.LeaseAcquire
-	3,  // 1: leasehold.v1.LeaseRequest.release:type_name -> leasehold.v1.LeaseRelease
+	3,  // 0: leasehold.v1.LeaseRequest.acquire:type_name -> leasehold.v1.LeaseAcquire
+	4,  // 1: leasehold.v1.LeaseRequest.release:type_name -> leasehold.v1.LeaseRelease
 	0,  // 2: leasehold.v1.LeaseAcquire.mode:type_name -> leasehold.v1.LeaseMode
-	5,  // 3: leasehold.v1.LeaseResponse.waiting:type_name -> leasehold.v1.Waiting
-	6,  // 4: leasehold.v1.LeaseResponse.acquired:type_name -> leasehold.v1.Acquired
-	7,  // 5: leasehold.v1.LeaseResponse.extended:type_name -> leasehold.v1.Extended
-	8,  // 6: leasehold.v1.LeaseResponse.lost:type_name -> leasehold.v1.Lost
-	9,  // 7: leasehold.v1.LeaseResponse.released:type_name -> leasehold.v1.Released
-	0,  // 8: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LeaseMode
-	18, // 9: leasehold.v1.DescribeResponse.holders:type_name -> leasehold.v1.Holder
-	0,  // 10: leasehold.v1.DescribeResponse.mode:type_name -> leasehold.v1.LeaseMode
-	21, // 11: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.HeldLock
-	18, // 12: leasehold.v1.HeldLock.holders:type_name -> leasehold.v1.Holder
-	0,  // 13: leasehold.v1.HeldLock.mode:type_name -> leasehold.v1.LeaseMode
-	1,  // 14: leasehold.v1.LockService.Lease:input_type -> leasehold.v1.LeaseRequest
-	10, // 15: leasehold.v1.LockService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	12, // 16: leasehold.v1.LockService.Extend:input_type -> leasehold.v1.ExtendRequest
-	14, // 17: leasehold.v1.LockService.Release:input_type -> leasehold.v1.ReleaseRequest
-	16, // 18: leasehold.v1.LockService.Describe:input_type -> leasehold.v1.DescribeRequest
-	19, // 19: leasehold.v1.LockService.List:input_type -> leasehold.v1.ListRequest
-	4,  // 20: leasehold.v1.LockService.Lease:output_type -> leasehold.v1.LeaseResponse
-	11, // 21: leasehold.v1.LockService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	13, // 22: leasehold.v1.LockService.Extend:output_type -> leasehold.v1.ExtendResponse
-	15, // 23: leasehold.v1.LockService.Release:output_type -> leasehold.v1.ReleaseResponse
-	17, // 24: leasehold.v1.LockService.Describe:output_type -> leasehold.v1.DescribeResponse
-	20, // 25: leasehold.v1.LockService.List:output_type -> leasehold.v1.ListResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	6,  // 3: leasehold.v1.LeaseResponse.waiting:type_name -> leasehold.v1.Waiting
+	7,  // 4: leasehold.v1.LeaseResponse.acquired:type_name -> leasehold.v1.Acquired
+	8,  // 5: leasehold.v1.LeaseResponse.extended:type_name -> leasehold.v1.Extended
+	9,  // 6: leasehold.v1.LeaseResponse.lost:type_name -> leasehold.v1.Lost
+	10, // 7: leasehold.v1.LeaseResponse.released:type_name -> leasehold.v1.Released
+	1,  // 8: leasehold.v1.Lost.code:type_name -> leasehold.v1.LostReason
+	0,  // 9: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LeaseMode
+	19, // 10: leasehold.v1.DescribeResponse.holders:type_name -> leasehold.v1.Holder
+	0,  // 11: leasehold.v1.DescribeResponse.mode:type_name -> leasehold.v1.LeaseMode
+	22, // 12: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.HeldLock
+	19, // 13: leasehold.v1.HeldLock.holders:type_name -> leasehold.v1.Holder
+	0,  // 14: leasehold.v1.HeldLock.mode:type_name -> leasehold.v1.LeaseMode
+	19, // 15: leasehold.v1.RevokeResponse.revoked:type_name -> leasehold.v1.Holder
+	18, // 16: leasehold.v1.WatchResponse.state:type_name -> leasehold.v1.DescribeResponse
+	2,  // 17: leasehold.v1.LockService.Lease:input_type -> leasehold.v1.LeaseRequest
+	11, // 18: leasehold.v1.LockService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	13, // 19: leasehold.v1.LockService.Extend:input_type -> leasehold.v1.ExtendRequest
+	15, // 20: leasehold.v1.LockService.Release:input_type -> leasehold.v1.ReleaseRequest
+	17, // 21: leasehold.v1.LockService.Describe:input_type -> leasehold.v1.DescribeRequest
+	20, // 22: leasehold.v1.LockService.List:input_type -> leasehold.v1.ListRequest
+	23, // 23: leasehold.v1.LockService.Revoke:input_type -> leasehold.v1.RevokeRequest
+	25, // 24: leasehold.v1.LockService.Watch:input_type -> leasehold.v1.WatchRequest
+	5,  // 25: leasehold.v1.LockService.Lease:output_type -> leasehold.v1.LeaseResponse
+	12, // 26: leasehold.v1.LockService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	14, // 27: leasehold.v1.LockService.Extend:output_type -> leasehold.v1.ExtendResponse
+	16, // 28: leasehold.v1.LockService.Release:output_type -> leasehold.v1.ReleaseResponse
+	18, // 29: leasehold.v1.LockService.Describe:output_type -> leasehold.v1.DescribeResponse
+	21, // 30: leasehold.v1.LockService.List:output_type -> leasehold.v1.ListResponse
+	24, // 31: leasehold.v1.LockService.Revoke:output_type -> leasehold.v1.RevokeResponse
+	26, // 32: leasehold.v1.LockService.Watch:output_type -> leasehold.v1.WatchResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_lock_proto_init() }
@@ -1920,8 +2237,8 @@ func file_leasehold_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_lock_proto_rawDesc), len(file_leasehold_v1_lock_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   21,
+			NumEnums:      2,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

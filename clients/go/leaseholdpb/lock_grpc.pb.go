@@ -52,6 +52,8 @@ const (
 	LockService_Release_FullMethodName  = "/leasehold.v1.LockService/Release"
 	LockService_Describe_FullMethodName = "/leasehold.v1.LockService/Describe"
 	LockService_List_FullMethodName     = "/leasehold.v1.LockService/List"
+	LockService_Revoke_FullMethodName   = "/leasehold.v1.LockService/Revoke"
+	LockService_Watch_FullMethodName    = "/leasehold.v1.LockService/Watch"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -97,6 +99,26 @@ type LockServiceClient interface {
 	// `limit` of them. It is a bounded SCAN, not a snapshot: a lock taken or
 	// released during the call may or may not appear.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// Revoke ends holdings by force, for an operator: every holder of a name,
+	// or only the one with the given fencing token (a permit, a shared hold).
+	// Each revoked holder is told `lost` with code LOST_REASON_REVOKED at once,
+	// on whichever server carries its stream (a server cut off from Redis's
+	// pub/sub learns at its next renewal, with LOST_REASON_TAKEN); its key is
+	// deleted, so the next waiter is granted at once with a larger fencing
+	// token; and it cannot be resumed (NOT_FOUND). A revoked holder may act on
+	// its lock until it hears: only the fencing token protects the resource in
+	// between. Needs the `admin` role on the name (with auth off, anyone may
+	// revoke, as anyone may acquire). Nothing held (or nothing with that
+	// fencing token) is no error: `revoked` is empty.
+	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
+	// Watch sends a lock's state at once, then again on every change (taken,
+	// released, expired, revoked, a waiter joining or leaving) until the client
+	// cancels. Changes come from Redis pub/sub (the channel the waiters use),
+	// not from polling; an expiry, which Redis does not announce, is read when
+	// the holder's TTL runs out. A state is never sent twice in a row; a
+	// watcher that stops reading is sent the newest state, not every one it
+	// missed. Needs the `observe` role on the name.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type lockServiceClient struct {
@@ -170,6 +192,35 @@ func (c *lockServiceClient) List(ctx context.Context, in *ListRequest, opts ...g
 	return out, nil
 }
 
+func (c *lockServiceClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeResponse)
+	err := c.cc.Invoke(ctx, LockService_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lockServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LockService_ServiceDesc.Streams[1], LockService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -213,6 +264,26 @@ type LockServiceServer interface {
 	// `limit` of them. It is a bounded SCAN, not a snapshot: a lock taken or
 	// released during the call may or may not appear.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// Revoke ends holdings by force, for an operator: every holder of a name,
+	// or only the one with the given fencing token (a permit, a shared hold).
+	// Each revoked holder is told `lost` with code LOST_REASON_REVOKED at once,
+	// on whichever server carries its stream (a server cut off from Redis's
+	// pub/sub learns at its next renewal, with LOST_REASON_TAKEN); its key is
+	// deleted, so the next waiter is granted at once with a larger fencing
+	// token; and it cannot be resumed (NOT_FOUND). A revoked holder may act on
+	// its lock until it hears: only the fencing token protects the resource in
+	// between. Needs the `admin` role on the name (with auth off, anyone may
+	// revoke, as anyone may acquire). Nothing held (or nothing with that
+	// fencing token) is no error: `revoked` is empty.
+	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
+	// Watch sends a lock's state at once, then again on every change (taken,
+	// released, expired, revoked, a waiter joining or leaving) until the client
+	// cancels. Changes come from Redis pub/sub (the channel the waiters use),
+	// not from polling; an expiry, which Redis does not announce, is read when
+	// the holder's TTL runs out. A state is never sent twice in a row; a
+	// watcher that stops reading is sent the newest state, not every one it
+	// missed. Needs the `observe` role on the name.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -240,6 +311,12 @@ func (UnimplementedLockServiceServer) Describe(context.Context, *DescribeRequest
 }
 func (UnimplementedLockServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedLockServiceServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
+}
+func (UnimplementedLockServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -359,6 +436,35 @@ func _LockService_List_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).Revoke(ctx, req.(*RevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LockService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LockServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,6 +492,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "List",
 			Handler:    _LockService_List_Handler,
 		},
+		{
+			MethodName: "Revoke",
+			Handler:    _LockService_Revoke_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -393,6 +503,11 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _LockService_Lease_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _LockService_Watch_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "leasehold/v1/lock.proto",

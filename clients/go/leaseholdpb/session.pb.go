@@ -1159,7 +1159,9 @@ type SessionLeaseLost struct {
 	// The lease's id.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// As in Lost.reason.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// As in Lost.code.
+	Code          LostReason `protobuf:"varint,3,opt,name=code,proto3,enum=leasehold.v1.LostReason" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1206,6 +1208,13 @@ func (x *SessionLeaseLost) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *SessionLeaseLost) GetCode() LostReason {
+	if x != nil {
+		return x.Code
+	}
+	return LostReason_LOST_REASON_UNSPECIFIED
 }
 
 // A lease could not be had.
@@ -1405,10 +1414,11 @@ const file_leasehold_v1_session_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"<\n" +
 	"\x0fSessionReleased\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x19\n" +
-	"\bwas_held\x18\x02 \x01(\bR\awasHeld\":\n" +
+	"\bwas_held\x18\x02 \x01(\bR\awasHeld\"h\n" +
 	"\x10SessionLeaseLost\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"e\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12,\n" +
+	"\x04code\x18\x03 \x01(\x0e2\x18.leasehold.v1.LostReasonR\x04code\"e\n" +
 	"\rSessionFailed\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
@@ -1451,6 +1461,7 @@ var file_leasehold_v1_session_proto_goTypes = []any{
 	(*SessionClosed)(nil),     // 15: leasehold.v1.SessionClosed
 	(LeaseMode)(0),            // 16: leasehold.v1.LeaseMode
 	(*Lost)(nil),              // 17: leasehold.v1.Lost
+	(LostReason)(0),           // 18: leasehold.v1.LostReason
 }
 var file_leasehold_v1_session_proto_depIdxs = []int32{
 	1,  // 0: leasehold.v1.SessionRequest.open:type_name -> leasehold.v1.SessionOpen
@@ -1469,13 +1480,14 @@ var file_leasehold_v1_session_proto_depIdxs = []int32{
 	14, // 13: leasehold.v1.SessionResponse.failed:type_name -> leasehold.v1.SessionFailed
 	15, // 14: leasehold.v1.SessionResponse.closed:type_name -> leasehold.v1.SessionClosed
 	17, // 15: leasehold.v1.SessionResponse.lost:type_name -> leasehold.v1.Lost
-	0,  // 16: leasehold.v1.SessionService.Session:input_type -> leasehold.v1.SessionRequest
-	7,  // 17: leasehold.v1.SessionService.Session:output_type -> leasehold.v1.SessionResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	18, // 16: leasehold.v1.SessionLeaseLost.code:type_name -> leasehold.v1.LostReason
+	0,  // 17: leasehold.v1.SessionService.Session:input_type -> leasehold.v1.SessionRequest
+	7,  // 18: leasehold.v1.SessionService.Session:output_type -> leasehold.v1.SessionResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_session_proto_init() }

@@ -192,7 +192,7 @@ impl Candidate {
         loop {
             let broke = match self.stream.next().await {
                 Next::Event(event) => return Ok(event),
-                Next::Lost(reason) => return Ok(Event::Lost(pb::Lost { reason })),
+                Next::Lost(reason) => return Ok(Event::Lost(pb::Lost { reason, code: 0 })),
                 Next::Failed(status) => return Err(status.into()),
                 Next::Broke(broke) => broke,
             };
@@ -203,7 +203,7 @@ impl Candidate {
                 self.stream.kind.0.value = value.clone();
             }
             if let Err(reason) = self.stream.resume(broke).await {
-                return Ok(Event::Lost(pb::Lost { reason }));
+                return Ok(Event::Lost(pb::Lost { reason, code: 0 }));
             }
             if self.resigning {
                 let _ = self.send(Action::Resign(pb::Resign {})).await;
