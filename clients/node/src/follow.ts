@@ -10,7 +10,8 @@ import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, jitter } from "./validity.js";
  * The states `method` streams for `request`, as `state` reads them, until `signal` aborts or the
  * caller leaves its `for await` loop (either cancels the call). `key` says when two states are
  * the same: a resumed stream starts with the state the broken one last sent, which is not
- * reported again. A break before the first state, or a refusal, is thrown.
+ * reported again. A refusal is thrown, and so is a break before the first state once every
+ * replica was tried.
  */
 export async function* follow<I extends DescMessage, O extends DescMessage, T>(
   replicas: Replicas,
@@ -23,6 +24,7 @@ export async function* follow<I extends DescMessage, O extends DescMessage, T>(
   const message = create(method.input, request);
   let last: string | undefined;
   let delay = FIRST_BACKOFF_MS;
+  let tried = 0;
   while (!signal?.aborted) {
     const index = replicas.current;
     const call = replicas.channel(index).makeServerStreamRequest(
@@ -49,7 +51,8 @@ export async function* follow<I extends DescMessage, O extends DescMessage, T>(
       if (signal?.aborted) return;
       const error = toError(raw);
       const resumable = transient(error) && !(error instanceof LeaseholdError && error.code === Code.CANCELLED);
-      if (last === undefined || !resumable) throw error;
+      const unreachable = error instanceof LeaseholdError && error.code === Code.UNAVAILABLE;
+      if (!resumable || (last === undefined && !(unreachable && ++tried < replicas.addresses.length))) throw error;
       replicas.failover(index);
     } finally {
       signal?.removeEventListener("abort", onAbort);

@@ -22,6 +22,7 @@ import {
   CuttableProxy,
   Server,
   abortsWithin,
+  freePort,
   lockKey,
   redisCli,
   startCluster,
@@ -192,9 +193,9 @@ describe("client", { concurrency: 4 }, () => {
     assert.equal(await plain.release(), true);
   });
 
-  test("a watch ends when its signal aborts, and when its loop is left", async (t) => {
+  test("a watch starts on the next replica if the first is down; it ends when its signal aborts, and when its loop is left", async (t) => {
     const { address } = await startServer(t);
-    const c = connect(address);
+    const c = connect(`127.0.0.1:${await freePort()},${address}`); // nothing listens on the first
     t.after(() => c.close());
     const stop = new AbortController();
     const states = c.watch("job", { signal: stop.signal });
