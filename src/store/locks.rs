@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 
 mod acquire;
 mod listing;
+mod revoke;
 mod scripts;
 mod types;
 
