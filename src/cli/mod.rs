@@ -5,7 +5,7 @@
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
-//! - [`inspect`]: `status` and `release`;
+//! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
@@ -13,6 +13,7 @@ mod config;
 mod group;
 mod inspect;
 mod progress;
+mod revoke;
 mod run;
 mod serve;
 mod watchdog;
@@ -137,6 +138,20 @@ Exit status: 0 if released; 1 if that token no longer held the lock (left alone)
 argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
 the server did not accept the token or certificate, or the grant does not cover the lock.")]
     Release(ReleaseArgs),
+    /// End a holding by force (an operator's call; needs the admin role): every holder of a lock,
+    /// one by its fencing token, or an election's leader.
+    #[command(after_help = "Examples:
+  leasehold revoke nightly-report
+  leasehold revoke --token 1733538291000042 encoder   (one permit of a semaphore)
+  leasehold revoke --election scheduler
+
+Each holder ended is told it is lost (reason REVOKED) at once and cannot resume; the next waiter
+gets the lock with a larger fencing token. Prints one line per holding ended.
+Exit status: 0 if something was revoked; 1 if nothing was held (or nothing with that fencing
+token); 64 if an argument is refused; 69 if the server could not be reached or could not serve
+the request; 77 if the server did not accept the token or certificate, or the grant is not admin
+on the name.")]
+    Revoke(RevokeArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
     #[command(name = watchdog::SUBCOMMAND, hide = true)]
@@ -297,6 +312,21 @@ struct ReleaseArgs {
     name: String,
     /// The token returned by Acquire.
     token: String,
+}
+
+#[derive(clap::Args)]
+struct RevokeArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// The lock's name (or the election's, with --election).
+    name: String,
+    /// Revoke only the holding with this fencing token (a permit, a shared hold; with
+    /// --election, this term); every holder without it.
+    #[arg(long = "token", value_name = "FENCING_TOKEN", value_parser = clap::value_parser!(u64).range(1..))]
+    fencing_token: Option<u64>,
+    /// NAME is an election: revoke its leader (the next candidate is elected).
+    #[arg(long)]
+    election: bool,
 }
 
 /// `leasehold serve`'s options. Every one can also come from a `LEASEHOLD_*` variable and from
@@ -477,6 +507,12 @@ pub async fn main() -> ExitCode {
         Command::Bench(args) => run_bench(args).await,
         Command::Release(args) => match args.server.options() {
             Ok(connect) => inspect::release(connect, args.name, args.token).await,
+            Err(problem) => usage(problem),
+        },
+        Command::Revoke(args) => match args.server.options() {
+            Ok(connect) => {
+                revoke::revoke(connect, args.name, args.fencing_token, args.election).await
+            }
             Err(problem) => usage(problem),
         },
         Command::Health(args) => match args.server.options() {
