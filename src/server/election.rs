@@ -211,7 +211,10 @@ impl ElectionService for ElectionServer {
             return Ok(Response::new(pb::ElectionServiceRevokeResponse::default()));
         };
         let who = caller.who();
-        warn!(audit = "revoke", who, peer = ?peer, election = %name, term = leader.term, "leadership revoked");
+        // The leader's value names it (a candidate has no holder name); its start is enough.
+        let value = String::from_utf8_lossy(&leader.value);
+        let holder: String = value.chars().take(256).collect();
+        warn!(audit = "revoke", who, peer = ?peer, election = %name, holder, term = leader.term, "leadership revoked");
         streams.metrics().revoked("election", 1);
         Ok(Response::new(pb::ElectionServiceRevokeResponse {
             revoked: true,
