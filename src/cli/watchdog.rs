@@ -1,4 +1,4 @@
-//! The watchdog: stops `leasehold run`'s command when `run` itself dies (SIGKILL, the OOM
+//! The watchdog: stops `leasehold run`'s (or `elect`'s) command when `run` itself dies (SIGKILL, the OOM
 //! killer, a crash), so the command never outlives the lease it ran under.
 //!
 //! `run` stops its command's process group itself on every path it lives through (see
@@ -197,7 +197,7 @@ pub fn watch(grace: Duration) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!(
-        "leasehold: `leasehold run` ended without stopping its command; stopping process group {}",
+        "leasehold: `leasehold run` (or `elect`) ended without stopping its command; stopping process group {}",
         group.id()
     );
     let Some(now) = monotonic_ns() else {
