@@ -18,21 +18,85 @@ use tokio::time::Instant;
 
 use super::job::{self, Held, Interrupts, Job};
 use super::progress::StatusLine;
-use super::{EXIT_UNAVAILABLE, fail, usage};
+use super::{EXIT_UNAVAILABLE, ServerArg, fail, usage};
 
-/// What `leasehold elect NAME -- CMD` needs.
-pub struct ElectOptions {
-    pub connect: ConnectOptions,
-    pub name: String,
-    /// What observers see while this process leads (default: host and pid).
-    pub value: Option<String>,
-    pub ttl: Duration,
-    pub grace: Duration,
-    pub command: Vec<String>,
+/// `leasehold elect`'s arguments.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  leasehold elect scheduler -- ./schedule.sh
+  leasehold elect --value host-a:8080 --ttl 5s primary -- ./serve-as-primary.sh
+  leasehold elect --observe scheduler
+
+The command gets LEASEHOLD_ELECTION and LEASEHOLD_TERM (the leadership's term, a fencing token)
+in its environment, and is stopped as run stops its command: its whole process group gets
+SIGTERM, then SIGKILL after --grace, when the leadership is lost or elect is interrupted; if elect
+is killed, a watchdog process does the same. When the command ends, elect resigns (the next
+candidate is elected at once). With --observe it prints each leader as it changes until SIGINT
+or SIGTERM (exit 0).
+Exit status: the command's own; 76 if the leadership was lost while the command ran; 64 if an
+argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
+the server did not accept the token or certificate, or the grant does not cover the election; 127
+if the command could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
+pub struct ElectArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Follow the election instead of running for it: print each leader as it changes (one line
+    /// each; "no leader" when none), until interrupted.
+    #[arg(long, conflicts_with_all = ["value", "command"])]
+    observe: bool,
+    /// With --observe: print JSON lines, for scripts.
+    #[arg(long, requires = "observe")]
+    json: bool,
+    /// What observers see while this process leads, such as its address (default: host and
+    /// pid).
+    #[arg(long)]
+    value: Option<String>,
+    /// How long the election stays led by this process if it dies with its server (500ms, 10s).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// Between SIGTERM and SIGKILL (to the command's whole process group) when the leadership is
+    /// lost or we are interrupted.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// The election's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required_unless_present = "observe")]
+    command: Vec<String>,
+}
+
+/// `leasehold leader`'s arguments.
+#[derive(clap::Args)]
+#[command(after_help = "Example:
+  leasehold leader scheduler
+
+Exit status: 0 if the election has a leader; 1 if it has none; 64 if an argument is refused; 69
+if the server could not be reached or could not serve the request; 77 if the server did not
+accept the token or certificate, or the grant does not cover the election.")]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Print JSON, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// The election's name.
+    name: String,
+}
+
+/// `leasehold elect`: campaigns and runs the command, or follows the election (`--observe`).
+pub async fn command(args: ElectArgs) -> ExitCode {
+    let connect = match args.server.options() {
+        Ok(connect) => connect,
+        Err(problem) => return usage(problem),
+    };
+    match args.observe {
+        true => observe(connect, args.name, args.json).await,
+        false => elect(connect, args).await,
+    }
 }
 
 /// Campaigns in `name`; runs the command while leader.
-pub async fn elect(options: ElectOptions) -> ExitCode {
+async fn elect(connect: ConnectOptions, options: ElectArgs) -> ExitCode {
     if options.command.is_empty() {
         return usage("no command to run (leasehold elect NAME -- CMD ARGS...)");
     }
@@ -47,7 +111,7 @@ pub async fn elect(options: ElectOptions) -> ExitCode {
         Ok(value) => value,
         Err(problem) => return usage(problem),
     };
-    let client = match Client::connect_with(options.connect.clone()).await {
+    let client = match Client::connect_with(connect).await {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
@@ -85,9 +149,12 @@ pub async fn elect(options: ElectOptions) -> ExitCode {
         valid_until: &valid_until,
         resumable: true,
     };
-    let code = job::run_while_held(&job, held, &mut interrupts).await;
-    resign(candidate, options.ttl).await;
-    ExitCode::from(code)
+    let ended = job::run_while_held(&job, held, &mut interrupts).await;
+    // A lost leadership's stream has ended: nothing to resign, and no resume to try.
+    if !ended.lost {
+        resign(candidate, options.ttl).await;
+    }
+    ExitCode::from(ended.code)
 }
 
 /// Steps down (or leaves the line), waiting for the server's answer no longer than `ttl`:
@@ -141,7 +208,7 @@ async fn wait_to_lead(
 }
 
 /// `leasehold elect --observe NAME`: prints every leader as it changes until interrupted.
-pub async fn observe(connect: ConnectOptions, name: String, json: bool) -> ExitCode {
+async fn observe(connect: ConnectOptions, name: String, json: bool) -> ExitCode {
     if let Err(problem) = check_name(&name) {
         return usage(problem);
     }
@@ -169,7 +236,12 @@ pub async fn observe(connect: ConnectOptions, name: String, json: bool) -> ExitC
 }
 
 /// `leasehold leader NAME`: the leader now (exit 0), or that there is none (exit 1).
-pub async fn leader(connect: ConnectOptions, name: String, json: bool) -> ExitCode {
+pub async fn leader(args: LeaderArgs) -> ExitCode {
+    let LeaderArgs { server, json, name } = args;
+    let connect = match server.options() {
+        Ok(connect) => connect,
+        Err(problem) => return usage(problem),
+    };
     if let Err(problem) = check_name(&name) {
         return usage(problem);
     }

@@ -118,18 +118,28 @@ pub fn this_process(command: &str) -> String {
     format!("leasehold {command} on {host}, pid {}", std::process::id())
 }
 
-/// Runs the job while `held` lasts, and says how to exit: the command's own status, [`EXIT_LOST`]
-/// when `held` was lost, 130 / 143 when interrupted, 127 when the command could not start,
-/// [`EXIT_UNAVAILABLE`] when the watchdog could not. The command's whole group has ended (or
-/// was sent SIGKILL) when it returns; letting go of `held` is the caller's.
+/// How a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// How to exit: the command's own status, [`EXIT_LOST`] when what it ran under was lost,
+    /// 130 / 143 when interrupted, 127 when the command could not start, [`EXIT_UNAVAILABLE`]
+    /// when the watchdog could not.
+    pub code: u8,
+    /// What it ran under was lost (there is nothing left to let go).
+    pub lost: bool,
+}
+
+/// Runs the job while `held` lasts, and says how it ended. The command's whole group has ended
+/// (or was sent SIGKILL) when it returns; letting go of `held` is the caller's.
 pub async fn run_while_held<L: Future<Output = String>>(
     job: &Job<'_>,
     held: Held<'_, L>,
     interrupts: &mut Interrupts,
-) -> u8 {
+) -> Ended {
+    let failed = |code| Ended { code, lost: false };
     let Some((program, args)) = job.command.split_first() else {
         eprintln!("leasehold: no command to run");
-        return super::EXIT_USAGE;
+        return failed(super::EXIT_USAGE);
     };
     let mut watchdog = match Watchdog::start(job.grace) {
         Ok(watchdog) => watchdog,
@@ -137,7 +147,7 @@ pub async fn run_while_held<L: Future<Output = String>>(
             eprintln!(
                 "leasehold: cannot start the watchdog that stops the command if this process dies: {error}"
             );
-            return EXIT_UNAVAILABLE;
+            return failed(EXIT_UNAVAILABLE);
         }
     };
     // Not resumable: it goes with this process's connection.
@@ -160,44 +170,29 @@ pub async fn run_while_held<L: Future<Output = String>>(
             None => Err(std::io::Error::other("it has no process id")),
         }
     });
-    let code = match started {
+    let ended = match started {
         Ok((mut child, group)) => {
-            let running = Running {
-                child: &mut child,
-                group,
-                grace: job.grace,
-            };
-            supervise(running, job.ttl, held, interrupts, &mut watchdog).await
+            supervise(&mut child, group, job, held, interrupts, &mut watchdog).await
         }
         Err(error) => {
             eprintln!("leasehold: cannot start {program:?}: {error}");
-            EXIT_NOT_STARTED
+            failed(EXIT_NOT_STARTED)
         }
     };
     watchdog.done().await;
-    code
+    ended
 }
 
-/// The command started, and its group.
-struct Running<'a> {
-    child: &'a mut Child,
-    group: Group,
-    grace: Duration,
-}
-
-/// Waits for the command, the loss of `held`, or an interrupt, and says how to exit.
+/// Waits for the command, the loss of `held`, or an interrupt, and says how it ended.
 async fn supervise<L: Future<Output = String>>(
-    running: Running<'_>,
-    ttl: Duration,
+    child: &mut Child,
+    group: Group,
+    job: &Job<'_>,
     held: Held<'_, L>,
     interrupts: &mut Interrupts,
     watchdog: &mut Watchdog,
-) -> u8 {
-    let Running {
-        child,
-        group,
-        grace,
-    } = running;
+) -> Ended {
+    let (grace, ttl) = (job.grace, job.ttl);
     // The watchdog's deadline follows the validity (a stale one is only earlier); without
     // resuming, the first deadline told stays.
     let mut told = (held.valid_until)();
@@ -219,16 +214,16 @@ async fn supervise<L: Future<Output = String>>(
                     eprintln!("leasehold: the command ended, leaving processes of its group running; stopping them");
                     stop(child, group, grace).await;
                 }
-                return code;
+                return Ended { code, lost: false };
             }
             reason = &mut lost => {
                 eprintln!("leasehold: {} lost ({reason}); stopping the command", held.what);
                 stop(child, group, grace).await;
-                return EXIT_LOST;
+                return Ended { code: EXIT_LOST, lost: true };
             }
             code = interrupts.next() => {
                 stop(child, group, grace).await;
-                return code;
+                return Ended { code, lost: false };
             }
             _ = tick.tick() => {
                 let valid_until = (held.valid_until)();

@@ -5,8 +5,7 @@
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
-//! - [`elect`]: `elect` (a command run while leader, as `run` runs one: [`job`]), `elect
-//!   --observe` and `leader`;
+//! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
 //! - [`inspect`]: `status` and `release`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
@@ -142,30 +141,9 @@ argument is refused; 69 if the server could not be reached or could not serve th
 the server did not accept the token or certificate, or the grant does not cover the lock.")]
     Release(ReleaseArgs),
     /// Run a command while leader of an election (or, with --observe, follow who leads).
-    #[command(after_help = "Examples:
-  leasehold elect scheduler -- ./schedule.sh
-  leasehold elect --value host-a:8080 --ttl 5s primary -- ./serve-as-primary.sh
-  leasehold elect --observe scheduler
-
-The command gets LEASEHOLD_ELECTION and LEASEHOLD_TERM (the leadership's term, a fencing token)
-in its environment, and is stopped as run stops its command: its whole process group gets
-SIGTERM, then SIGKILL after --grace, when the leadership is lost or elect is interrupted; if elect
-is killed, a watchdog process does the same. When the command ends, elect resigns (the next
-candidate is elected at once). With --observe it prints each leader as it changes until SIGINT
-or SIGTERM (exit 0).
-Exit status: the command's own; 76 if the leadership was lost while the command ran; 64 if an
-argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
-the server did not accept the token or certificate, or the grant does not cover the election; 127
-if the command could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
-    Elect(ElectArgs),
+    Elect(elect::ElectArgs),
     /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
-    #[command(after_help = "Example:
-  leasehold leader scheduler
-
-Exit status: 0 if the election has a leader; 1 if it has none; 64 if an argument is refused; 69
-if the server could not be reached or could not serve the request; 77 if the server did not
-accept the token or certificate, or the grant does not cover the election.")]
-    Leader(LeaderArgs),
+    Leader(elect::LeaderArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
     #[command(name = watchdog::SUBCOMMAND, hide = true)]
@@ -259,46 +237,6 @@ struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
-}
-
-#[derive(clap::Args)]
-struct ElectArgs {
-    #[command(flatten)]
-    server: ServerArg,
-    /// Follow the election instead of running for it: print each leader as it changes (one line
-    /// each; "no leader" when none), until interrupted.
-    #[arg(long, conflicts_with_all = ["value", "command"])]
-    observe: bool,
-    /// With --observe: print JSON lines, for scripts.
-    #[arg(long, requires = "observe")]
-    json: bool,
-    /// What observers see while this process leads, such as its address (default: host and
-    /// pid).
-    #[arg(long)]
-    value: Option<String>,
-    /// How long the election stays led by this process if it dies with its server (500ms, 10s).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    ttl: Duration,
-    /// Between SIGTERM and SIGKILL (to the command's whole process group) when the leadership is
-    /// lost or we are interrupted.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    grace: Duration,
-    /// The election's name.
-    name: String,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required_unless_present = "observe")]
-    command: Vec<String>,
-}
-
-#[derive(clap::Args)]
-struct LeaderArgs {
-    #[command(flatten)]
-    server: ServerArg,
-    /// Print JSON, for scripts.
-    #[arg(long)]
-    json: bool,
-    /// The election's name.
-    name: String,
 }
 
 #[derive(clap::Args)]
@@ -520,47 +458,9 @@ pub async fn main() -> ExitCode {
     init_logs(log_format);
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
-        Command::Run(args) => {
-            let connect = match args.server.options() {
-                Ok(connect) => connect,
-                Err(problem) => return usage(problem),
-            };
-            run::run(run::RunOptions {
-                connect,
-                name: args.name,
-                ttl: args.ttl,
-                wait: args.wait,
-                holder: args.holder,
-                grace: args.grace,
-                limit: args.limit,
-                shared: args.shared,
-                resume: !args.no_resume,
-                command: args.command,
-            })
-            .await
-        }
-        Command::Elect(args) => {
-            let connect = match args.server.options() {
-                Ok(connect) => connect,
-                Err(problem) => return usage(problem),
-            };
-            if args.observe {
-                return elect::observe(connect, args.name, args.json).await;
-            }
-            elect::elect(elect::ElectOptions {
-                connect,
-                name: args.name,
-                value: args.value,
-                ttl: args.ttl,
-                grace: args.grace,
-                command: args.command,
-            })
-            .await
-        }
-        Command::Leader(args) => match args.server.options() {
-            Ok(connect) => elect::leader(connect, args.name, args.json).await,
-            Err(problem) => usage(problem),
-        },
+        Command::Run(args) => run::command(args).await,
+        Command::Elect(args) => elect::command(args).await,
+        Command::Leader(args) => elect::leader(args).await,
         Command::Status(args) => match args.server.options() {
             Ok(connect) => inspect::status(connect, args.names, args.json).await,
             Err(problem) => usage(problem),

@@ -27,29 +27,50 @@ use super::job::{self, Held, Interrupts, Job};
 use super::progress::StatusLine;
 use leasehold::lease::spec::{LockName, MAX_WAIT};
 
-use super::{EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, fail, usage};
+use super::{EXIT_NOT_ACQUIRED, EXIT_UNAVAILABLE, RunArgs, fail, usage};
 
 /// What `leasehold run` needs.
 #[derive(Debug)]
-pub struct RunOptions {
-    pub connect: ConnectOptions,
-    pub name: String,
-    pub ttl: Duration,
-    pub wait: Duration,
-    pub holder: Option<String>,
-    pub grace: Duration,
+struct RunOptions {
+    connect: ConnectOptions,
+    name: String,
+    ttl: Duration,
+    wait: Duration,
+    holder: Option<String>,
+    grace: Duration,
     /// Holders at once (a semaphore when above 1).
-    pub limit: u32,
+    limit: u32,
     /// Hold it shared (a reader).
-    pub shared: bool,
+    shared: bool,
     /// Resume the lease on another server when its stream breaks (the default), rather than
     /// stop the command.
-    pub resume: bool,
-    pub command: Vec<String>,
+    resume: bool,
+    command: Vec<String>,
+}
+
+/// `leasehold run`, from its arguments.
+pub async fn command(args: RunArgs) -> ExitCode {
+    let connect = match args.server.options() {
+        Ok(connect) => connect,
+        Err(problem) => return usage(problem),
+    };
+    run(RunOptions {
+        connect,
+        name: args.name,
+        ttl: args.ttl,
+        wait: args.wait,
+        holder: args.holder,
+        grace: args.grace,
+        limit: args.limit,
+        shared: args.shared,
+        resume: !args.no_resume,
+        command: args.command,
+    })
+    .await
 }
 
 /// Holds a lease on `name` while `command` runs.
-pub async fn run(options: RunOptions) -> ExitCode {
+async fn run(options: RunOptions) -> ExitCode {
     if options.command.is_empty() {
         return usage("no command to run (leasehold run NAME -- CMD ARGS...)");
     }
@@ -60,7 +81,10 @@ pub async fn run(options: RunOptions) -> ExitCode {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let holder = options.holder.clone().unwrap_or_else(|| job::this_process("run"));
+    let holder = options
+        .holder
+        .clone()
+        .unwrap_or_else(|| job::this_process("run"));
     let guard = match acquire_showing_progress(&client, &options, holder).await {
         Ok(guard) => guard,
         Err(ClientError::Status(status)) if status.code() == tonic::Code::Aborted => {
@@ -88,9 +112,9 @@ pub async fn run(options: RunOptions) -> ExitCode {
         valid_until: &|| guard.valid_until(),
         resumable: options.resume,
     };
-    let code = job::run_while_held(&job, held, &mut interrupts).await;
+    let ended = job::run_while_held(&job, held, &mut interrupts).await;
     let _ = guard.release().await;
-    ExitCode::from(code)
+    ExitCode::from(ended.code)
 }
 
 /// Refuses what the server would refuse, before connecting, in the words of the command line.
