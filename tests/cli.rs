@@ -626,6 +626,21 @@ async fn the_readmes_shell_commands_run_as_written() {
         .position(|line| line.starts_with("leasehold status nightly-report"))
         .expect("a `leasehold status nightly-report` line");
     assert_eq!(outputs[one].0, "nightly-report\tfree\n");
+    // `elect` ran its command as leader, then resigned: nobody leads.
+    let elect = lines
+        .iter()
+        .position(|line| line.starts_with("leasehold elect scheduler"))
+        .expect("a `leasehold elect scheduler` line");
+    assert!(
+        outputs[elect].0.starts_with("leading scheduler, term "),
+        "{:?}",
+        outputs[elect]
+    );
+    assert!(
+        outputs[elect + 1].0.starts_with("scheduler\tno leader\n"),
+        "{:?}",
+        outputs[elect + 1]
+    );
 }
 
 /// Whether process `pid` no longer runs: no such process (ESRCH), or one that has exited and
