@@ -1,17 +1,20 @@
-//! The `leasehold` command line: `serve`, and the client commands `run`, `status`, `release`
-//! and `bench`. Not library API: this folder belongs to the binary alone.
+//! The `leasehold` command line: `serve`, and the client commands `run`, `elect`, `leader`,
+//! `status`, `release` and `bench`. Not library API: this folder belongs to the binary alone.
 //!
 //! - here: the arguments (clap) and which command runs;
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
+//! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
 //! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
 mod config;
+mod elect;
 mod group;
 mod inspect;
+mod job;
 mod progress;
 mod revoke;
 mod run;
@@ -140,18 +143,11 @@ the server did not accept the token or certificate, or the grant does not cover 
     Release(ReleaseArgs),
     /// End a holding by force (an operator's call; needs the admin role): every holder of a lock,
     /// one by its fencing token, or an election's leader.
-    #[command(after_help = "Examples:
-  leasehold revoke nightly-report
-  leasehold revoke --token 1733538291000042 encoder   (one permit of a semaphore)
-  leasehold revoke --election scheduler
-
-Each holder ended is told it is lost (reason REVOKED) at once and cannot resume; the next waiter
-gets the lock with a larger fencing token. Prints one line per holding ended.
-Exit status: 0 if something was revoked; 1 if nothing was held (or nothing with that fencing
-token); 64 if an argument is refused; 69 if the server could not be reached or could not serve
-the request; 77 if the server did not accept the token or certificate, or the grant is not admin
-on the name.")]
-    Revoke(RevokeArgs),
+    Revoke(revoke::RevokeArgs),
+    /// Run a command while leader of an election (or, with --observe, follow who leads).
+    Elect(elect::ElectArgs),
+    /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
+    Leader(elect::LeaderArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
     #[command(name = watchdog::SUBCOMMAND, hide = true)]
@@ -314,21 +310,6 @@ struct ReleaseArgs {
     token: String,
 }
 
-#[derive(clap::Args)]
-struct RevokeArgs {
-    #[command(flatten)]
-    server: ServerArg,
-    /// The lock's name (or the election's, with --election).
-    name: String,
-    /// Revoke only the holding with this fencing token (a permit, a shared hold; with
-    /// --election, this term); every holder without it.
-    #[arg(long = "token", value_name = "FENCING_TOKEN", value_parser = clap::value_parser!(u64).range(1..))]
-    fencing_token: Option<u64>,
-    /// NAME is an election: revoke its leader (the next candidate is elected).
-    #[arg(long)]
-    election: bool,
-}
-
 /// `leasehold serve`'s options. Every one can also come from a `LEASEHOLD_*` variable and from
 /// the `--config` file (its key is the option's name, as `max-leases` or `max_leases`); a flag
 /// beats the variable, which beats the file, which beats the default.
@@ -481,25 +462,9 @@ pub async fn main() -> ExitCode {
     init_logs(log_format);
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
-        Command::Run(args) => {
-            let connect = match args.server.options() {
-                Ok(connect) => connect,
-                Err(problem) => return usage(problem),
-            };
-            run::run(run::RunOptions {
-                connect,
-                name: args.name,
-                ttl: args.ttl,
-                wait: args.wait,
-                holder: args.holder,
-                grace: args.grace,
-                limit: args.limit,
-                shared: args.shared,
-                resume: !args.no_resume,
-                command: args.command,
-            })
-            .await
-        }
+        Command::Run(args) => run::command(args).await,
+        Command::Elect(args) => elect::command(args).await,
+        Command::Leader(args) => elect::leader(args).await,
         Command::Status(args) => match args.server.options() {
             Ok(connect) => inspect::status(connect, args.names, args.json).await,
             Err(problem) => usage(problem),
@@ -509,12 +474,7 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::release(connect, args.name, args.token).await,
             Err(problem) => usage(problem),
         },
-        Command::Revoke(args) => match args.server.options() {
-            Ok(connect) => {
-                revoke::revoke(connect, args.name, args.fencing_token, args.election).await
-            }
-            Err(problem) => usage(problem),
-        },
+        Command::Revoke(args) => revoke::command(args).await,
         Command::Health(args) => match args.server.options() {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
@@ -574,7 +534,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, status, release, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, elect, leader, status, release, health or bench (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),
