@@ -20,7 +20,7 @@ mod listing;
 mod scripts;
 mod types;
 
-pub use listing::MAX_SCAN_PAGES;
+pub use super::scan::MAX_SCAN_PAGES;
 use scripts::Scripts;
 pub use types::{AcquireOutcome, HolderState, LockState, Mode, Resumed, Waiter};
 

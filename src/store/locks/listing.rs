@@ -1,7 +1,5 @@
 //! Reading: who holds a lock (`Describe`), and which locks are held (`List`, by `SCAN`).
 
-use std::collections::HashSet;
-
 use fred::prelude::*;
 
 use super::permit_script_keys;
@@ -11,75 +9,28 @@ use crate::error::Result;
 use crate::store::connection::Connection;
 use crate::store::keys::LockKeys;
 use crate::store::keys::{lock_key_pattern, lock_name};
-
-/// Keys asked of Redis per `SCAN` call when listing held locks.
-const SCAN_PAGE: u32 = 1_000;
-/// `SCAN` calls at most per listing: 1,000,000 keys looked at.
-pub const MAX_SCAN_PAGES: usize = 1_000;
+use crate::store::scan::Scan;
 
 impl Locks {
-    /// The locks held under this prefix, at most `limit`, found by `SCAN` (at most
-    /// [`MAX_SCAN_PAGES`] pages of [`SCAN_PAGE`] keys in all, so a huge key space bounds the
-    /// time, not only the answer). On a cluster every primary is scanned, since each holds only
-    /// its own slots' keys. `true`: more locks may be held than returned.
+    /// The locks held under this prefix, at most `limit`, found by `SCAN` (bounded in pages, so
+    /// a huge key space bounds the time, not only the answer: see [`Scan`]). `true`: more locks
+    /// may be held than returned.
     pub async fn held(&self, limit: usize) -> Result<(Vec<(String, LockState)>, bool)> {
-        let mut names = Vec::new();
-        let mut pages = 0;
-        let mut complete = true;
+        let prefix = &self.0.prefix;
+        let pattern = lock_key_pattern(prefix);
+        let mut scan = Scan::new(&pattern, |key| lock_name(prefix, key), limit);
         for connection in self.0.nodes.all() {
-            let client = connection.client();
-            if client.is_clustered() {
-                let primaries = client
-                    .cached_cluster_state()
-                    .map(|state| state.unique_primary_nodes())
-                    .unwrap_or_default();
-                for primary in primaries {
-                    let node = client.with_cluster_node(primary);
-                    complete &= self.scan(&node, limit, &mut pages, &mut names).await?;
-                }
-            } else {
-                complete &= self.scan(client, limit, &mut pages, &mut names).await?;
-            }
+            scan.node(connection).await?;
         }
-        // Redlock's primaries each hold a copy of every lock.
-        let mut seen = HashSet::new();
-        names.retain(|name| seen.insert(name.clone()));
-        let truncated = !complete || names.len() > limit;
-        let mut held = Vec::with_capacity(names.len().min(limit));
-        for name in names.into_iter().take(limit) {
+        let (names, truncated) = scan.finish();
+        let mut held = Vec::with_capacity(names.len());
+        for name in names {
             // Released since the scan saw it: not held any more, so not listed.
             if let state @ LockState::Held { .. } = self.describe(&self.keys(&name)).await? {
                 held.push((name, state));
             }
         }
         Ok((held, truncated))
-    }
-
-    /// Scans one node for lock keys into `names`, counting `pages` against the budget; `true`
-    /// if the node's scan ran to its end.
-    async fn scan(
-        &self,
-        node: &impl KeysInterface,
-        limit: usize,
-        pages: &mut usize,
-        names: &mut Vec<String>,
-    ) -> Result<bool> {
-        let pattern = lock_key_pattern(&self.0.prefix);
-        let mut cursor = "0".to_owned();
-        loop {
-            if *pages >= MAX_SCAN_PAGES || names.len() > limit {
-                return Ok(false);
-            }
-            *pages += 1;
-            let scan = node.scan_page(cursor, pattern.as_str(), Some(SCAN_PAGE), None);
-            let (next, keys): (String, Vec<String>) =
-                self.connection().bounded("scan", scan).await?;
-            names.extend(keys.iter().filter_map(|key| lock_name(&self.0.prefix, key)));
-            cursor = next;
-            if cursor == "0" {
-                return Ok(true);
-            }
-        }
     }
 
     /// Reads who holds the lock: on Redlock, held when a majority of primaries say so (with the
