@@ -382,6 +382,11 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics on this address (GET /metrics); off when not given.
     #[arg(long, env = "LEASEHOLD_METRICS")]
     metrics: Option<SocketAddr>,
+    /// Serve the web console on this address (a live page of the locks and elections held now,
+    /// with Revoke for an admin); off when not given. With the gRPC port's TLS and auth: the page
+    /// asks for a bearer token and may do what that token may do through gRPC.
+    #[arg(long, env = "LEASEHOLD_CONSOLE")]
+    console: Option<SocketAddr>,
     /// Label lease metrics by this lock-name prefix (repeatable, at most 64); others get "".
     #[arg(long, env = "LEASEHOLD_METRICS_NAME_PREFIX", value_delimiter = ',')]
     metrics_name_prefix: Vec<String>,

@@ -117,6 +117,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         },
         None => None,
     };
+    let console = match args.console {
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(err) => {
+                eprintln!("leasehold: cannot serve the console on {addr}: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let addr = grpc.local_addr().unwrap_or(args.listen);
     let tls = config.tls.is_some();
     info!(%addr, redis = %redis_shown, prefix = %args.key_prefix, tls, auth = config.auth.is_some(), "serving");
@@ -125,7 +135,15 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     if let Some(metrics) = metrics.as_ref().and_then(|l| l.local_addr().ok()) {
         println!("leasehold: metrics on http://{metrics}/metrics");
     }
-    let listeners = Listeners { grpc, metrics };
+    if let Some(console) = console.as_ref().and_then(|l| l.local_addr().ok()) {
+        let scheme = if tls { "https" } else { "http" };
+        println!("leasehold: console on {scheme}://{console}/");
+    }
+    let listeners = Listeners {
+        grpc,
+        metrics,
+        console,
+    };
     match serve_on(listeners, store, config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
