@@ -9,6 +9,7 @@ mod burst;
 mod chaos;
 mod cli;
 mod client;
+mod console;
 mod cluster;
 mod conformance;
 mod docs;

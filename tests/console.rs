@@ -1,0 +1,320 @@
+//! The web console (`serve --console`): its API over plain HTTP (the same auth as gRPC, names
+//! outside the token's prefixes never shown, Redis down shown as an error), and the page in a
+//! real browser (headless Chromium, tests/support/browser.rs): loads with no network, shows a
+//! lock within a second, escapes what it shows, and its Revoke button reaches LockService.Revoke.
+
+use crate::support;
+
+use std::time::Duration;
+
+use leasehold::server::auth::token_digest;
+use leasehold_client::{Client, ConnectOptions};
+use support::browser::Browser;
+use support::certs::TempDir;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+
+const ADMIN: &str = "console-admin-secret";
+const HOLD: &str = "console-hold-secret";
+
+/// A server with the console on, and an auth file: an admin on `app/` names, a holder on all.
+struct Console {
+    server: ServerProcess,
+    /// `127.0.0.1:port`
+    addr: String,
+    _dir: TempDir,
+}
+
+impl Console {
+    fn start(redis: &RedisServer) -> Self {
+        let dir = TempDir::new("console");
+        let grants = format!(
+            "[[grant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nrole = \"admin\"\n\
+             locks = [\"app/\"]\nelections = [\"app/\"]\n\n\
+             [[grant]]\nname = \"worker\"\ntoken_sha256 = \"{}\"\nrole = \"hold\"\n\
+             locks = [\"\"]\nelections = [\"\"]\n",
+            token_digest(ADMIN),
+            token_digest(HOLD),
+        );
+        let auth = dir.write("auth.toml", &grants);
+        let auth = auth.to_str().expect("path");
+        let mut server = ServerProcess::start(
+            redis,
+            &["--console", "127.0.0.1:0", "--auth-file", auth],
+        );
+        let line = server.next_line();
+        let addr = line
+            .strip_prefix("leasehold: console on http://")
+            .and_then(|rest| rest.strip_suffix('/'))
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_owned();
+        Console {
+            server,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let options = ConnectOptions::new(self.server.url()).token(Some(HOLD.into()));
+        Client::connect_with(options).await.expect("connect")
+    }
+
+    /// One HTTP/1.1 request: the status and the body.
+    async fn http(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+        let response = within(EVENT_TIMEOUT, "an HTTP answer", async {
+            let mut stream = TcpStream::connect(&self.addr).await.expect("connect");
+            stream
+                .write_all(request(method, path, token, body).as_bytes())
+                .await
+                .expect("send");
+            let mut response = Vec::new();
+            stream.read_to_end(&mut response).await.expect("read");
+            String::from_utf8(response).expect("utf-8")
+        })
+        .await;
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not HTTP: {response}"));
+        let body = response.split_once("\r\n\r\n").map(|(_, body)| body);
+        (status, body.unwrap_or_default().to_owned())
+    }
+
+    /// `/api/state` as `token` sees it, parsed.
+    async fn state(&self, token: &str, prefix: &str) -> serde_json::Value {
+        let path = format!("/api/state?prefix={prefix}");
+        let (status, body) = self.http("GET", &path, Some(token), "").await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("json")
+    }
+}
+
+fn request(method: &str, path: &str, token: Option<&str>, body: &str) -> String {
+    let authorization = token
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: console\r\nConnection: close\r\n{authorization}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The names of a state's locks, or of its elections.
+fn names(state: &serde_json::Value, list: &str, field: &str) -> Vec<String> {
+    state[list]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|item| item[field].as_str().expect("a name").to_owned())
+        .collect()
+}
+
+/// A `Lease` stream opened with the holder's token.
+async fn lease(console: &Console, name: &str, holder: &str) -> LeaseStream {
+    let mut client = connect(&console.server.url()).await;
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(acquire_request(name, 30_000, 0, holder))
+        .await
+        .expect("queue");
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let bearer = format!("Bearer {HOLD}").parse().expect("header");
+    request.metadata_mut().insert("authorization", bearer);
+    let events = client.lease(request).await.expect("lease").into_inner();
+    let mut stream = LeaseStream {
+        requests: Some(tx),
+        events,
+    };
+    stream.acquired().await;
+    stream
+}
+
+/// A live `/api/events` stream, read as raw text.
+struct Events {
+    stream: TcpStream,
+    text: String,
+}
+
+impl Events {
+    async fn open(console: &Console, token: &str) -> Self {
+        let mut stream = TcpStream::connect(&console.addr).await.expect("connect");
+        let asked = request("GET", "/api/events", Some(token), "");
+        stream.write_all(asked.as_bytes()).await.expect("send");
+        Events {
+            stream,
+            text: String::new(),
+        }
+    }
+
+    /// Reads until an event `kind` whose data satisfies `test`; each event is looked at once.
+    async fn until(&mut self, kind: &str, test: impl Fn(&str) -> bool) {
+        let marker = format!("event: {kind}\n");
+        within(EVENT_TIMEOUT, &format!("a {kind} event"), async {
+            loop {
+                while let Some(at) = self.text.find("event: ") {
+                    let rest = &self.text[at..];
+                    let Some(end) = rest.find("\n\n") else { break };
+                    let event = rest[..end].to_owned();
+                    self.text = rest[end + 2..].to_owned();
+                    if event.starts_with(&marker) && test(&event) {
+                        return;
+                    }
+                }
+                let mut chunk = [0u8; 4096];
+                let read = self.stream.read(&mut chunk).await.expect("read events");
+                assert!(read > 0, "the event stream ended");
+                self.text.push_str(&String::from_utf8_lossy(&chunk[..read]));
+            }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_answers_as_the_grpc_port_would_and_shows_redis_down() {
+    let mut redis = RedisServer::start();
+    let console = Console::start(&redis);
+
+    let (status, page) = console.http("GET", "/", None, "").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<script src=\"console.js\""), "{page}");
+    for token in [None, Some("wrong-token")] {
+        let (status, body) = console.http("GET", "/api/state", token, "").await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("UNAUTHENTICATED"), "{body}");
+    }
+    // Listing names needs the admin role, as LockService.List does.
+    let (status, body) = console.http("GET", "/api/state", Some(HOLD), "").await;
+    assert_eq!((status, body.contains("PERMISSION_DENIED")), (403, true), "{body}");
+
+    let client = console.client().await;
+    let inside = client.lease("app/report").holder("reporter").acquire().await.unwrap();
+    let _outside = client.lease("other/report").acquire().await.unwrap();
+    let mut leader = client.campaign("app/leader", "node-1", Duration::from_secs(30)).await.unwrap();
+    let term = within(EVENT_TIMEOUT, "elected", leader.elected()).await.unwrap();
+    let mut hidden = client.campaign("other/leader", "x", Duration::from_secs(30)).await.unwrap();
+    within(EVENT_TIMEOUT, "elected", hidden.elected()).await.unwrap();
+
+    // The admin sees its prefixes' names only, and the page's prefix narrows them.
+    let state = console.state(ADMIN, "").await;
+    assert_eq!(names(&state, "locks", "name"), ["app/report"]);
+    assert_eq!(state["locks"][0]["holders"][0]["holder"], "reporter");
+    assert_eq!(
+        state["locks"][0]["holders"][0]["fencing_token"],
+        inside.fencing_token().to_string()
+    );
+    assert_eq!(names(&state, "elections", "election"), ["app/leader"]);
+    assert_eq!(state["elections"][0]["value"], "node-1");
+    assert_eq!(state["elections"][0]["term"], term.to_string());
+    let narrowed = console.state(ADMIN, "app%2Fleader").await;
+    assert_eq!(names(&narrowed, "locks", "name"), Vec::<String>::new());
+
+    // Revoke goes through LockService.Revoke with the caller's token.
+    let asked = r#"{"kind":"lock","name":"app/report"}"#;
+    let (status, body) = console.http("POST", "/api/revoke", Some(HOLD), asked).await;
+    // Until LockService.Revoke lands the server answers UNIMPLEMENTED, and so does the console.
+    assert_eq!((status, body.contains("UNIMPLEMENTED")), (501, true), "{body}");
+    let (status, body) = console.http("POST", "/api/revoke", Some(ADMIN), "{\"kind\":1}").await;
+    assert_eq!(status, 400, "{body}");
+
+    // Live: a release is pushed; Redis gone is pushed as a problem, and /api/state says 503.
+    let mut events = Events::open(&console, ADMIN).await;
+    events.until("state", |data| data.contains("app/report")).await;
+    assert!(inside.release().await.unwrap());
+    events.until("state", |data| !data.contains("app/report")).await;
+    redis.kill();
+    events.until("problem", |data| data.contains("UNAVAILABLE")).await;
+    let (status, body) = console.http("GET", "/api/state", Some(ADMIN), "").await;
+    assert_eq!(status, 503, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_is_heard() {
+    let redis = RedisServer::start();
+    let console = Console::start(&redis);
+    let origin = format!("http://{}/", console.addr);
+    let mut browser = Browser::start().await;
+    browser.open(&origin).await;
+    // No token yet: the server's refusal, in words.
+    browser
+        .until(
+            "the refusal without a token",
+            "document.getElementById('problem').textContent.includes('requires a bearer token')",
+            EVENT_TIMEOUT,
+        )
+        .await;
+    browser
+        .eval(&format!(
+            "document.getElementById('token').value = '{ADMIN}';
+             document.getElementById('token-form').requestSubmit();"
+        ))
+        .await;
+    browser
+        .until(
+            "the live state",
+            "document.getElementById('status').classList.contains('live')",
+            EVENT_TIMEOUT,
+        )
+        .await;
+
+    // A lock whose name and holder are HTML: shown as text, never run.
+    let name = "app/<img src=x onerror=\"window.pwned=1\">";
+    let holder = "<script>window.pwned=1</script>";
+    let taken = Instant::now();
+    let mut held = lease(&console, name, holder).await;
+    browser
+        .until(
+            "the lock taken",
+            &format!(
+                "[...document.querySelectorAll('#locks td.holder')].some(td => td.textContent === {})",
+                serde_json::json!(holder)
+            ),
+            Duration::from_secs(1),
+        )
+        .await;
+    let shown_after = taken.elapsed();
+    assert!(shown_after < Duration::from_secs(1), "shown after {shown_after:?}");
+    let escaped = browser
+        .eval("window.pwned === undefined && document.querySelectorAll('main img, main script').length === 0")
+        .await;
+    assert_eq!(escaped, serde_json::json!(true));
+
+    // The page as docs/operations.md shows it, when asked for.
+    if let Ok(path) = std::env::var("LEASEHOLD_CONSOLE_SCREENSHOT") {
+        std::fs::write(path, browser.screenshot().await).expect("write the screenshot");
+    }
+
+    // Revoke: armed by the first click, sent by the second.
+    browser
+        .eval(
+            "const button = [...document.querySelectorAll('#locks button.revoke')][0];
+             button.click(); button.click();",
+        )
+        .await;
+    // Until LockService.Revoke lands, the page shows the server's UNIMPLEMENTED in words.
+    browser
+        .until(
+            "the revoke's answer",
+            "document.getElementById('problem').textContent.includes('UNIMPLEMENTED')",
+            EVENT_TIMEOUT,
+        )
+        .await;
+    assert!(held.release().await);
+
+    // Everything the page loaded came from the console itself, and nothing broke its policy.
+    for url in browser.requested() {
+        assert!(url.starts_with(&origin), "the page asked for {url}");
+    }
+    for event in &browser.events {
+        let method = event["method"].as_str().unwrap_or_default();
+        assert_ne!(method, "Runtime.exceptionThrown", "{event}");
+        let source = &event["params"]["entry"]["source"];
+        assert_ne!(source, "security", "{event}");
+    }
+}
