@@ -42,10 +42,8 @@ impl Console {
         );
         let auth = dir.write("auth.toml", &grants);
         let auth = auth.to_str().expect("path");
-        let mut server = ServerProcess::start(
-            redis,
-            &["--console", "127.0.0.1:0", "--auth-file", auth],
-        );
+        let mut server =
+            ServerProcess::start(redis, &["--console", "127.0.0.1:0", "--auth-file", auth]);
         let line = server.next_line();
         let addr = line
             .strip_prefix("leasehold: console on http://")
@@ -65,7 +63,13 @@ impl Console {
     }
 
     /// One HTTP/1.1 request: the status and the body.
-    async fn http(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    async fn http(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, String) {
         let response = within(EVENT_TIMEOUT, "an HTTP answer", async {
             let mut stream = TcpStream::connect(&self.addr).await.expect("connect");
             stream
@@ -114,6 +118,14 @@ fn names(state: &serde_json::Value, list: &str, field: &str) -> Vec<String> {
         .iter()
         .map(|item| item[field].as_str().expect("a name").to_owned())
         .collect()
+}
+
+/// A page expression: whether a holder cell shows exactly `holder`.
+fn shown_holder(holder: &str) -> String {
+    format!(
+        "[...document.querySelectorAll('#locks td.holder')].some(td => td.textContent === {})",
+        serde_json::json!(holder)
+    )
 }
 
 /// A `Lease` stream opened with the holder's token.
@@ -191,15 +203,34 @@ async fn the_console_answers_as_the_grpc_port_would_and_shows_redis_down() {
     }
     // Listing names needs the admin role, as LockService.List does.
     let (status, body) = console.http("GET", "/api/state", Some(HOLD), "").await;
-    assert_eq!((status, body.contains("PERMISSION_DENIED")), (403, true), "{body}");
+    assert_eq!(
+        (status, body.contains("PERMISSION_DENIED")),
+        (403, true),
+        "{body}"
+    );
 
     let client = console.client().await;
-    let inside = client.lease("app/report").holder("reporter").acquire().await.unwrap();
+    let inside = client
+        .lease("app/report")
+        .holder("reporter")
+        .acquire()
+        .await
+        .unwrap();
     let _outside = client.lease("other/report").acquire().await.unwrap();
-    let mut leader = client.campaign("app/leader", "node-1", Duration::from_secs(30)).await.unwrap();
-    let term = within(EVENT_TIMEOUT, "elected", leader.elected()).await.unwrap();
-    let mut hidden = client.campaign("other/leader", "x", Duration::from_secs(30)).await.unwrap();
-    within(EVENT_TIMEOUT, "elected", hidden.elected()).await.unwrap();
+    let mut leader = client
+        .campaign("app/leader", "node-1", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let term = within(EVENT_TIMEOUT, "elected", leader.elected())
+        .await
+        .unwrap();
+    let mut hidden = client
+        .campaign("other/leader", "x", Duration::from_secs(30))
+        .await
+        .unwrap();
+    within(EVENT_TIMEOUT, "elected", hidden.elected())
+        .await
+        .unwrap();
 
     // The admin sees its prefixes' names only, and the page's prefix narrows them.
     let state = console.state(ADMIN, "").await;
@@ -219,17 +250,29 @@ async fn the_console_answers_as_the_grpc_port_would_and_shows_redis_down() {
     let asked = r#"{"kind":"lock","name":"app/report"}"#;
     let (status, body) = console.http("POST", "/api/revoke", Some(HOLD), asked).await;
     // Until LockService.Revoke lands the server answers UNIMPLEMENTED, and so does the console.
-    assert_eq!((status, body.contains("UNIMPLEMENTED")), (501, true), "{body}");
-    let (status, body) = console.http("POST", "/api/revoke", Some(ADMIN), "{\"kind\":1}").await;
+    assert_eq!(
+        (status, body.contains("UNIMPLEMENTED")),
+        (501, true),
+        "{body}"
+    );
+    let (status, body) = console
+        .http("POST", "/api/revoke", Some(ADMIN), "{\"kind\":1}")
+        .await;
     assert_eq!(status, 400, "{body}");
 
     // Live: a release is pushed; Redis gone is pushed as a problem, and /api/state says 503.
     let mut events = Events::open(&console, ADMIN).await;
-    events.until("state", |data| data.contains("app/report")).await;
+    events
+        .until("state", |data| data.contains("app/report"))
+        .await;
     assert!(inside.release().await.unwrap());
-    events.until("state", |data| !data.contains("app/report")).await;
+    events
+        .until("state", |data| !data.contains("app/report"))
+        .await;
     redis.kill();
-    events.until("problem", |data| data.contains("UNAVAILABLE")).await;
+    events
+        .until("problem", |data| data.contains("UNAVAILABLE"))
+        .await;
     let (status, body) = console.http("GET", "/api/state", Some(ADMIN), "").await;
     assert_eq!(status, 503, "{body}");
 }
@@ -263,27 +306,74 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
         )
         .await;
 
-    // A lock whose name and holder are HTML: shown as text, never run.
-    let name = "app/<img src=x onerror=\"window.pwned=1\">";
-    let holder = "<script>window.pwned=1</script>";
+    // A lock taken through gRPC shows within a second (the server reads every 500 ms).
+    let name = "app/billing/nightly-report";
     let taken = Instant::now();
-    let mut held = lease(&console, name, holder).await;
+    let mut held = lease(&console, name, "report-runner@host-7").await;
     browser
         .until(
             "the lock taken",
-            &format!(
-                "[...document.querySelectorAll('#locks td.holder')].some(td => td.textContent === {})",
-                serde_json::json!(holder)
-            ),
+            &shown_holder("report-runner@host-7"),
             Duration::from_secs(1),
         )
         .await;
     let shown_after = taken.elapsed();
-    assert!(shown_after < Duration::from_secs(1), "shown after {shown_after:?}");
+    assert!(
+        shown_after < Duration::from_secs(1),
+        "shown after {shown_after:?}"
+    );
+
+    // A name and holder that are HTML are shown as text, never run.
+    let client = console.client().await;
+    let html = "<script>window.pwned=1</script>";
+    let hostile = client
+        .lease("app/<img src=x onerror=\"window.pwned=1\">")
+        .holder(html)
+        .acquire()
+        .await
+        .unwrap();
+    browser
+        .until("the HTML holder", &shown_holder(html), EVENT_TIMEOUT)
+        .await;
     let escaped = browser
         .eval("window.pwned === undefined && document.querySelectorAll('main img, main script').length === 0")
         .await;
     assert_eq!(escaped, serde_json::json!(true));
+    assert!(hostile.release().await.unwrap());
+    let gone = format!("!({})", shown_holder(html));
+    browser
+        .until("the HTML holder gone", &gone, EVENT_TIMEOUT)
+        .await;
+
+    // Every holder of a semaphore; an election's leader, term and the candidate in line.
+    let mut permits = Vec::new();
+    for holder in ["trainer-1", "trainer-2"] {
+        let permit = client.lease("app/gpu-slots").limit(3).holder(holder);
+        permits.push(permit.acquire().await.unwrap());
+    }
+    let ttl = Duration::from_secs(30);
+    let mut leader = client
+        .campaign("app/scheduler", "scheduler@node-1", ttl)
+        .await
+        .unwrap();
+    let term = within(EVENT_TIMEOUT, "elected", leader.elected())
+        .await
+        .unwrap();
+    let _next = client
+        .campaign("app/scheduler", "scheduler@node-2", ttl)
+        .await
+        .unwrap();
+    let leads = format!(
+        "[...document.querySelectorAll('#elections tr')].some(tr => tr.textContent.includes('scheduler@node-1') && tr.textContent.includes('{term}') && tr.cells[4].textContent === '1')"
+    );
+    browser.until("the election", &leads, EVENT_TIMEOUT).await;
+    browser
+        .until("both permits", &shown_holder("trainer-2"), EVENT_TIMEOUT)
+        .await;
+    assert!(
+        browser.eval(&shown_holder("trainer-1")).await == serde_json::json!(true),
+        "every holder of the semaphore is shown"
+    );
 
     // The page as docs/operations.md shows it, when asked for.
     if let Ok(path) = std::env::var("LEASEHOLD_CONSOLE_SCREENSHOT") {
@@ -292,10 +382,12 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
 
     // Revoke: armed by the first click, sent by the second.
     browser
-        .eval(
-            "const button = [...document.querySelectorAll('#locks button.revoke')][0];
+        .eval(&format!(
+            "const button = [...document.querySelectorAll('#locks button.revoke')]
+                 .find(b => b.dataset.name === {});
              button.click(); button.click();",
-        )
+            serde_json::json!(name)
+        ))
         .await;
     // Until LockService.Revoke lands, the page shows the server's UNIMPLEMENTED in words.
     browser
@@ -306,6 +398,7 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
         )
         .await;
     assert!(held.release().await);
+    assert!(leader.resign().await.unwrap());
 
     // Everything the page loaded came from the console itself, and nothing broke its policy.
     for url in browser.requested() {

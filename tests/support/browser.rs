@@ -143,7 +143,12 @@ impl Browser {
             .as_str()
             .expect("sessionId")
             .to_owned();
-        for domain in ["Page.enable", "Network.enable", "Runtime.enable", "Log.enable"] {
+        for domain in [
+            "Page.enable",
+            "Network.enable",
+            "Runtime.enable",
+            "Log.enable",
+        ] {
             browser.call(domain, json!({})).await;
         }
         browser
@@ -232,13 +237,25 @@ impl Browser {
             limit.as_millis()
         );
         let met = self.eval(&script).await;
-        assert_eq!(met, json!(true), "the page never showed {what} within {limit:?}");
+        assert_eq!(
+            met,
+            json!(true),
+            "the page never showed {what} within {limit:?}"
+        );
     }
 
-    /// A PNG of the page as it is shown.
+    /// A PNG of the page as it is shown, down to the end of its content.
     pub async fn screenshot(&mut self) -> Vec<u8> {
+        let height = self
+            .eval("Math.ceil(document.body.getBoundingClientRect().bottom)")
+            .await;
+        let (width, height) = (json!(self.eval("window.innerWidth").await), height);
+        let clip = json!({ "x": 0, "y": 0, "width": width, "height": height, "scale": 1 });
         let shot = self
-            .call("Page.captureScreenshot", json!({ "format": "png" }))
+            .call(
+                "Page.captureScreenshot",
+                json!({ "format": "png", "clip": clip }),
+            )
             .await;
         base64_decode(shot["data"].as_str().expect("screenshot data"))
     }

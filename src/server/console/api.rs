@@ -55,7 +55,12 @@ pub struct Services {
 impl Services {
     /// `message` as a gRPC request from this peer with the page's `authorization` header, passed
     /// through the interceptor as on the gRPC port (UNAUTHENTICATED here if it refuses).
-    fn request<T>(&self, peer: &Peer, headers: &HeaderMap, message: T) -> Result<tonic::Request<T>, Status> {
+    fn request<T>(
+        &self,
+        peer: &Peer,
+        headers: &HeaderMap,
+        message: T,
+    ) -> Result<tonic::Request<T>, Status> {
         let mut http = http::Request::new(());
         if let Some(authorization) = headers.get(header::AUTHORIZATION) {
             http.headers_mut()
@@ -194,7 +199,9 @@ async fn follow(
 }
 
 fn state_event(state: &State) -> Event {
-    Event::default().event("state").data(json!(state).to_string())
+    Event::default()
+        .event("state")
+        .data(json!(state).to_string())
 }
 
 fn problem_event(status: &Status) -> Event {
@@ -269,16 +276,18 @@ pub(super) async fn revoke(
                 term,
             };
             match api.request(&peer, &headers, message) {
-                Ok(request) => ElectionService::revoke(&api.elections, request)
-                    .await
-                    .map(|answer| {
-                        let answer = answer.into_inner();
-                        json!({
-                            "revoked": answer.revoked,
-                            "value": String::from_utf8_lossy(&answer.value),
-                            "term": answer.term.to_string(),
+                Ok(request) => {
+                    ElectionService::revoke(&api.elections, request)
+                        .await
+                        .map(|answer| {
+                            let answer = answer.into_inner();
+                            json!({
+                                "revoked": answer.revoked,
+                                "value": String::from_utf8_lossy(&answer.value),
+                                "term": answer.term.to_string(),
+                            })
                         })
-                    }),
+                }
                 Err(status) => Err(status),
             }
         }

@@ -211,7 +211,8 @@ function render(state) {
   if (state.locks.length === 0) {
     empty(locks, 7, "No lock held" + (state.locks_truncated ? " among those listed." : "."));
   }
-  $("lock-count").textContent = "(" + state.locks.length + " names, " + holdings + " holdings)";
+  const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+  $("lock-count").textContent = "(" + plural(state.locks.length, "name") + ", " + plural(holdings, "holding") + ")";
   show("locks-note", state.locks_truncated ? "More locks are held than the server lists at once (1,000): narrow the prefix." : "");
 
   const elections = $("elections").tBodies[0];

@@ -69,7 +69,10 @@ pub fn start(
 fn router(services: Services) -> Router {
     let api = Arc::new(services);
     Router::new()
-        .route("/", get(|| async { page("text/html; charset=utf-8", PAGE) }))
+        .route(
+            "/",
+            get(|| async { page("text/html; charset=utf-8", PAGE) }),
+        )
         .route(
             "/console.css",
             get(|| async { page("text/css; charset=utf-8", STYLE) }),
@@ -104,7 +107,10 @@ fn secured(headers: &mut axum::http::HeaderMap) {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
 }
 
