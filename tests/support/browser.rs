@@ -35,7 +35,13 @@ pub struct Browser {
 /// A pipe's two ends, each first moved to a descriptor above 10 so that placing them at 3 and 4
 /// in the child can never overwrite one with the other.
 fn high_pipe() -> (OwnedFd, OwnedFd) {
-    let (reader, writer) = std::io::pipe().expect("pipe");
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors pipe2 writes.
+    let made = unsafe { nix::libc::pipe2(ends.as_mut_ptr(), nix::libc::O_CLOEXEC) };
+    assert_eq!(made, 0, "pipe2 failed");
+    // SAFETY: both were just opened for us and are owned by nobody else.
+    let (reader, writer) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
     let high = |fd: i32| {
         // SAFETY: `fd` is open (one end of the pipe just made); F_DUPFD_CLOEXEC returns a new
         // descriptor that we own, or -1.
