@@ -2,6 +2,7 @@
 //! connects to Redis (refusing to start without it), listens, and stops cleanly on Ctrl-C or
 //! SIGTERM.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -107,25 +108,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let metrics = match args.metrics {
-        Some(addr) => match TcpListener::bind(addr).await {
-            Ok(listener) => Some(listener),
-            Err(err) => {
-                eprintln!("leasehold: cannot serve metrics on {addr}: {err}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
+    let Ok(metrics) = listen_if_asked(args.metrics, "serve metrics").await else {
+        return ExitCode::FAILURE;
     };
-    let console = match args.console {
-        Some(addr) => match TcpListener::bind(addr).await {
-            Ok(listener) => Some(listener),
-            Err(err) => {
-                eprintln!("leasehold: cannot serve the console on {addr}: {err}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
+    let Ok(console) = listen_if_asked(args.console, "serve the console").await else {
+        return ExitCode::FAILURE;
     };
     let addr = grpc.local_addr().unwrap_or(args.listen);
     let tls = config.tls.is_some();
@@ -151,6 +138,17 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A listener of its own (`--metrics`, `--console`) if its address was given; `Err` once the
+/// reason it cannot be had is said.
+async fn listen_if_asked(addr: Option<SocketAddr>, what: &str) -> Result<Option<TcpListener>, ()> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    TcpListener::bind(addr).await.map(Some).map_err(|err| {
+        eprintln!("leasehold: cannot {what} on {addr}: {err}");
+    })
 }
 
 /// The server's settings from the arguments; the auth file is read and checked here.
