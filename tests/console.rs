@@ -411,3 +411,47 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
         assert_ne!(source, "security", "{event}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_console_answers_with_the_grpc_ports_certificate() {
+    use std::sync::Arc;
+    use support::certs::TestCa;
+    let redis = RedisServer::start();
+    let dir = TempDir::new("console-tls");
+    let ca = TestCa::new("console test CA");
+    let files = ca.server_files(&dir, None);
+    let (cert, key) = (files.cert.to_str().unwrap(), files.key.to_str().unwrap());
+    let mut server = ServerProcess::start(
+        &redis,
+        &[
+            "--console",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ],
+    );
+    let line = server.next_line();
+    let addr = line
+        .strip_prefix("leasehold: console on https://")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("{line}"));
+    let trusted = leasehold::tls::client_config(&dir.write("ca.pem", &ca.pem())).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(trusted));
+    let answer = within(EVENT_TIMEOUT, "an answer over TLS", async {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await.expect("TLS handshake");
+        let asked = request("GET", "/api/state", None, "");
+        tls.write_all(asked.as_bytes()).await.expect("send");
+        let mut answer = Vec::new();
+        // The server may end TLS without close_notify once it has answered.
+        let _ = tls.read_to_end(&mut answer).await;
+        String::from_utf8(answer).expect("utf-8")
+    })
+    .await;
+    // Without an auth file everyone may list, as through gRPC.
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"locks\":[]"), "{answer}");
+}
