@@ -308,8 +308,8 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
 
     // A lock taken through gRPC shows within a second (the server reads every 500 ms).
     let name = "app/billing/nightly-report";
-    let taken = Instant::now();
     let mut held = lease(&console, name, "report-runner@host-7").await;
+    let taken = Instant::now();
     browser
         .until(
             "the lock taken",
