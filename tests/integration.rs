@@ -28,6 +28,7 @@ mod leftovers;
 mod lifecycle;
 mod operations;
 mod redlock;
+mod revoke;
 mod scripts_model;
 mod semaphore;
 mod sentinel;

@@ -6,7 +6,7 @@
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
 //! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
-//! - [`inspect`]: `status` and `release`;
+//! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
@@ -16,6 +16,7 @@ mod group;
 mod inspect;
 mod job;
 mod progress;
+mod revoke;
 mod run;
 mod serve;
 mod watchdog;
@@ -140,6 +141,9 @@ Exit status: 0 if released; 1 if that token no longer held the lock (left alone)
 argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
 the server did not accept the token or certificate, or the grant does not cover the lock.")]
     Release(ReleaseArgs),
+    /// End a holding by force (an operator's call; needs the admin role): every holder of a lock,
+    /// one by its fencing token, or an election's leader.
+    Revoke(revoke::RevokeArgs),
     /// Run a command while leader of an election (or, with --observe, follow who leads).
     Elect(elect::ElectArgs),
     /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
@@ -475,6 +479,7 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::release(connect, args.name, args.token).await,
             Err(problem) => usage(problem),
         },
+        Command::Revoke(args) => revoke::command(args).await,
         Command::Health(args) => match args.server.options() {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
