@@ -7,6 +7,8 @@ use crate::support;
 
 use std::time::Duration;
 
+use leasehold::pb::LostReason;
+use leasehold::pb::lease_response::Event;
 use leasehold::server::auth::token_digest;
 use leasehold_client::{Client, ConnectOptions};
 use support::browser::Browser;
@@ -246,29 +248,55 @@ async fn the_console_answers_as_the_grpc_port_would_and_shows_redis_down() {
     let narrowed = console.state(ADMIN, "app%2Fleader").await;
     assert_eq!(names(&narrowed, "locks", "name"), Vec::<String>::new());
 
-    // Revoke goes through LockService.Revoke with the caller's token.
-    let asked = r#"{"kind":"lock","name":"app/report"}"#;
-    let (status, body) = console.http("POST", "/api/revoke", Some(HOLD), asked).await;
-    // Until LockService.Revoke lands the server answers UNIMPLEMENTED, and so does the console.
-    assert_eq!(
-        (status, body.contains("UNIMPLEMENTED")),
-        (501, true),
-        "{body}"
+    // Revoke is LockService.Revoke with the caller's token: a hold grant may not, nor an admin
+    // outside its prefixes; nothing changes.
+    let asked = format!(
+        r#"{{"kind":"lock","name":"app/report","fencing_token":"{}"}}"#,
+        inside.fencing_token()
     );
+    let outside = r#"{"kind":"lock","name":"other/report"}"#;
+    for (token, asked) in [(HOLD, asked.as_str()), (ADMIN, outside)] {
+        let (status, body) = console
+            .http("POST", "/api/revoke", Some(token), asked)
+            .await;
+        assert_eq!(
+            (status, body.contains("PERMISSION_DENIED")),
+            (403, true),
+            "{body}"
+        );
+    }
+    assert!(!inside.is_lost());
     let (status, body) = console
         .http("POST", "/api/revoke", Some(ADMIN), "{\"kind\":1}")
         .await;
     assert_eq!(status, 400, "{body}");
 
-    // Live: a release is pushed; Redis gone is pushed as a problem, and /api/state says 503.
+    // Live: a revoke is pushed; Redis gone is pushed as a problem, and /api/state says 503.
     let mut events = Events::open(&console, ADMIN).await;
     events
         .until("state", |data| data.contains("app/report"))
         .await;
-    assert!(inside.release().await.unwrap());
+    let (status, body) = console
+        .http("POST", "/api/revoke", Some(ADMIN), &asked)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["revoked"][0]["holder"], "reporter");
+    let token = inside.fencing_token().to_string();
+    assert_eq!(answer["revoked"][0]["fencing_token"], token);
+    within(Duration::from_secs(2), "the holder told", inside.lost()).await;
     events
         .until("state", |data| !data.contains("app/report"))
         .await;
+    let asked = format!(r#"{{"kind":"election","name":"app/leader","term":"{term}"}}"#);
+    let (status, body) = console
+        .http("POST", "/api/revoke", Some(ADMIN), &asked)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["revoked"], true, "{body}");
+    assert_eq!(answer["term"], term.to_string(), "{body}");
+    within(Duration::from_secs(2), "the leader told", leader.lost()).await;
     redis.kill();
     events
         .until("problem", |data| data.contains("UNAVAILABLE"))
@@ -389,15 +417,29 @@ async fn in_chromium_a_lock_shows_within_a_second_escaped_and_its_revoke_button_
             serde_json::json!(name)
         ))
         .await;
-    // Until LockService.Revoke lands, the page shows the server's UNIMPLEMENTED in words.
+    // The holder's stream ends with Lost (REVOKED), and the page says what it revoked.
+    let lost = within(Duration::from_secs(2), "the holder told", async {
+        loop {
+            match held.next().await {
+                Ok(Some(Event::Extended(_))) => continue,
+                Ok(Some(Event::Lost(lost))) => return lost,
+                other => panic!("expected Lost, got {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(lost.code, LostReason::Revoked as i32, "{lost:?}");
     browser
         .until(
-            "the revoke's answer",
-            "document.getElementById('problem').textContent.includes('UNIMPLEMENTED')",
+            "the revoke's outcome",
+            "document.getElementById('outcome').textContent.includes('Revoked')",
             EVENT_TIMEOUT,
         )
         .await;
-    assert!(held.release().await);
+    let gone = format!("!({})", shown_holder("report-runner@host-7"));
+    browser
+        .until("the revoked lock gone", &gone, EVENT_TIMEOUT)
+        .await;
     assert!(leader.resign().await.unwrap());
 
     // Everything the page loaded came from the console itself, and nothing broke its policy.
