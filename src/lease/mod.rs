@@ -14,6 +14,7 @@
 //! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
+//! - [`watch`]: a lock's state on every change, read when Redis announces one, to every watcher.
 //!
 //! It uses the store layer below it and nothing above it.
 
@@ -26,3 +27,4 @@ pub mod renewal;
 pub mod scheduler;
 pub mod spec;
 pub mod waiting;
+pub mod watch;

@@ -165,7 +165,7 @@ pub async fn serve(
     });
     let elections = ElectionServer::start(streams.clone()).await?;
     let sessions = session::SessionServer::new(streams.clone());
-    let locks = LockServer::new(streams);
+    let locks = LockServer::start(streams).await?;
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
     // headroom carries unary calls and the refusals themselves.
