@@ -147,7 +147,7 @@ pub async fn health(connect: ConnectOptions) -> ExitCode {
 
 /// A holder as `status` shows it: a lease acquired without a holder name says so rather than
 /// leaving an empty column.
-fn shown(holder: &str) -> &str {
+pub(super) fn shown(holder: &str) -> &str {
     if holder.is_empty() {
         "(unnamed)"
     } else {

@@ -5,7 +5,7 @@
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
-//! - [`inspect`]: `status` and `release`;
+//! - [`inspect`]: `status` and `release`; [`watch`]: `watch`, a line per change;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
@@ -15,6 +15,7 @@ mod inspect;
 mod progress;
 mod run;
 mod serve;
+mod watch;
 mod watchdog;
 
 use std::io::IsTerminal;
@@ -117,6 +118,20 @@ could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
   leasehold status nightly-report
   leasehold status --json backup nightly-report")]
     Status(StatusArgs),
+    /// Print each named lock's state now, then a line per change, until interrupted.
+    #[command(after_help = "Examples:
+  leasehold watch nightly-report
+  leasehold watch --json backup nightly-report
+
+Each line: NAME held by HOLDER (fencing token N, ttl T ms, K waiting), or NAME free. Changes
+closer together than a round trip to Redis may show as one line (the newest state). If the
+server stops, the watch goes on through the next server given (or the same one back), for
+about 25 seconds before giving up.
+Exit status: 0 when interrupted (SIGINT/SIGTERM); 64 if an argument is refused; 69 if the server
+could not be reached or could not serve the request (also when no server came back to go on
+with); 77 if the server did not accept the token or certificate, or the grant does not cover the
+lock.")]
+    Watch(WatchArgs),
     /// Measure a running server against direct Redis (starts nothing itself).
     #[command(after_help = "Examples:
   leasehold bench --server http://127.0.0.1:50051 --redis redis://127.0.0.1:6379
@@ -240,6 +255,18 @@ struct StatusArgs {
     #[arg(long)]
     json: bool,
     /// Lock names (none: every held lock, up to 1,000).
+    names: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct WatchArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Print one JSON object per line, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Lock names.
+    #[arg(required = true)]
     names: Vec<String>,
 }
 
@@ -474,6 +501,10 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::status(connect, args.names, args.json).await,
             Err(problem) => usage(problem),
         },
+        Command::Watch(args) => match args.server.options() {
+            Ok(connect) => watch::watch(connect, args.names, args.json).await,
+            Err(problem) => usage(problem),
+        },
         Command::Bench(args) => run_bench(args).await,
         Command::Release(args) => match args.server.options() {
             Ok(connect) => inspect::release(connect, args.name, args.token).await,
@@ -538,7 +569,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, status, release, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, status, watch, release, health or bench (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),
