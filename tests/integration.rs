@@ -32,3 +32,4 @@ mod sentinel;
 mod session;
 mod unary;
 mod waiting;
+mod watch;
