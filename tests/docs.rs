@@ -165,7 +165,9 @@ fn help(command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-const COMMANDS: [&str; 6] = ["serve", "run", "status", "release", "health", "bench"];
+const COMMANDS: [&str; 7] = [
+    "serve", "run", "status", "watch", "release", "health", "bench",
+];
 
 /// The `--options` a text names.
 fn options_in(text: &str) -> BTreeSet<String> {

@@ -127,10 +127,10 @@ Each line: NAME held by HOLDER (fencing token N, ttl T ms, K waiting), or NAME f
 closer together than a round trip to Redis may show as one line (the newest state). If the
 server stops, the watch goes on through the next server given (or the same one back), for
 about 25 seconds before giving up.
-Exit status: 0 when interrupted (SIGINT/SIGTERM); 64 if an argument is refused; 69 if the server
-could not be reached or could not serve the request (also when no server came back to go on
-with); 77 if the server did not accept the token or certificate, or the grant does not cover the
-lock.")]
+Exit status: 0 when interrupted (SIGINT/SIGTERM); 1 if SIGINT and SIGTERM cannot be handled; 64
+if an argument is refused; 69 if the server could not be reached or could not serve the request
+(also when no server came back to go on with); 77 if the server did not accept the token or
+certificate, or the grant does not cover the lock.")]
     Watch(WatchArgs),
     /// Measure a running server against direct Redis (starts nothing itself).
     #[command(after_help = "Examples:
