@@ -238,9 +238,12 @@ async fn read_changes(
     mut stopped: oneshot::Receiver<()>,
 ) {
     let tasks = locks.connection().tasks().clone();
+    // Said once per outage, not every retry.
+    let mut failing = false;
     loop {
         let next_read = match locks.read_watched(&keys, MARK_TTL).await {
             Ok(state) => {
+                failing = false;
                 let wake = next_change(&state).map_or(MARK_RENEWAL, |at| at.min(MARK_RENEWAL));
                 states.send_if_modified(|shown| {
                     let new = shown.as_ref().is_none_or(|shown| !same(shown, &state));
@@ -251,7 +254,9 @@ async fn read_changes(
                 Instant::now() + wake
             }
             Err(error) => {
-                warn!(%error, "could not read a watched lock; trying again");
+                if !std::mem::replace(&mut failing, true) {
+                    warn!(%error, "could not read a watched lock; trying again");
+                }
                 Instant::now() + RETRY
             }
         };
