@@ -248,3 +248,35 @@ async fn the_cli_prints_a_json_line_per_change() {
     .await;
     assert_eq!(status.code(), Some(0));
 }
+
+/// The server a watch runs through stops: the client watches again through another replica,
+/// does not repeat the state it last showed, and reports the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_moves_to_another_replica_when_its_server_stops() {
+    let redis = RedisServer::start();
+    let (mut first, second) = (
+        ServerProcess::start(&redis, &[]),
+        ServerProcess::start(&redis, &[]),
+    );
+    // The first replica listed is the one in use.
+    let client = Client::connect(format!("{},{}", first.url(), second.url()))
+        .await
+        .unwrap();
+    let holder = Client::connect(second.url()).await.unwrap();
+    let mut watch = client.watch("moved").await.unwrap();
+    assert!(!next_state(&mut watch).await.held);
+    let guard = holder.lease("moved").holder("h").acquire().await.unwrap();
+    assert!(next_state(&mut watch).await.held);
+    first.stop().await;
+    assert!(guard.release().await.unwrap());
+    // Whatever the resumed watch reads first, "held" is not shown again before "free".
+    let free = within(
+        EVENT_TIMEOUT,
+        "the release, through the other replica",
+        watch.next(),
+    )
+    .await
+    .expect("the watch ended")
+    .expect("a state");
+    assert!(!free.held, "{free:?}");
+}
