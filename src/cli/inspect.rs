@@ -60,6 +60,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                     "ttl_remaining_ms": d.ttl_remaining_ms,
                     "fencing_token": d.fencing_token,
                     "limit": d.limit,
+                    "waiting": d.waiting,
                     "shared": d.mode() == pb::LeaseMode::Shared,
                     "holders": d.holders.iter().map(|h| serde_json::json!({
                         "holder": h.holder,
@@ -76,6 +77,11 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
             eprintln!("leasehold: no locks are held");
         }
         for (name, d) in rows {
+            // Only when someone waits: the columns a script reads stay as they were.
+            let waiting = match d.waiting {
+                0 => String::new(),
+                n => format!("\t{n} waiting"),
+            };
             let several = d.limit > 1 || d.mode() == pb::LeaseMode::Shared;
             if d.held && several {
                 // A semaphore or a shared lock: every holder on a line of its own.
@@ -83,7 +89,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                     pb::LeaseMode::Shared => "shared".to_owned(),
                     _ => format!("of limit {}", d.limit),
                 };
-                println!("{name}	{} held {how}", d.holders.len());
+                println!("{name}	{} held {how}{waiting}", d.holders.len());
                 for h in &d.holders {
                     println!(
                         "	held by {}	ttl {} ms	fencing token {}",
@@ -94,13 +100,13 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                 }
             } else if d.held {
                 println!(
-                    "{name}\theld by {}\tttl {} ms\tfencing token {}",
+                    "{name}\theld by {}\tttl {} ms\tfencing token {}{waiting}",
                     shown(&d.holder),
                     d.ttl_remaining_ms,
                     d.fencing_token
                 );
             } else {
-                println!("{name}\tfree");
+                println!("{name}\tfree{waiting}");
             }
         }
     }
