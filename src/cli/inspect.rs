@@ -50,26 +50,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
         }
     }
     if json {
-        let items: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(name, d)| {
-                serde_json::json!({
-                    "name": name,
-                    "held": d.held,
-                    "holder": d.holder,
-                    "ttl_remaining_ms": d.ttl_remaining_ms,
-                    "fencing_token": d.fencing_token,
-                    "limit": d.limit,
-                    "waiting": d.waiting,
-                    "shared": d.mode() == pb::LeaseMode::Shared,
-                    "holders": d.holders.iter().map(|h| serde_json::json!({
-                        "holder": h.holder,
-                        "ttl_remaining_ms": h.ttl_remaining_ms,
-                        "fencing_token": h.fencing_token,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let items: Vec<serde_json::Value> = rows.iter().map(|(name, d)| as_json(name, d)).collect();
         println!("{}", serde_json::Value::Array(items));
     } else {
         if rows.is_empty() {
@@ -111,6 +92,25 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
         }
     }
     ExitCode::SUCCESS
+}
+
+/// A lock's state as `status --json` and `watch --json` print it.
+pub(super) fn as_json(name: &str, d: &pb::DescribeResponse) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "held": d.held,
+        "holder": d.holder,
+        "ttl_remaining_ms": d.ttl_remaining_ms,
+        "fencing_token": d.fencing_token,
+        "limit": d.limit,
+        "waiting": d.waiting,
+        "shared": d.mode() == pb::LeaseMode::Shared,
+        "holders": d.holders.iter().map(|h| serde_json::json!({
+            "holder": h.holder,
+            "ttl_remaining_ms": h.ttl_remaining_ms,
+            "fencing_token": h.fencing_token,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.

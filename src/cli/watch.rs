@@ -8,7 +8,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_stream::{StreamExt, StreamMap};
 
 use super::fail;
-use super::inspect::shown;
+use super::inspect::{as_json, shown};
 
 /// Watches every name in `names` (each once) and prints each state as it comes: the state now,
 /// then one line per change. Ends with 0 on SIGINT or SIGTERM. A server that stops is left to the
@@ -94,23 +94,4 @@ fn line(name: &str, state: &pb::DescribeResponse) -> String {
         holders.join(", "),
         waiting.replacen(", ", "; ", 1)
     )
-}
-
-/// One JSON object per state, for scripts.
-fn as_json(name: &str, state: &pb::DescribeResponse) -> serde_json::Value {
-    serde_json::json!({
-        "name": name,
-        "held": state.held,
-        "holder": state.holder,
-        "fencing_token": state.fencing_token,
-        "ttl_remaining_ms": state.ttl_remaining_ms,
-        "waiting": state.waiting,
-        "limit": state.limit,
-        "shared": state.mode() == pb::LeaseMode::Shared,
-        "holders": state.holders.iter().map(|h| serde_json::json!({
-            "holder": h.holder,
-            "ttl_remaining_ms": h.ttl_remaining_ms,
-            "fencing_token": h.fencing_token,
-        })).collect::<Vec<_>>(),
-    })
 }

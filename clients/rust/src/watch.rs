@@ -3,12 +3,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio_stream::Stream;
 use tonic::Streaming;
 
 use crate::held::resumable;
+use crate::observation::reopen;
 use crate::pb;
 use crate::pb::lock_service_client::LockServiceClient;
 use crate::{Client, ClientError};
@@ -144,19 +144,8 @@ impl Follower {
                 Ok(None) => {}
             }
             // The stream broke or ended: watch again, on another server if this one is gone.
-            let mut backoff = Duration::from_millis(20);
-            let mut tries = 0;
-            self.responses = loop {
-                match self.client.watching(self.request.clone()).await {
-                    Ok(responses) => break responses,
-                    Err(ClientError::Status(status)) if resumable(&status) && tries < 50 => {
-                        tries += 1;
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(500));
-                    }
-                    Err(error) => return Err(error),
-                }
-            };
+            let (client, request) = (&self.client, &self.request);
+            self.responses = reopen(|| client.watching(request.clone())).await?;
             self.resumed = true;
         }
     }
