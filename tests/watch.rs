@@ -280,3 +280,33 @@ async fn a_watch_moves_to_another_replica_when_its_server_stops() {
     .expect("a state");
     assert!(!free.held, "{free:?}");
 }
+
+/// A semaphore's watch names every holder, each with its fencing token, as they come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphores_watch_names_every_holder() {
+    let redis = RedisServer::start();
+    let server = ServerProcess::start(&redis, &[]);
+    let client = Client::connect(server.url()).await.unwrap();
+    let mut watch = client.watch("pool").await.unwrap();
+    assert!(!next_state(&mut watch).await.held);
+    let permit = |holder: &'static str| client.lease("pool").limit(2).holder(holder).acquire();
+    let a = permit("a").await.unwrap();
+    let one = next_state(&mut watch).await;
+    assert_eq!((one.limit, one.holders.len()), (2, 1), "{one:?}");
+    let b = permit("b").await.unwrap();
+    let two = next_state(&mut watch).await;
+    let holders: Vec<(&str, u64)> = two
+        .holders
+        .iter()
+        .map(|h| (h.holder.as_str(), h.fencing_token))
+        .collect();
+    assert_eq!(
+        holders,
+        [("a", a.fencing_token()), ("b", b.fencing_token())]
+    );
+    assert!(a.release().await.unwrap());
+    let left = next_state(&mut watch).await;
+    assert_eq!(left.holders.len(), 1);
+    assert_eq!(left.holder, "b");
+    drop(b);
+}
