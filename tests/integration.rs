@@ -35,3 +35,4 @@ mod sentinel;
 mod session;
 mod unary;
 mod waiting;
+mod watch;

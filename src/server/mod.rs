@@ -171,7 +171,7 @@ pub async fn serve(
     crate::lease::revoke::listen(&store, &streams.scheduler).await?;
     let elections = ElectionServer::start(streams.clone()).await?;
     let sessions = session::SessionServer::new(streams.clone());
-    let locks = LockServer::new(streams);
+    let locks = LockServer::start(streams).await?;
     let authenticate = Authenticate(config.auth.clone());
     if let Some(listener) = listeners.console {
         let services = console::Services {
