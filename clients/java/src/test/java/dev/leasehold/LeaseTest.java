@@ -109,9 +109,9 @@ class LeaseTest {
       Lease lease = client.lease("job").ttl(Duration.ofSeconds(5)).acquire();
       servers.signalServer(1, "STOP"); // The only other server: a resume waits there, unanswered.
       servers.kill(0);
-      ConformanceTest.awaitTrue(() -> lease.state().equals("RESUMING"), "the stream broke");
+      Checks.awaitTrue(() -> lease.state().equals("RESUMING"), "the stream broke");
       CompletableFuture<Boolean> released = CompletableFuture.supplyAsync(lease::release);
-      ConformanceTest.awaitTrue(() -> lease.state().equals("RELEASING"), "release between streams");
+      Checks.awaitTrue(() -> lease.state().equals("RELEASING"), "release between streams");
       servers.signalServer(1, "CONT");
       assertTrue(released.get(10, TimeUnit.SECONDS));
       assertEquals("0", servers.redisCli("EXISTS", "leasehold:{job}:lock"));

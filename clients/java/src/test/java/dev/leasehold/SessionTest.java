@@ -1,6 +1,6 @@
 package dev.leasehold;
 
-import static dev.leasehold.ConformanceTest.awaitTrue;
+import static dev.leasehold.Checks.awaitTrue;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -110,7 +110,7 @@ class SessionTest {
       for (int i = 0; i < 3; i++) {
         servers.stop(i); // SIGTERM: a session on it is handed over (UNAVAILABLE), kept for its grace.
         // Held on a live server before this one is back ("job" is the conformance tests' key).
-        ConformanceTest.awaitRenewed(servers, "a live server renews the session's leases");
+        Checks.awaitRenewed(servers, "a live server renews the session's leases");
         servers.start(i);
         awaitTrue(() -> lease.attached(), "the lease is held on a stream again");
         assertEquals(List.of(), lost);
