@@ -88,9 +88,6 @@ public final class LockWatch implements Iterable<DescribeResponse>, AutoCloseabl
    * call's {@link io.grpc.StatusRuntimeException} if it failed.
    */
   public Optional<DescribeResponse> poll(Duration timeout) throws InterruptedException {
-    if (peeked != null) {
-      return Optional.of(take());
-    }
     if (!await(timeout.toNanos())) {
       return Optional.empty();
     }

@@ -63,9 +63,9 @@ class RevokeTest {
 
   @Test
   void aRevokedLeaderIsLostAndTheNextElected() throws Exception {
-    try (Candidate a = client.campaign("vote", "a".getBytes(), Duration.ofSeconds(5));
-        Candidate b = client.campaign("vote", "b".getBytes(), Duration.ofSeconds(5))) {
+    try (Candidate a = client.campaign("vote", "a".getBytes(), Duration.ofSeconds(5))) {
       long termA = a.awaitElected(Duration.ofSeconds(10));
+      Candidate b = client.campaign("vote", "b".getBytes(), Duration.ofSeconds(5));
       servers.waitForLine("leasehold:election:{vote}:line", 1);
       assertEquals(Optional.empty(), client.revokeLeader("vote", termA + 1), "another term");
       assertEquals(Optional.of(new Leader(termA, "a".getBytes())), client.revokeLeader("vote"));
@@ -76,6 +76,7 @@ class RevokeTest {
       assertTrue(termB > termA, termB + " after " + termA);
       assertEquals(Optional.empty(), client.revokeLeader("vote", termA), "a stale term");
       assertTrue(b.isLeader());
+      assertTrue(b.resign());
     }
   }
 

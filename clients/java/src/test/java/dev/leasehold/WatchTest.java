@@ -81,7 +81,7 @@ class WatchTest {
       StatusRuntimeException refused =
           assertThrows(StatusRuntimeException.class, () -> watch.poll(WITHIN));
       assertEquals(Status.Code.INVALID_ARGUMENT, refused.getStatus().getCode());
-      assertThrows(StatusRuntimeException.class, () -> watch.poll(WITHIN), "said once only");
+      assertThrows(StatusRuntimeException.class, () -> watch.poll(WITHIN), "and again");
     }
   }
 
