@@ -97,6 +97,7 @@ class ConformanceTest {
       servers.redisCli("DEL", LOCK_KEY);
       String reason = lease.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("deleted or taken"), reason);
+      assertEquals(Optional.of(LostReason.TAKEN), lease.lostCode());
     }
   }
 
@@ -359,6 +360,7 @@ class ConformanceTest {
       String reason = a.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("deleted or taken"), reason);
       assertEquals(Optional.of(reason), a.lostReason());
+      assertEquals(Optional.of(LostReason.TAKEN), a.lostCode());
       int confirmed = session.keptAlives();
       awaitTrue(() -> session.keptAlives() > confirmed, "the server confirms the session again");
       assertEquals(b.token(), servers.lockToken(lockKey("b")));

@@ -149,6 +149,7 @@ class SessionTest {
         assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopped) < 2_000);
         assertTrue(reasonA.contains("server silent"), reasonA);
         assertTrue(reasonB.contains("server silent"), reasonB);
+        assertEquals(Optional.of(LostReason.UNREACHABLE), a.lostCode());
       } finally {
         servers.signalServer("CONT");
       }
@@ -167,6 +168,8 @@ class SessionTest {
       assertTrue(reason.contains("UNAVAILABLE"), reason);
       String lostA = a.lost().get(10, TimeUnit.SECONDS);
       assertTrue(lostA.contains("session was lost"), lostA);
+      assertEquals(Optional.of(LostReason.UNREACHABLE), session.lostCode());
+      assertEquals(Optional.of(LostReason.UNREACHABLE), a.lostCode());
       IllegalStateException over =
           assertThrows(IllegalStateException.class, () -> session.acquire("b"));
       assertTrue(over.getMessage().contains("lost"), over.getMessage());
@@ -181,6 +184,7 @@ class SessionTest {
         Session session = client.session(new SessionOptions().ttl(Duration.ofMillis(1)))) {
       String reason = session.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("INVALID_ARGUMENT"), reason);
+      assertEquals(Optional.of(LostReason.UNKNOWN), session.lostCode());
       StatusRuntimeException refused =
           assertThrows(StatusRuntimeException.class, () -> session.acquire("a"));
       assertEquals(Status.Code.INVALID_ARGUMENT, refused.getStatus().getCode());
