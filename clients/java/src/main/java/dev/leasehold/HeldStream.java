@@ -355,7 +355,8 @@ abstract class HeldStream<Req, Resp> extends Holding {
       return scheduleAttempt(resumption.nextDelayMs());
     }
     String loss = fail("could not resume the " + what + ": " + Resumption.describe(status),
-        LostReason.ofStatus(status), error != null ? error : new IllegalStateException("the " + streamName + " stream ended"));
+        LostReason.ofStatus(status),
+        error != null ? error : new IllegalStateException("the " + streamName + " stream ended"));
     warn(loss);
     return loss;
   }

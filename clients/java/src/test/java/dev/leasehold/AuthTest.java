@@ -78,7 +78,7 @@ class AuthTest {
     }
   }
 
-  /** A grant of {@code role} on the prefix java/ (locks and elections) to the token {@code token}. */
+  /** A grant of {@code role} on the prefix java/ (locks and elections) to {@code token}. */
   private static String grant(String token, String role) throws Exception {
     byte[] digest = MessageDigest.getInstance("SHA-256")
         .digest(token.getBytes(StandardCharsets.UTF_8));
