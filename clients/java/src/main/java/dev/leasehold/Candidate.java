@@ -5,6 +5,7 @@ import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.stub.ClientResponseObserver;
 import java.time.Duration;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ScheduledExecutorService;
@@ -112,6 +113,14 @@ public final class Candidate extends HeldStream<CampaignRequest, CampaignRespons
   /** Completes with the reason if the candidacy ends without stepping down (e.g. leadership lost). */
   public CompletableFuture<String> lost() {
     return lost;
+  }
+
+  /**
+   * Why the candidacy was lost, once it is (set before {@link #lost()} completes): {@link
+   * LostReason#REVOKED} if an operator revoked the leadership. Empty while it is not lost.
+   */
+  public synchronized Optional<LostReason> lostCode() {
+    return Optional.ofNullable(lostCode);
   }
 
   /** The term once elected (the leadership lease's fencing token); 0 before. */
@@ -260,7 +269,8 @@ public final class Candidate extends HeldStream<CampaignRequest, CampaignRespons
         state = State.ENDED;
         stream = null;
         validity.stop();
-        tell(lossOf(event.getLost().getReason()));
+        Lost news = event.getLost();
+        tell(lossOf(news.getReason(), LostReason.of(news.getCode())));
         events.add(event);
       }
       case RESIGNED -> {
@@ -281,7 +291,7 @@ public final class Candidate extends HeldStream<CampaignRequest, CampaignRespons
   @Override
   String onStaleStart() {
     events.add(CampaignResponse.newBuilder().setLost(Lost.newBuilder().setReason(STALE)).build());
-    return lossOf(STALE);
+    return lossOf(STALE, LostReason.UNREACHABLE);
   }
 
   @Override
@@ -334,7 +344,7 @@ public final class Candidate extends HeldStream<CampaignRequest, CampaignRespons
     }
     // Woken past the validity (a frozen process): whatever the server still keeps, this
     // leadership is over by this process's clock; the timer may not have run yet.
-    String loss = fail(tooLate(), null);
+    String loss = fail(tooLate(), LostReason.UNREACHABLE, null);
     warn(loss);
     tell(loss);
   }

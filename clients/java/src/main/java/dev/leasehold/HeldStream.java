@@ -123,7 +123,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
 
   /** The stream ended while {@link State#STOPPING}: by default it is over, not held. */
   String stopEnded(Status status, Throwable error) {
-    return fail(null, null);
+    return fail(null, null, null);
   }
 
   /** A resume is due: by default, open it. */
@@ -178,16 +178,21 @@ abstract class HeldStream<Req, Resp> extends Holding {
 
   /** Schedules the next attempt, or ends it if the client is closed; the loss to report. */
   final String scheduleAttempt(long delayMs) {
-    return !channel.isShutdown() && retryIn(delayMs) ? null : fail(closedReason(), null);
+    return !channel.isShutdown() && retryIn(delayMs)
+        ? null
+        : fail(closedReason(), LostReason.UNREACHABLE, null);
   }
 
-  /** Ends it: no clock, no retry; the waiters are told; the loss to report, if any. */
-  final String fail(String reason, Throwable failure) {
+  /**
+   * Ends it: no clock, no retry; the waiters are told; the loss to report (lost for {@code
+   * code}), if any.
+   */
+  final String fail(String reason, LostReason code, Throwable failure) {
     state = State.ENDED;
     validity.stop();
     cancelRetry();
     onEnded(reason, failure);
-    return lossOf(reason);
+    return lossOf(reason, code);
   }
 
   /** Ends it because {@code status} ended the stream; the loss to report, if any. */
@@ -195,6 +200,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
     return fail(status == null
             ? "the server ended the " + streamName + " stream"
             : streamName + " stream failed: " + status,
+        LostReason.ofStatus(status),
         error != null ? error : new IllegalStateException("the " + streamName + " stream ended"));
   }
 
@@ -234,7 +240,8 @@ abstract class HeldStream<Req, Resp> extends Holding {
     } else if (state == State.RESUMING && stale) {
       stream = null;
       from.cancel(stale());
-      String loss = fail("could not resume the " + what + ": " + stale(), null);
+      String loss = fail("could not resume the " + what + ": " + stale(),
+          LostReason.UNREACHABLE, null);
       warn(loss);
       return loss;
     } else if (state == State.RESUMING) {
@@ -242,7 +249,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
       if (mismatch != null) {
         stream = null;
         from.cancel("resumed as another acquisition");
-        return fail(mismatch, null);
+        return fail(mismatch, LostReason.TAKEN, null);
       }
       state = State.HELD;
       resumes++;
@@ -289,13 +296,14 @@ abstract class HeldStream<Req, Resp> extends Holding {
       }
       switch (state) {
         case HELD, STOPPING -> // The stream stays; it may still end well.
-            tell(lossOf("no renewal confirmed before the " + what + " ran out (server silent)"));
+            tell(lossOf("no renewal confirmed before the " + what + " ran out (server silent)",
+                LostReason.UNREACHABLE));
         case RESUMING -> {
           if (stream != null) {
             stream.cancel("the " + what + "'s validity ran out while resuming");
             stream = null;
           }
-          String loss = fail(tooLate(), null);
+          String loss = fail(tooLate(), LostReason.UNREACHABLE, null);
           warn(loss);
           tell(loss);
         }
@@ -347,6 +355,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
       return scheduleAttempt(resumption.nextDelayMs());
     }
     String loss = fail("could not resume the " + what + ": " + Resumption.describe(status),
+        LostReason.ofStatus(status),
         error != null ? error : new IllegalStateException("the " + streamName + " stream ended"));
     warn(loss);
     return loss;

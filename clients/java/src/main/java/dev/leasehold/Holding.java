@@ -25,17 +25,26 @@ abstract class Holding {
   boolean letGo;
   /** How many times it was taken back on a new stream after its stream broke. */
   int resumes;
+  /** Why it was lost, set with the first loss reported (before {@link #lost} completes). */
+  LostReason lostCode;
 
   /**
-   * Holds the owner's lock. Notes that it is lost (if {@code reason} is not null) and returns the
-   * reason to report, or null when the user let go first.
+   * Holds the owner's lock. Notes that it is lost (if {@code reason} is not null) for {@code
+   * code}, and returns the reason to report, or null when the user let go first. The first loss
+   * reported is the one {@link #lost} completes with, so its code is the one kept.
    */
-  final String lossOf(String reason) {
+  final String lossOf(String reason, LostReason code) {
     if (reason == null) {
       return null;
     }
     lostKnown = true;
-    return letGo ? null : reason;
+    if (letGo) {
+      return null;
+    }
+    if (lostCode == null) {
+      lostCode = code;
+    }
+    return reason;
   }
 
   /**

@@ -6,6 +6,7 @@ import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -16,6 +17,7 @@ import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseRelease;
 import leasehold.v1.Lock.LeaseRequest;
 import leasehold.v1.Lock.LeaseResponse;
+import leasehold.v1.Lock.Lost;
 import leasehold.v1.Lock.ReleaseRequest;
 import leasehold.v1.Lock.ReleaseResponse;
 import leasehold.v1.LockServiceGrpc;
@@ -96,9 +98,21 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
     return lost.isDone();
   }
 
-  /** Completes with the reason once the lock is lost; never completes if released first. */
+  /**
+   * Completes with the reason once the lock is lost; never completes if released first. The
+   * reason is for people: {@link #lostCode()} says why for programs.
+   */
   public CompletableFuture<String> lost() {
     return lost;
+  }
+
+  /**
+   * Why the lock was lost, once it is (set before {@link #lost()} completes): {@link
+   * LostReason#REVOKED} if an operator revoked it, {@link LostReason#TAKEN} if its key was
+   * deleted or taken, ... Empty while it is not lost.
+   */
+  public synchronized Optional<LostReason> lostCode() {
+    return Optional.ofNullable(lostCode);
   }
 
   /** Whether a stream holds the lease now (not between streams, not lost, not released). */
@@ -193,7 +207,10 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
         Extended extended = event.getExtended();
         extended(from, extended.getValidForMs(), extended.getValidToMs());
       }
-      case LOST -> tell(lossOf(event.getLost().getReason())); // The stream ends next.
+      case LOST -> { // The stream ends next.
+        Lost news = event.getLost();
+        tell(lossOf(news.getReason(), LostReason.of(news.getCode())));
+      }
       case RELEASED -> {
         state = State.ENDED;
         validity.stop();
@@ -266,7 +283,7 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
       completions.later(() -> releaseUnary(null));
       return null;
     }
-    return fail(null, null);
+    return fail(null, null, null);
   }
 
   /**

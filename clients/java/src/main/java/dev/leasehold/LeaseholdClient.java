@@ -22,15 +22,19 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 import java.util.function.Consumer;
+import leasehold.v1.Election.ElectionServiceRevokeRequest;
+import leasehold.v1.Election.ElectionServiceRevokeResponse;
 import leasehold.v1.Election.LeaderRequest;
 import leasehold.v1.Election.LeaderResponse;
 import leasehold.v1.Election.ObserveRequest;
 import leasehold.v1.Election.ObserveResponse;
 import leasehold.v1.ElectionServiceGrpc;
+import leasehold.v1.Lock.Holder;
 import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseMode;
 import leasehold.v1.Lock.ListRequest;
 import leasehold.v1.Lock.ListResponse;
+import leasehold.v1.Lock.RevokeRequest;
 import leasehold.v1.LockServiceGrpc;
 
 /**
@@ -246,6 +250,82 @@ public final class LeaseholdClient implements AutoCloseable {
     }
     return LockServiceGrpc.newBlockingStub(channel)
         .list(ListRequest.newBuilder().setLimit(limit).build());
+  }
+
+  /**
+   * Ends every holding of lock {@code name} by force, for an operator: each holder is told at once
+   * that it is lost ({@link LostReason#REVOKED}, on whichever server carries its stream), it
+   * cannot be resumed, and the next waiter gets the lock at once with a larger fencing token.
+   * Returns the holdings ended, as they were just before; empty if nothing was held. The server
+   * logs who revoked what (at WARN) and counts it.
+   *
+   * <p>A revoked holder may act on its lock until it hears: only the fencing token protects the
+   * resource in between. Needs the {@code admin} role on the name when the server checks tokens
+   * (else PERMISSION_DENIED); with authentication off anyone may revoke, as anyone may acquire.
+   * Not retried on another server (by name, a retry could end the next holder too).
+   */
+  public List<Holder> revoke(String name) {
+    return revokeHolders(name, 0);
+  }
+
+  /**
+   * Ends the one holding of lock {@code name} with {@code fencingToken} (a semaphore's permit, a
+   * reader of a shared lock, or the holder of a plain lock that has not changed hands since), as
+   * {@link #revoke(String)} does. Returns it, or an empty list if nothing holds that fencing token.
+   */
+  public List<Holder> revoke(String name, long fencingToken) {
+    return revokeHolders(name, positive(fencingToken, "fencing token"));
+  }
+
+  private List<Holder> revokeHolders(String name, long fencingToken) {
+    return LockServiceGrpc.newBlockingStub(channel).revoke(RevokeRequest.newBuilder()
+        .setName(name).setFencingToken(fencingToken).build()).getRevokedList();
+  }
+
+  /**
+   * Ends the leadership of {@code election} by force, as {@link #revoke(String)} ends a lock's
+   * holding: the leader is told at once that it is lost ({@link LostReason#REVOKED}), cannot
+   * resume, and the next candidate in line is elected with a larger term. Returns the leader
+   * revoked (its term and value), or empty if there was none. Needs the {@code admin} role on the
+   * election.
+   */
+  public Optional<Leader> revokeLeader(String election) {
+    return revokeLeadership(election, 0);
+  }
+
+  /**
+   * Ends the leadership of {@code election} only if {@code term} leads it (an operator's view
+   * that may be stale ends nobody else); as {@link #revokeLeader(String)}. Empty if another term
+   * leads, or none.
+   */
+  public Optional<Leader> revokeLeader(String election, long term) {
+    return revokeLeadership(election, positive(term, "term"));
+  }
+
+  private Optional<Leader> revokeLeadership(String election, long term) {
+    ElectionServiceRevokeResponse answer = ElectionServiceGrpc.newBlockingStub(channel)
+        .revoke(ElectionServiceRevokeRequest.newBuilder()
+            .setElection(election).setTerm(term).build());
+    return answer.getRevoked()
+        ? Optional.of(new Leader(answer.getTerm(), answer.getValue().toByteArray()))
+        : Optional.empty();
+  }
+
+  /** 0 would mean "whichever": the forms that name one holding refuse it. */
+  private static long positive(long value, String what) {
+    if (value <= 0) {
+      throw new IllegalArgumentException(what + " must be positive, got " + value);
+    }
+    return value;
+  }
+
+  /**
+   * Follows lock {@code name}: its state now, then one on every change (taken, released,
+   * expired, revoked, a waiter joining or leaving), until the returned watch is closed. See {@link
+   * LockWatch}. Needs the {@code observe} role on the name when the server checks tokens.
+   */
+  public LockWatch watch(String name) {
+    return new LockWatch(LockServiceGrpc.newStub(channel), name);
   }
 
   /**

@@ -4,6 +4,7 @@ import com.google.protobuf.ByteString;
 import io.grpc.ManagedChannel;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -150,6 +151,14 @@ public final class Session implements AutoCloseable {
    */
   public CompletableFuture<String> lost() {
     return link.lost;
+  }
+
+  /**
+   * Why the whole session was lost, once it is (set before {@link #lost()} completes); each lease
+   * lost with it reports the same code. Empty while it is not lost.
+   */
+  public Optional<LostReason> lostCode() {
+    return Optional.ofNullable(link.lostCode());
   }
 
   /** Whether the whole session is known to be lost. */

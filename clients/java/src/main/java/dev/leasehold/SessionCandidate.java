@@ -87,9 +87,19 @@ public final class SessionCandidate implements AutoCloseable {
     return member.lost.isDone();
   }
 
-  /** Why the leadership was lost, once it is. */
+  /** Why the leadership was lost, once it is, in words. */
   public Optional<String> lostReason() {
     return Optional.ofNullable(member.lost.getNow(null));
+  }
+
+  /**
+   * Why the leadership was lost, for programs, once it is (set before {@link #lost()} completes):
+   * {@link LostReason#REVOKED} if an operator revoked it. Empty while it is not lost.
+   */
+  public Optional<LostReason> lostCode() {
+    synchronized (member.lock()) {
+      return Optional.ofNullable(member.lostCode);
+    }
   }
 
   /** Steps down (or leaves the line) and waits for the server; {@code true} if it was leading. */

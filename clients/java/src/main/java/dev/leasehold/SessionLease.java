@@ -40,9 +40,19 @@ public final class SessionLease implements AutoCloseable {
     return member.lost.isDone();
   }
 
-  /** Why the lock was lost, once it is. */
+  /** Why the lock was lost, once it is, in words. */
   public Optional<String> lostReason() {
     return Optional.ofNullable(member.lost.getNow(null));
+  }
+
+  /**
+   * Why the lock was lost, for programs, once it is (set before {@link #lost()} completes):
+   * {@link LostReason#REVOKED} if an operator revoked it. Empty while it is not lost.
+   */
+  public Optional<LostReason> lostCode() {
+    synchronized (member.lock()) {
+      return Optional.ofNullable(member.lostCode);
+    }
   }
 
   /** Completes with the reason once the lock is lost; never completes if released first. */

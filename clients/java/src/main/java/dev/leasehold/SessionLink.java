@@ -70,6 +70,8 @@ final class SessionLink {
   private int resumes;
   /** Why the session ended, for calls made after: the stream's own error when it had one. */
   private Throwable endError;
+  /** Why it was lost, set before {@link #lost} completes; null until then. */
+  private LostReason lostCode;
 
   SessionLink(ManagedChannel channel, ScheduledExecutorService clock, SessionOptions options) {
     this.channel = channel;
@@ -99,6 +101,10 @@ final class SessionLink {
 
   synchronized int resumes() {
     return resumes;
+  }
+
+  synchronized LostReason lostCode() {
+    return lostCode;
   }
 
   synchronized String state() {
@@ -153,7 +159,7 @@ final class SessionLink {
         state = State.CLOSING;
         members.closing();
         if (stream == null && retry == null) {
-          endSession(null, null);
+          endSession(null, null, null);
         } else {
           maybeSendClose();
         }
@@ -171,7 +177,7 @@ final class SessionLink {
       if (state != State.ENDED) {
         LOG.log(Level.WARNING,
             "session: not closed within the wait; its leases expire by their TTL");
-        endSession(null, null);
+        endSession(null, null, null);
       }
     }
     completions.flush();
@@ -207,10 +213,10 @@ final class SessionLink {
   }
 
   /**
-   * Holds this. The session is over: {@code reason} not null when it is lost (each lease lost
-   * with it), {@code error} what calls made from now on fail with.
+   * Holds this. The session is over: {@code reason} not null when it is lost for {@code code}
+   * (each lease lost with it), {@code error} what calls made from now on fail with.
    */
-  private void endSession(String reason, Throwable error) {
+  private void endSession(String reason, LostReason code, Throwable error) {
     boolean closing = state == State.CLOSING;
     state = State.ENDED;
     retry = Resumption.cancel(retry);
@@ -221,8 +227,9 @@ final class SessionLink {
       gone.cancel(reason != null ? reason : "session closed");
     }
     endError = error;
-    members.endAll(reason, error);
+    members.endAll(reason, code, error);
     if (reason != null && !closing) {
+      lostCode = code;
       LOG.log(Level.WARNING, "session lost: {0}", reason);
       completions.later(() -> lost.complete(reason));
     }
@@ -233,7 +240,8 @@ final class SessionLink {
   private void scheduleAttempt(long delayMs) {
     retry = channel.isShutdown() ? null : Resumption.schedule(clock, this::attempt, delayMs);
     if (retry == null) {
-      endSession("could not resume the session: the client was closed", null);
+      endSession("could not resume the session: the client was closed", LostReason.UNREACHABLE,
+          null);
     }
   }
 
@@ -303,7 +311,8 @@ final class SessionLink {
         case LEASE_LOST -> {
           SessionMember member = members.get(event.getLeaseLost().getId());
           if (member != null) {
-            member.onLost(event.getLeaseLost().getReason());
+            member.onLost(event.getLeaseLost().getReason(),
+                LostReason.of(event.getLeaseLost().getCode()));
             rearm();
           }
         }
@@ -325,7 +334,8 @@ final class SessionLink {
         }
         case LOST -> {
           stream = null; // It ends next.
-          endSession(event.getLost().getReason(), null);
+          endSession(event.getLost().getReason(), LostReason.of(event.getLost().getCode()),
+              null);
         }
         default -> {} // waiting: nothing to do.
       }
@@ -348,6 +358,7 @@ final class SessionLink {
             endSession(status == null
                     ? "the server ended the session stream"
                     : "session stream failed: " + Resumption.describe(status),
+                LostReason.ofStatus(status),
                 status == null || Resumption.breaks(status) ? null : error);
             break;
           }
@@ -360,7 +371,8 @@ final class SessionLink {
             LOG.log(Level.DEBUG, "session: stream broke ({0}); resuming", lastError);
           } else if (TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - brokeNanos)
               >= open.getResumeGraceMs()) {
-            endSession("could not resume the session within its resume grace: " + lastError, null);
+            endSession("could not resume the session within its resume grace: " + lastError,
+                LostReason.UNREACHABLE, null);
             break;
           }
           detach(from);
@@ -377,7 +389,7 @@ final class SessionLink {
             detach(from);
             scheduleAttempt(resumption.nextDelayMs()); // Back first, then closed.
           } else {
-            endSession(null, null); // Closed, or kept for its grace and expiring.
+            endSession(null, null, null); // Closed, or kept for its grace and expiring.
           }
         }
         case ENDED -> {}

@@ -107,12 +107,12 @@ final class SessionMember extends Holding {
     }
   }
 
-  /** Holds the link. Reports it lost (unless its release was asked for first). */
-  void lose(String reason) {
+  /** Holds the link. Reports it lost for {@code code} (unless its release was asked for first). */
+  void lose(String reason, LostReason code) {
     if (lostKnown) {
       return;
     }
-    String told = lossOf(reason);
+    String told = lossOf(reason, code);
     if (told != null && token != null) {
       link.completions.later(() -> lost.complete(told));
     }
@@ -185,11 +185,11 @@ final class SessionMember extends Holding {
         if (lostKnown) {
           sendRelease(); // Reported lost meanwhile: let it go.
         } else if (stale) {
-          lose("could not resume the lease: " + STALE);
+          lose("could not resume the lease: " + STALE, LostReason.UNREACHABLE);
           sendRelease();
         } else if (answer.getFencingToken() != fencingToken || !answer.getToken().equals(token)) {
           lose("the lease was resumed as another acquisition (fencing token "
-              + answer.getFencingToken() + ", not " + fencingToken + ")");
+              + answer.getFencingToken() + ", not " + fencingToken + ")", LostReason.TAKEN);
           sendRelease();
         } else {
           resumed(until);
@@ -232,16 +232,17 @@ final class SessionMember extends Holding {
   /** {@code failed}: its request was refused with {@code error}. */
   void onFailed(StatusRuntimeException error) {
     String why = Resumption.describe(error.getStatus());
+    LostReason code = LostReason.ofStatus(error.getStatus());
     switch (state) {
       case WAITING, RELEASING -> {
         end(false);
         failAcquire(error);
         if (token != null) {
-          lose("failed: " + why);
+          lose("failed: " + why, code);
         }
       }
       case RESUMING -> {
-        lose("could not resume the lease: " + why);
+        lose("could not resume the lease: " + why, code);
         LOG.log(Level.WARNING, "session lease {0}: could not resume: {1}", name, why);
         end(false);
       }
@@ -257,12 +258,12 @@ final class SessionMember extends Holding {
     }
   }
 
-  /** {@code lease_lost}: the server let it go. */
-  void onLost(String reason) {
+  /** {@code lease_lost}: the server let it go, for {@code code}. */
+  void onLost(String reason, LostReason code) {
     if (token == null) { // A leadership lost the moment it was won.
       failAcquire(new IllegalStateException("lost on acquisition: " + reason));
     }
-    lose(reason);
+    lose(reason, code);
     end(false);
   }
 
@@ -294,7 +295,8 @@ final class SessionMember extends Holding {
   /** Its validity ran out by this process's clock; {@code lastError} broke the stream, if any. */
   void expire(String lastError) {
     if (state == State.RESUMING) {
-      lose("could not resume before the lease's validity ran out: " + lastError);
+      lose("could not resume before the lease's validity ran out: " + lastError,
+          LostReason.UNREACHABLE);
       LOG.log(Level.WARNING, "session lease {0}: could not resume before its validity ran out",
           name);
       if (on == null) {
@@ -302,7 +304,7 @@ final class SessionMember extends Holding {
       } // Else let go when its answer comes.
     } else {
       // The stream stays: the server may still answer (and the user releases as usual).
-      lose(SILENT);
+      lose(SILENT, LostReason.UNREACHABLE);
     }
   }
 

@@ -130,12 +130,15 @@ final class SessionMembers {
     }
   }
 
-  /** The session ended ({@code reason} not null: lost); {@code error} is what waiters are told. */
-  void endAll(String reason, Throwable error) {
+  /**
+   * The session ended ({@code reason} not null: lost, for {@code code}); {@code error} is what
+   * waiters are told.
+   */
+  void endAll(String reason, LostReason code, Throwable error) {
     String loss = reason == null ? "the session ended" : reason;
     for (SessionMember member : all()) {
       if (member.token != null) {
-        member.lose("the session was lost: " + loss);
+        member.lose("the session was lost: " + loss, code);
       }
       member.end(false);
       member.failAcquire(error != null ? error : new IllegalStateException(

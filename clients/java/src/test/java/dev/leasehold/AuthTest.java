@@ -12,6 +12,10 @@ import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.time.Duration;
 import java.util.HexFormat;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import leasehold.v1.Lock.Holder;
 import org.junit.jupiter.api.Test;
 
 class AuthTest {
@@ -49,6 +53,38 @@ class AuthTest {
     } finally {
       Files.deleteIfExists(grants);
     }
+  }
+
+  @Test
+  void revokingNeedsTheAdminRole() throws Exception {
+    Path grants = Files.createTempFile("leasehold-auth", ".toml");
+    Files.writeString(grants, grant("holder", "hold") + grant("operator", "admin"));
+    try (Servers servers = new Servers("--auth-file", grants.toString());
+        LeaseholdClient holder = LeaseholdClient.connect(
+            servers.target, new LeaseholdClient.Options().token("holder"));
+        LeaseholdClient operator = LeaseholdClient.connect(
+            servers.target, new LeaseholdClient.Options().token("operator"));
+        Lease lease = holder.lease("java/job").ttl(Duration.ofSeconds(5)).acquire()) {
+      assertEquals(Status.Code.PERMISSION_DENIED,
+          refusal(assertThrows(Throwable.class, () -> holder.revoke("java/job"))));
+      assertEquals(Status.Code.PERMISSION_DENIED,
+          refusal(assertThrows(Throwable.class, () -> holder.revokeLeader("java/vote"))));
+      assertEquals(List.of(lease.fencingToken()), operator.revoke("java/job").stream()
+          .map(Holder::getFencingToken).toList());
+      lease.lost().get(2, TimeUnit.SECONDS);
+      assertEquals(Optional.of(LostReason.REVOKED), lease.lostCode());
+    } finally {
+      Files.deleteIfExists(grants);
+    }
+  }
+
+  /** A grant of {@code role} on the prefix java/ (locks and elections) to {@code token}. */
+  private static String grant(String token, String role) throws Exception {
+    byte[] digest = MessageDigest.getInstance("SHA-256")
+        .digest(token.getBytes(StandardCharsets.UTF_8));
+    return "[[grant]]\nname = \"" + token + "\"\ntoken_sha256 = \""
+        + HexFormat.of().formatHex(digest) + "\"\nrole = \"" + role
+        + "\"\nlocks = [\"java/\"]\nelections = [\"java/\"]\n";
   }
 
   private static void openssl(Path dir, String... args) throws Exception {

@@ -1,12 +1,17 @@
 package dev.leasehold;
 
+import static dev.leasehold.Checks.LOCK_KEY;
+import static dev.leasehold.Checks.acquireLater;
+import static dev.leasehold.Checks.assertHeldAsBefore;
+import static dev.leasehold.Checks.assertPermitHeld;
+import static dev.leasehold.Checks.awaitRenewed;
+import static dev.leasehold.Checks.awaitTrue;
+import static dev.leasehold.Checks.lockKey;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
@@ -16,11 +21,10 @@ import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
-import java.util.function.BooleanSupplier;
-import leasehold.v1.Lock.DescribeRequest;
+import leasehold.v1.Lock.DescribeResponse;
 import leasehold.v1.Lock.HeldLock;
+import leasehold.v1.Lock.Holder;
 import leasehold.v1.Lock.ListResponse;
-import leasehold.v1.LockServiceGrpc;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -29,8 +33,6 @@ import org.junit.jupiter.api.Test;
  * list.
  */
 class ConformanceTest {
-  private static final String LOCK_KEY = "leasehold:{job}:lock";
-
   @Test
   void conformance_acquire_release() throws Exception {
     try (Servers servers = new Servers();
@@ -95,6 +97,7 @@ class ConformanceTest {
       servers.redisCli("DEL", LOCK_KEY);
       String reason = lease.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("deleted or taken"), reason);
+      assertEquals(Optional.of(LostReason.TAKEN), lease.lostCode());
     }
   }
 
@@ -107,6 +110,7 @@ class ConformanceTest {
       try {
         String reason = lease.lost().get(10, TimeUnit.SECONDS);
         assertTrue(reason.contains("server silent"), reason);
+        assertEquals(Optional.of(LostReason.UNREACHABLE), lease.lostCode());
       } finally {
         servers.signalServer("CONT");
       }
@@ -356,6 +360,7 @@ class ConformanceTest {
       String reason = a.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("deleted or taken"), reason);
       assertEquals(Optional.of(reason), a.lostReason());
+      assertEquals(Optional.of(LostReason.TAKEN), a.lostCode());
       int confirmed = session.keptAlives();
       awaitTrue(() -> session.keptAlives() > confirmed, "the server confirms the session again");
       assertEquals(b.token(), servers.lockToken(lockKey("b")));
@@ -434,11 +439,6 @@ class ConformanceTest {
     }
   }
 
-  private static String lockKey(String name) {
-    return "leasehold:{" + name + "}:lock";
-  }
-
-  /** A semaphore's permit is held: its token is among the name's holders. */
   @Test
   void conformance_frozen_leader_not_replaced() throws Exception {
     // The server's keepalive (200 ms + 300 ms) cuts the frozen leader's connection long before it
@@ -495,71 +495,57 @@ class ConformanceTest {
     }
   }
 
-  private static void assertPermitHeld(Servers servers, String name, String token)
-      throws Exception {
-    String score = servers.redisCli("ZSCORE", lockKey(name) + ":holders", token);
-    assertFalse(score.isEmpty(), "no permit of " + name + " holds the lease's token");
-  }
-
-  /**
-   * The lease is held as it was: not lost, its token in the lock key, its fencing token what the
-   * servers {@code up} describe, and a thief (no wait, no auto-resume) through each of them is
-   * refused.
-   */
-  private static void assertHeldAsBefore(
-      Servers servers, Lease lease, String token, long fencing, int... up) throws Exception {
-    assertFalse(lease.isLost(), () -> "lost: " + lease.lost().getNow(""));
-    assertEquals(token, lease.token());
-    assertEquals(fencing, lease.fencingToken());
-    assertEquals(token, servers.lockToken(LOCK_KEY));
-    for (int i : up) {
-      ManagedChannel channel =
-          ManagedChannelBuilder.forTarget(servers.target(i)).usePlaintext().build();
-      try {
-        long described = LockServiceGrpc.newBlockingStub(channel)
-            .withDeadlineAfter(10, TimeUnit.SECONDS)
-            .describe(DescribeRequest.newBuilder().setName("job").build()).getFencingToken();
-        assertEquals(fencing, described, "fencing token through server " + i);
-      } finally {
-        channel.shutdownNow().awaitTermination(10, TimeUnit.SECONDS);
-      }
-      try (LeaseholdClient thief = LeaseholdClient.connect(servers.target(i))) {
-        assertThrows(NotAcquiredException.class,
-            () -> thief.lease("job").ttl(Duration.ofSeconds(3)).autoResume(false).acquire(),
-            "a thief through server " + i);
-      }
+  @Test
+  void conformance_revoke_ends_holding() throws Exception {
+    try (Servers servers = new Servers(2);
+        LeaseholdClient first = LeaseholdClient.connect(servers.target(0));
+        LeaseholdClient second = LeaseholdClient.connect(servers.target(1))) {
+      Lease held = first.lease("job").holder("holder-a").acquire();
+      CompletableFuture<Lease> waiter = acquireLater(second, "job", "holder-b");
+      servers.waitForLine("leasehold:{job}:line", 1);
+      List<Holder> revoked = second.revoke("job");
+      assertEquals(1, revoked.size(), revoked::toString);
+      assertEquals("holder-a", revoked.get(0).getHolder());
+      assertEquals(held.fencingToken(), revoked.get(0).getFencingToken());
+      String reason = held.lost().get(2, TimeUnit.SECONDS);
+      assertEquals(Optional.of(LostReason.REVOKED), held.lostCode(), reason);
+      Lease next = waiter.get(2, TimeUnit.SECONDS);
+      assertTrue(next.fencingToken() > held.fencingToken(),
+          next.fencingToken() + " after " + held.fencingToken());
+      assertEquals(0, held.resumes(), "a revoked lease was resumed");
+      assertFalse(held.release(), "a revoked lease was still held");
+      assertTrue(next.release());
+      assertEquals(List.of(), second.revoke("job"));
     }
   }
 
-  /**
-   * Waits until a server renews the lease (or resumes it): its TTL in Redis rising between two
-   * readings, less than a renewal period apart. After a server stopped or was killed, that proves
-   * the lease is held on another.
-   */
-  static void awaitRenewed(Servers servers, String what) throws InterruptedException {
-    long[] last = {pttl(servers)};
-    awaitTrue(() -> {
-      long now = pttl(servers);
-      boolean rose = now > last[0];
-      last[0] = now;
-      return rose;
-    }, what);
-  }
-
-  private static long pttl(Servers servers) {
-    try {
-      return Long.parseLong(servers.redisCli("PTTL", LOCK_KEY));
-    } catch (Exception e) {
-      throw new IllegalStateException(e);
-    }
-  }
-
-  /** Polls {@code condition} (bounded: 10 s). */
-  static void awaitTrue(BooleanSupplier condition, String what) throws InterruptedException {
-    Instant deadline = Instant.now().plus(Duration.ofSeconds(10));
-    while (!condition.getAsBoolean()) {
-      assertTrue(Instant.now().isBefore(deadline), "timed out waiting until " + what);
-      Thread.sleep(10);
+  @Test
+  void conformance_watch_reports_changes() throws Exception {
+    Duration within = Duration.ofSeconds(2);
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        LockWatch watch = client.watch("job")) {
+      Checks.States states = new Checks.States(watch);
+      assertFalse(states.next(within).getHeld(), "a free name reported held");
+      Lease first = client.lease("job").holder("holder-a").acquire();
+      DescribeResponse held = states.next(within);
+      assertEquals(List.of(true, "holder-a", first.fencingToken(), 0),
+          List.of(held.getHeld(), held.getHolder(), held.getFencingToken(), held.getWaiting()));
+      CompletableFuture<Lease> waiter = acquireLater(client, "job", "holder-b");
+      DescribeResponse waiting = states.next(within);
+      assertEquals(List.of(true, "holder-a", first.fencingToken(), 1), List.of(waiting.getHeld(),
+          waiting.getHolder(), waiting.getFencingToken(), waiting.getWaiting()));
+      assertTrue(first.release());
+      DescribeResponse handedOver = states.next(within);
+      if (!handedOver.getHeld()) { // A free state between the two holders may be seen.
+        handedOver = states.next(within);
+      }
+      Lease second = waiter.get(within.toMillis(), TimeUnit.MILLISECONDS);
+      assertEquals(List.of(true, "holder-b", second.fencingToken()), List.of(
+          handedOver.getHeld(), handedOver.getHolder(), handedOver.getFencingToken()));
+      assertTrue(second.fencingToken() > first.fencingToken());
+      assertTrue(second.release());
+      assertFalse(states.next(within).getHeld(), "the waiter's release not reported free");
     }
   }
 }

@@ -108,7 +108,7 @@ class ElectionTest {
         long term = a.awaitElected(Duration.ofSeconds(10));
         servers.stop(0); // SIGTERM on the leader's server: it keeps the leadership.
         servers.start(0);
-        ConformanceTest.awaitTrue(() -> a.resumes() >= 1, "the leadership resumed");
+        Checks.awaitTrue(() -> a.resumes() >= 1, "the leadership resumed");
         assertEquals(Optional.of(new Leader(term, "a".getBytes())), client.leader("scheduler"));
         a.proclaim("a2".getBytes()); // Through the resumed stream.
         sawA2.get(10, TimeUnit.SECONDS);

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
+import java.util.Optional;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -76,6 +77,7 @@ class LeaseTest {
       servers.kill(0); // The stream breaks; the resume on the other server finds no lease.
       String reason = lease.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("NOT_FOUND"), reason);
+      assertEquals(Optional.of(LostReason.TAKEN), lease.lostCode());
       assertTrue(lostAt.get() < lease.validUntilNanos(), "lost only when its validity ran out");
       assertFalse(lease.release());
     }
@@ -93,6 +95,7 @@ class LeaseTest {
       assertTrue(reason.startsWith("could not resume before the lease's validity ran out: "),
           reason);
       assertTrue(reason.contains("UNAVAILABLE"), reason);
+      assertEquals(Optional.of(LostReason.UNREACHABLE), lease.lostCode());
       // Told when the validity the last server confirmed ran out: not before (the rule is the
       // client's clock) and not much after (allowing for a loaded machine's scheduler).
       long late = TimeUnit.NANOSECONDS.toMillis(lostAt.get() - lease.validUntilNanos());
@@ -109,9 +112,9 @@ class LeaseTest {
       Lease lease = client.lease("job").ttl(Duration.ofSeconds(5)).acquire();
       servers.signalServer(1, "STOP"); // The only other server: a resume waits there, unanswered.
       servers.kill(0);
-      ConformanceTest.awaitTrue(() -> lease.state().equals("RESUMING"), "the stream broke");
+      Checks.awaitTrue(() -> lease.state().equals("RESUMING"), "the stream broke");
       CompletableFuture<Boolean> released = CompletableFuture.supplyAsync(lease::release);
-      ConformanceTest.awaitTrue(() -> lease.state().equals("RELEASING"), "release between streams");
+      Checks.awaitTrue(() -> lease.state().equals("RELEASING"), "release between streams");
       servers.signalServer(1, "CONT");
       assertTrue(released.get(10, TimeUnit.SECONDS));
       assertEquals("0", servers.redisCli("EXISTS", "leasehold:{job}:lock"));
@@ -159,6 +162,7 @@ class LeaseTest {
       servers.stop(0); // Without a grace the server releases it and says so.
       String reason = lease.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("shutting down"), reason);
+      assertEquals(Optional.of(LostReason.SHUTDOWN), lease.lostCode());
       assertEquals("0", servers.redisCli("EXISTS", "leasehold:{job}:lock"));
       assertEquals(0, lease.resumes());
     }

@@ -1,6 +1,6 @@
 package dev.leasehold;
 
-import static dev.leasehold.ConformanceTest.awaitTrue;
+import static dev.leasehold.Checks.awaitTrue;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -110,7 +110,7 @@ class SessionTest {
       for (int i = 0; i < 3; i++) {
         servers.stop(i); // SIGTERM: a session on it is handed over (UNAVAILABLE), kept for its grace.
         // Held on a live server before this one is back ("job" is the conformance tests' key).
-        ConformanceTest.awaitRenewed(servers, "a live server renews the session's leases");
+        Checks.awaitRenewed(servers, "a live server renews the session's leases");
         servers.start(i);
         awaitTrue(() -> lease.attached(), "the lease is held on a stream again");
         assertEquals(List.of(), lost);
@@ -149,6 +149,7 @@ class SessionTest {
         assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopped) < 2_000);
         assertTrue(reasonA.contains("server silent"), reasonA);
         assertTrue(reasonB.contains("server silent"), reasonB);
+        assertEquals(Optional.of(LostReason.UNREACHABLE), a.lostCode());
       } finally {
         servers.signalServer("CONT");
       }
@@ -167,6 +168,8 @@ class SessionTest {
       assertTrue(reason.contains("UNAVAILABLE"), reason);
       String lostA = a.lost().get(10, TimeUnit.SECONDS);
       assertTrue(lostA.contains("session was lost"), lostA);
+      assertEquals(Optional.of(LostReason.UNREACHABLE), session.lostCode());
+      assertEquals(Optional.of(LostReason.UNREACHABLE), a.lostCode());
       IllegalStateException over =
           assertThrows(IllegalStateException.class, () -> session.acquire("b"));
       assertTrue(over.getMessage().contains("lost"), over.getMessage());
@@ -181,6 +184,7 @@ class SessionTest {
         Session session = client.session(new SessionOptions().ttl(Duration.ofMillis(1)))) {
       String reason = session.lost().get(10, TimeUnit.SECONDS);
       assertTrue(reason.contains("INVALID_ARGUMENT"), reason);
+      assertEquals(Optional.of(LostReason.UNKNOWN), session.lostCode());
       StatusRuntimeException refused =
           assertThrows(StatusRuntimeException.class, () -> session.acquire("a"));
       assertEquals(Status.Code.INVALID_ARGUMENT, refused.getStatus().getCode());
