@@ -14,7 +14,7 @@ from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
 from .aio_channels import own_channel
 from .aio_tasks import HeldTask, follow
-from .answers import Holder, Listing, LockState, Observation, holders, listing, lock_state
+from .answers import Holder, Listing, LockState, holders, listing, watching
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
@@ -132,8 +132,8 @@ class AsyncWatch:
         self._stub: Optional[lock_pb2_grpc.LockServiceStub] = None
         self._stopped = False
         self._call: Any = None
-        self._states = follow(self._open, Observation(lambda answer: lock_state(
-            name, answer.state), LockState.change), f"watch {name!r}", lambda: self._stopped)
+        self._states = follow(self._open, watching(name), f"watch {name!r}",
+                              lambda: self._stopped)
 
     async def _open(self, ready: bool) -> Any:
         if self._stub is None:

@@ -156,3 +156,8 @@ class Observation:
         pause = random.uniform(self._delay / 2, self._delay)
         self._delay = min(self._delay * 2, LAST_PAUSE)
         return pause
+
+
+def watching(name: str) -> Observation:
+    """One ``watch`` of lock ``name``: its states, each change once."""
+    return Observation(lambda answer: lock_state(name, answer.state), LockState.change)

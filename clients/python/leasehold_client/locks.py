@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional, Tuple
 import grpc
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
-from .answers import Holder, Listing, LockState, Observation, holders, listing, lock_state
+from .answers import Holder, Listing, LockState, holders, listing, watching
 from .channels import own_channel
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
@@ -161,8 +161,7 @@ class Watch:
         self._guard = threading.Lock()
         self._stopped = threading.Event()
         self._call: Any = None
-        self._states = follow(self._open, Observation(lambda answer: lock_state(
-            name, answer.state), LockState.change), f"watch {name!r}", self._stopped)
+        self._states = follow(self._open, watching(name), f"watch {name!r}", self._stopped)
 
     def _open(self, ready: bool) -> Any:
         with self._guard:

@@ -3,6 +3,7 @@
 the session, and the client names one itself when it ends a lease on its own; and the loop that
 ``observe`` and ``watch`` share (``threads.follow``), on stand-in streams."""
 
+import asyncio
 import queue
 import threading
 
@@ -11,9 +12,10 @@ import pytest
 
 from leasehold.v1 import lock_pb2, election_pb2, session_pb2
 from leasehold_client import LockState, LostReason
-from leasehold_client.answers import Holder, Observation, lock_state
+from leasehold_client.answers import Holder, watching
 from leasehold_client.held import LeadershipHeld, LeaseHeld
 from leasehold_client.session_core import SessionCore
+from leasehold_client.aio_tasks import follow as aio_follow
 from leasehold_client.threads import follow
 
 REVOKED = lock_pb2.Lost(reason="revoked by an operator", code=lock_pb2.LOST_REASON_REVOKED)
@@ -149,15 +151,14 @@ class Stream:
         self.cancelled.set()
 
 
-def watching(streams, stopped):
+def following(streams, stopped):
     opened = []
 
     def open_stream(ready):
         opened.append(ready)
         return streams.pop(0) if streams else None
 
-    seen = Observation(lambda answer: lock_state("job", answer.state), LockState.change)
-    return follow(open_stream, seen, "watch 'job'", stopped), opened
+    return follow(open_stream, watching("job"), "watch 'job'", stopped), opened
 
 
 def test_follow_yields_each_state_once_and_follows_again_after_a_break():
@@ -169,17 +170,17 @@ def test_follow_yields_each_state_once_and_follows_again_after_a_break():
         Stream([state(True, "a", 5, 1000), state(True, "a", 5, 1000, waiting=1),
                 state(False, waiting=1)]),
     ]
-    states, opened = watching(streams, threading.Event())
+    states, opened = following(streams, threading.Event())
     seen = [(s.held, s.holder, s.fencing_token, s.waiting) for s in states]
     assert seen == [(False, "", 0, 0), (True, "a", 5, 0), (True, "a", 5, 1), (False, "", 0, 1)]
     assert opened == [False, True]  # the second waits for a server to be ready
 
 
 def test_follow_raises_the_first_streams_error_and_any_refusal():
-    states, _ = watching([Stream([], Status(grpc.StatusCode.UNAVAILABLE))], threading.Event())
+    states, _ = following([Stream([], Status(grpc.StatusCode.UNAVAILABLE))], threading.Event())
     with pytest.raises(grpc.RpcError):
         next(states)
-    states, _ = watching([Stream([state(False)], Status(grpc.StatusCode.PERMISSION_DENIED))],
+    states, _ = following([Stream([state(False)], Status(grpc.StatusCode.PERMISSION_DENIED))],
                          threading.Event())
     assert next(states).held is False
     with pytest.raises(grpc.RpcError):
@@ -189,8 +190,50 @@ def test_follow_raises_the_first_streams_error_and_any_refusal():
 def test_a_stopped_follow_ends_instead_of_raising():
     stopped = threading.Event()
     stream = Stream([state(True, "a", 5, 3000, waiting=0)], stay=True)
-    states, _ = watching([stream], stopped)
+    states, _ = following([stream], stopped)
     first = next(states)
     assert first == LockState("job", True, "a", 5, 3.0, (Holder("a", 5, 3.0),), 1, False, 0)
     threading.Timer(0.05, lambda: (stopped.set(), stream.cancel())).start()
     assert list(states) == []  # the cancelled stream ended it, without an error
+
+
+class AioStream:
+    """A grpc.aio server-streaming call that stays open until cancelled (then raises, as a
+    cancelled call's read does)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self._cancelled = asyncio.Event()
+
+    async def __aiter__(self):
+        for answer in self.answers:
+            yield answer
+        await self._cancelled.wait()
+        raise asyncio.CancelledError
+
+    def cancel(self):
+        self._cancelled.set()
+
+    def cancelled(self):
+        return self._cancelled.is_set()
+
+
+def test_an_async_follow_stopped_from_another_task_ends_instead_of_raising():
+    async def scenario():
+        stream, stopped = AioStream([state(False)]), []
+
+        async def open_stream(ready):
+            return None if stopped else stream
+
+        states = aio_follow(open_stream, watching("job"), "watch 'job'", lambda: bool(stopped))
+
+        async def read():
+            return [s.held async for s in states]
+
+        reader = asyncio.create_task(read())
+        await asyncio.sleep(0.05)
+        stopped.append(True)
+        stream.cancel()
+        assert await reader == [False]
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
