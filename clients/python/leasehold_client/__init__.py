@@ -50,10 +50,11 @@ A refused lease raises ``NotAcquired``, whose ``reason``, ``holder``, ``retry_af
 those, not against the message, which is for people and may be reworded.
 
 The package, one job a module: ``errors`` (what a failed call means), ``lost`` (why a lease was
-lost), ``answers`` (leaders, listings, lock states), ``options`` (targets, channel arguments, requests), ``validity`` (how long a lease is
-believed), ``held`` (one lease or leadership on its own stream, free of I/O) and
-``session_core`` (many on a session's stream, free of I/O), then their drivers: threads here
-(``threads``, ``locks``, ``elections``, ``sessions``, ``channels``), asyncio in ``aio``.
+lost), ``answers`` (leaders, listings, lock states), ``options`` (targets, channel arguments,
+requests), ``validity`` (how long a lease is believed), ``held`` (one lease or leadership on
+its own stream, free of I/O) and ``session_core`` (many on a session's stream, free of I/O),
+then their drivers: threads here (``threads``, ``locks``, ``elections``, ``sessions``,
+``channels``), asyncio in ``aio``.
 """
 
 from .answers import HeldLock, Holder, Leader, Listing, LockState

@@ -21,7 +21,7 @@ import grpc
 from leasehold.v1 import election_pb2, lock_pb2
 
 from .errors import Break, describe, resumable
-from .lost import LostReason, heard, of_failure
+from .lost import LostReason, code_of, of_failure
 from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, LEADER_SILENT, SILENT, Belief,
                        other_leadership, pause, too_late, vouched_until)
 
@@ -213,7 +213,7 @@ class Held(Belief):
             self.notify()
             return RESUME
         if isinstance(failure, tuple):
-            self.end(failure[1].reason, code=heard(failure[1]))  # the server said `lost`
+            self.end(failure[1].reason, code=code_of(failure[1]))  # the server said `lost`
             return OVER
         if not resumable(failure):
             self.end(f"could not resume: {describe(failure)}", code=of_failure(failure))
@@ -254,7 +254,7 @@ class LeaseHeld(Held):
         if kind == "extended":
             self.vouch(vouched_until(self.opened, received, event.extended))
         elif kind == "lost":
-            self.end(event.lost.reason, code=heard(event.lost))
+            self.end(event.lost.reason, code=code_of(event.lost))
             return DONE
         elif kind == "released":
             self.was_held = event.released.was_held
@@ -315,7 +315,7 @@ class LeadershipHeld(Held):
         elif kind == "proclaimed":
             self.published = min(self.published + 1, self.sent)
         elif kind == "lost":
-            self.end(event.lost.reason, code=heard(event.lost))
+            self.end(event.lost.reason, code=code_of(event.lost))
             outcome = DONE
         elif kind == "resigned":
             if not self.over:

@@ -41,7 +41,7 @@ class LostReason(enum.Enum):
             return cls.UNSPECIFIED
 
 
-def heard(lost: Any) -> LostReason:
+def code_of(lost: Any) -> LostReason:
     """The code of the server's ``Lost`` or ``SessionLeaseLost``."""
     return LostReason.of(lost.code)
 

@@ -20,7 +20,7 @@ import grpc
 from leasehold.v1 import session_pb2
 
 from .errors import NotAcquired, STATUS_CODES, describe, resumable, session_failure
-from .lost import LostReason, heard, of_failure
+from .lost import LostReason, code_of, of_failure
 from .options import lease_mode, millis
 from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, SILENT, Belief, pause, too_late,
                        vouched_until)
@@ -363,7 +363,7 @@ class SessionCore:
         elif kind == "lease_lost":
             if member is not None:
                 self._drop(member, event.lease_lost.reason, tell=False,
-                           code=heard(event.lease_lost))
+                           code=code_of(event.lease_lost))
         elif kind == "failed":
             if member is not None:
                 self._failed(member, event.failed)
@@ -371,7 +371,7 @@ class SessionCore:
             self.end("closed", closed=True)
             return True
         elif kind == "lost":
-            self.end(event.lost.reason, code=heard(event.lost))
+            self.end(event.lost.reason, code=code_of(event.lost))
             return True
         self._rearm()
         self._close_if_due()
