@@ -96,8 +96,8 @@ class Session:
     """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
 
     ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
-    was lost (every lease on it with it), ``lost_code`` why for programs; ``resumes`` counts the times its stream was opened
-    again on a server after a break.
+    was lost (every lease on it with it), ``lost_code`` why for programs; ``resumes`` counts
+    the times its stream was opened again on a server after a break.
     """
 
     def __init__(self, stub: session_pb2_grpc.SessionServiceStub, ttl: float, *,
