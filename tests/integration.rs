@@ -12,6 +12,7 @@ mod client;
 mod cluster;
 mod conformance;
 mod docs;
+mod elect_cli;
 mod election;
 mod eviction;
 mod examples;

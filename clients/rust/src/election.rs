@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
@@ -233,6 +233,13 @@ impl Candidate {
     /// resume grace hears no renewals: this is then its `elected`'s validity only.
     pub fn valid_until(&self) -> Option<Instant> {
         self.stream.valid_until()
+    }
+
+    /// [`Candidate::valid_until`] as it moves (`None` before it was elected): readable while
+    /// [`Candidate::lost`] is awaited, which borrows the candidate for as long as it leads (a
+    /// process that kills its work by the end of the leadership's validity watches this).
+    pub fn validity(&self) -> Option<watch::Receiver<Instant>> {
+        self.stream.holding.as_ref().map(|h| h.keeper.validity())
     }
 
     /// Waits until this candidate leads; returns its term.

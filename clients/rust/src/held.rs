@@ -64,6 +64,12 @@ impl Keeper {
         self.valid.send_replace(valid_until);
     }
 
+    /// The validity as it moves, for a holder that reads it while another task follows the
+    /// stream (a leader's `lost` borrows its candidate).
+    pub(crate) fn validity(&self) -> watch::Receiver<Instant> {
+        self.valid.subscribe()
+    }
+
     /// It ended as `state` says; the holder is told.
     pub(crate) fn end(&self, state: LeaseState) {
         self.state.send_replace(state);
