@@ -41,16 +41,16 @@ def test_a_session_lease_revoked_is_lost_alone(server, redis_port):
 
 
 def test_a_revoked_leader_is_told_and_the_next_candidate_leads(server):
-    with campaign("vote", b"a", server=server, ttl=2) as a, \
-            campaign("vote", b"b", server=server, ttl=2) as b:
-        term = a.elected()
-        assert revoke_leader("vote", term + 1, server=server) is None  # another term
-        assert a.leading
-        assert revoke_leader("vote", server=server) == Leader(term, b"a")
-        assert a.lost()  # returns the reason once lost
-        assert a.lost_code is LostReason.REVOKED and not a.leading
-        assert b.elected() > term
-        assert b.lost_code is None
+    with campaign("vote", b"a", server=server, ttl=2) as a:
+        term = a.elected()  # before the second candidate campaigns: a leads
+        with campaign("vote", b"b", server=server, ttl=2) as b:
+            assert revoke_leader("vote", term + 1, server=server) is None  # another term
+            assert a.leading
+            assert revoke_leader("vote", server=server) == Leader(term, b"a")
+            assert a.lost()  # returns the reason once lost
+            assert a.lost_code is LostReason.REVOKED and not a.leading
+            assert b.elected() > term
+            assert b.lost_code is None
     assert revoke_leader("vote", server=server) is None
 
 
