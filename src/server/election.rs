@@ -1,10 +1,11 @@
-//! The `ElectionService`: `Campaign` (through the driver), `Leader`, and `Observe`.
+//! The `ElectionService`: `Campaign` (through the driver), `Leader`, `Observe`, and `List`.
 
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
 
 use super::auth::{Caller, Role, Scope};
 use super::campaign::Campaign;
@@ -12,7 +13,8 @@ use super::driver::{self, Streams};
 use super::events::ResponseStream;
 use crate::error::{Error, Result};
 use crate::lease::observers::{Observers, Watch};
-use crate::lease::spec::LockName;
+use crate::lease::revoke::revoke_leader;
+use crate::lease::spec::{LockName, MAX_LISTED};
 use crate::pb::{self, election_service_server::ElectionService};
 use crate::store::elections::Snapshot;
 use crate::store::{ElectionKeys, Elections};
@@ -195,15 +197,59 @@ impl ElectionService for ElectionServer {
 
     async fn revoke(
         &self,
-        _request: Request<pb::ElectionServiceRevokeRequest>,
+        request: Request<pb::ElectionServiceRevokeRequest>,
     ) -> Result<Response<pb::ElectionServiceRevokeResponse>, Status> {
-        Err(Status::unimplemented("Revoke is not built yet"))
+        self.available()?;
+        let caller = Caller::of(&request);
+        let peer = request.remote_addr();
+        let request = request.into_inner();
+        let name = LockName::parse_election(request.election)?;
+        caller.allow(Scope::Election, name.as_str(), Role::Admin)?;
+        let streams = &self.streams;
+        let ended = revoke_leader(&streams.store, &streams.scheduler, &name, request.term).await?;
+        let Some(leader) = ended else {
+            return Ok(Response::new(pb::ElectionServiceRevokeResponse::default()));
+        };
+        let who = caller.who();
+        // The leader's value names it (a candidate has no holder name); its start is enough.
+        let value = String::from_utf8_lossy(&leader.value);
+        let holder: String = value.chars().take(256).collect();
+        warn!(audit = "revoke", who, peer = ?peer, election = %name, holder, term = leader.term, "leadership revoked");
+        streams.metrics().revoked("election", 1);
+        Ok(Response::new(pb::ElectionServiceRevokeResponse {
+            revoked: true,
+            value: leader.value.to_vec(),
+            term: leader.term,
+        }))
     }
 
     async fn list(
         &self,
-        _request: Request<pb::ElectionServiceListRequest>,
+        request: Request<pb::ElectionServiceListRequest>,
     ) -> Result<Response<pb::ElectionServiceListResponse>, Status> {
-        Err(Status::unimplemented("List is not built yet"))
+        self.available()?;
+        let caller = Caller::of(&request);
+        // As LockService.List: admins only, and each sees the names under its prefixes.
+        caller.has(Role::Admin)?;
+        let limit = match request.into_inner().limit {
+            0 => MAX_LISTED,
+            limit => usize::try_from(limit).map_or(MAX_LISTED, |l| l.min(MAX_LISTED)),
+        };
+        let (leading, truncated) = self.elections().leading(limit).await?;
+        let elections = leading
+            .into_iter()
+            .filter(|(name, _)| caller.sees(Scope::Election, name))
+            .map(|(election, state)| pb::ElectionState {
+                election,
+                value: state.leader.value.to_vec(),
+                term: state.leader.term,
+                ttl_remaining_ms: state.lease_ttl.map(pb::millis).unwrap_or(u32::MAX),
+                waiting: state.waiting,
+            })
+            .collect();
+        Ok(Response::new(pb::ElectionServiceListResponse {
+            elections,
+            truncated,
+        }))
     }
 }

@@ -17,12 +17,13 @@ use crate::error::{Error, Result};
 
 mod acquire;
 mod listing;
+mod revoke;
 mod scripts;
 mod types;
 
-pub use listing::MAX_SCAN_PAGES;
+pub use super::scan::MAX_SCAN_PAGES;
 use scripts::Scripts;
-pub use types::{AcquireOutcome, HolderState, LockState, Mode, Resumed, Waiter};
+pub use types::{AcquireOutcome, Described, HolderState, LockState, Mode, Resumed, Waiter};
 
 /// The locks under one key prefix. Cheap to clone: one pointer.
 #[derive(Clone)]
@@ -91,11 +92,14 @@ impl Locks {
                         ttl,
                     )
                 },
+                // Settled by what decides the answer: a majority renewed, or enough said "not
+                // ours". Counting a primary that failed (one down answers at once) towards the
+                // second settled a lost lease as unknown whenever its failure came first, so
+                // the holder heard of a deleted (revoked) key only at a later retry.
                 |answers| {
                     let yes = answers.count(|&extended| extended);
                     let no = answers.ok.len() - yes;
-                    answers.is_majority(yes)
-                        || answers.rules_out_majority(no + answers.failed.len())
+                    answers.is_majority(yes) || answers.rules_out_majority(no)
                 },
             )
             .await;
@@ -147,6 +151,7 @@ impl Locks {
                         keys.deadlines(),
                         keys.holders(),
                         keys.permits(),
+                        keys.watched(),
                     ],
                     vec![
                         Value::from(token.secret()),
@@ -169,6 +174,7 @@ impl Locks {
                     keys.line(),
                     keys.deadlines(),
                     keys.holders(),
+                    keys.watched(),
                 ],
                 vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
             )
@@ -199,6 +205,7 @@ impl Locks {
                     keys.line(),
                     keys.deadlines(),
                     keys.holders(),
+                    keys.watched(),
                 ],
                 args.clone(),
             )
@@ -299,7 +306,12 @@ impl Locks {
             connection.eval::<i64>(
                 &self.0.scripts.detach,
                 "detach",
-                permit_script_keys(keys),
+                vec![
+                    keys.lock().to_owned(),
+                    keys.holders(),
+                    keys.permits(),
+                    keys.watched(),
+                ],
                 vec![
                     Value::from(token.secret()),
                     Value::from(millis(grace)),

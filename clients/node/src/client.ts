@@ -1,7 +1,8 @@
 // The entry point: connect(...) and what a client does.
 import { create } from "@bufbuild/protobuf";
 import { LockService, LeaseMode } from "./gen/leasehold/v1/lock_pb.js";
-import { Candidate, leader, observe, type CampaignOptions, type Leader } from "./election.js";
+import { Candidate, leader, observe, revokeLeader, type CampaignOptions, type Leader } from "./election.js";
+import { follow } from "./follow.js";
 import { Lease, type LeaseOptions } from "./lease.js";
 import { Session, type SessionOptions } from "./session.js";
 import { Replicas, type ConnectOptions } from "./transport.js";
@@ -14,7 +15,7 @@ export interface HolderInfo {
   fencingToken: number;
 }
 
-/** The state of a lock (Describe). */
+/** The state of a lock (Describe, Watch). */
 export interface LockState {
   held: boolean;
   holder: string;
@@ -23,6 +24,8 @@ export interface LockState {
   holders: HolderInfo[];
   limit: number;
   shared: boolean;
+  /** How many wait for it now. */
+  waiting: number;
 }
 
 /** A held lock, as List reports it. */
@@ -37,6 +40,8 @@ export interface Listing {
   truncated: boolean;
 }
 
+const EMPTY: Described = { holder: "", ttlRemainingMs: 0, fencingToken: 0n, holders: [], limit: 0, mode: LeaseMode.UNSPECIFIED, waiting: 0 };
+
 type Described = {
   holder: string;
   ttlRemainingMs: number;
@@ -44,6 +49,7 @@ type Described = {
   holders: { holder: string; ttlRemainingMs: number; fencingToken: bigint }[];
   limit: number;
   mode: LeaseMode;
+  waiting: number;
 };
 
 function state(held: boolean, d: Described): LockState {
@@ -52,10 +58,36 @@ function state(held: boolean, d: Described): LockState {
     holder: d.holder,
     ttlRemainingMs: d.ttlRemainingMs,
     fencingToken: tokenNumber(d.fencingToken),
-    holders: d.holders.map((h) => ({ holder: h.holder, ttlRemainingMs: h.ttlRemainingMs, fencingToken: tokenNumber(h.fencingToken) })),
+    holders: holders(d.holders),
     limit: d.limit,
     shared: d.mode === LeaseMode.SHARED,
+    waiting: d.waiting,
   };
+}
+
+function holders(list: Described["holders"]): HolderInfo[] {
+  return list.map((h) => ({ holder: h.holder, ttlRemainingMs: h.ttlRemainingMs, fencingToken: tokenNumber(h.fencingToken) }));
+}
+
+/** What makes two states of a lock the same for Watch: all but the TTLs, which run down. */
+function sameness(s: LockState): string {
+  return JSON.stringify([s.held, s.holder, s.fencingToken, s.holders.map((h) => [h.holder, h.fencingToken]), s.limit, s.shared, s.waiting]);
+}
+
+export interface WatchOptions {
+  /** Ends the watch when it aborts (the `for await` loop ends without an error). */
+  signal?: AbortSignal;
+}
+
+export interface RevokeOptions {
+  /** Ends only the holder with this fencing token (a permit, a shared hold); default: every
+   * holder of the name. */
+  fencingToken?: number;
+}
+
+export interface RevokeLeaderOptions {
+  /** Ends the leadership only if this term leads; default: whichever leads. */
+  term?: number;
 }
 
 /**
@@ -124,6 +156,35 @@ export class Client implements Disposable {
   async list(limit = 0): Promise<Listing> {
     const answer = await this.replicas.unary(LockService.method.list, create(LockService.method.list.input, { limit }));
     return { locks: answer.locks.map((l) => ({ name: l.name, ...state(true, l) })), truncated: answer.truncated };
+  }
+
+  /**
+   * The state of lock `name` now, then again on every change (taken, released, expired,
+   * revoked, a waiter joining or leaving), never the same twice in a row: `for await (const
+   * state of client.watch("x", { signal }))`. Leaving the loop or aborting `signal` ends it;
+   * a broken stream is followed again on the next replica. Needs the `observe` role on the name.
+   */
+  watch(name: string, options: WatchOptions = {}): AsyncGenerator<LockState, void, undefined> {
+    return follow(this.replicas, LockService.method.watch, { name }, (m) => state(m.state?.held ?? false, m.state ?? EMPTY), sameness, options.signal);
+  }
+
+  /**
+   * Ends the holding of lock `name` by force, for an operator: every holder, or only the one
+   * with `fencingToken`. Each is told `lost` with the reason "revoked" at once, cannot be
+   * resumed, and the next waiter is granted. Resolves with the holders ended, as they were just
+   * before (empty: nothing was held). Needs the `admin` role on the name (anyone without auth).
+   */
+  async revoke(name: string, options: RevokeOptions = {}): Promise<HolderInfo[]> {
+    const fencingToken = BigInt(options.fencingToken ?? 0);
+    const answer = await this.replicas.unary(LockService.method.revoke, create(LockService.method.revoke.input, { name, fencingToken }));
+    return holders(answer.revoked);
+  }
+
+  /** Ends the leadership of `election` by force (only `term`'s, if given): the leader is told
+   * `lost` with the reason "revoked" and the next candidate is elected. Resolves with the
+   * revoked leader, or null if none (or another term) led. Needs the `admin` role. */
+  revokeLeader(election: string, options: RevokeLeaderOptions = {}): Promise<Leader | null> {
+    return revokeLeader(this.replicas, election, options.term ?? 0);
   }
 
   /** Closes the channels. */

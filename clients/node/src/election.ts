@@ -1,5 +1,5 @@
 // Leader election: a candidate holds the election's lease on one Campaign stream.
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import {
   CampaignRequestSchema,
   ElectionService,
@@ -7,14 +7,12 @@ import {
   type CampaignResponse,
   type CampaignRequestSchema as Req,
   type CampaignResponseSchema as Res,
-  ObserveRequestSchema,
-  ObserveResponseSchema,
-  type ObserveRequest,
 } from "./gen/leasehold/v1/election_pb.js";
-import { Code, LeaseLostError, LeaseholdError, toError, transient } from "./errors.js";
+import { LeaseLostError, lostReason } from "./errors.js";
+import { follow } from "./follow.js";
 import { Deferred, StreamHold, type Heard } from "./held.js";
 import { Stream, type Replicas } from "./transport.js";
-import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, RELEASE_TIMEOUT_MS, jitter, tokenNumber } from "./validity.js";
+import { RELEASE_TIMEOUT_MS, tokenNumber } from "./validity.js";
 
 export interface CampaignOptions {
   /** Time to live of the leadership lease in milliseconds (default 30 s). */
@@ -136,7 +134,7 @@ export class Candidate extends StreamHold<typeof Req, typeof Res> implements Asy
       case "extended":
         return { kind: "extended", validForMs: event.value.validForMs, validToMs: event.value.validToMs };
       case "lost":
-        return { kind: "lost", reason: event.value.reason };
+        return { kind: "lost", reason: event.value.reason, code: lostReason(event.value.code) };
       case "resigned":
         return { kind: "done", wasHeld: event.value.wasLeader };
       case "proclaimed":
@@ -190,7 +188,7 @@ export class Candidate extends StreamHold<typeof Req, typeof Res> implements Asy
   }
 
   protected override onOver(): void {
-    const error = new LeaseLostError(this.lostReason ?? "resigned");
+    const error = new LeaseLostError(this.lostReason ?? "resigned", this.lostCode);
     for (const d of [...this.proclaims, ...this.covered]) d.reject(error);
     this.proclaims = [];
     this.covered = [];
@@ -220,48 +218,23 @@ export async function leader(replicas: Replicas, election: string): Promise<Lead
  * election again on the next replica when the stream breaks. Leave the `for await` loop (or
  * abort `signal`) to stop.
  */
-export async function* observe(
-  replicas: Replicas,
-  election: string,
-  signal?: AbortSignal,
-): AsyncGenerator<Leader | null, void, undefined> {
-  const method = ElectionService.method.observe;
-  let last: string | undefined;
-  let delay = FIRST_BACKOFF_MS;
-  while (!signal?.aborted) {
-    const index = replicas.current;
-    const call = replicas.channel(index).makeServerStreamRequest(
-      `/${method.parent.typeName}/${method.name}`,
-      (m: ObserveRequest) => Buffer.from(toBinary(ObserveRequestSchema, m)),
-      (b: Buffer) => fromBinary(ObserveResponseSchema, b),
-      create(method.input, { election }),
-      replicas.metadata(),
-    );
-    const onAbort = () => call.cancel();
-    signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      for await (const state of call as AsyncIterable<ReturnType<typeof fromBinary<typeof ObserveResponseSchema>>>) {
-        delay = FIRST_BACKOFF_MS;
-        const now: Leader | null = state.hasLeader ? { term: tokenNumber(state.term), value: state.value } : null;
-        const key = now === null ? "" : `${now.term}:${Buffer.from(now.value).toString("hex")}`;
-        if (key !== last) {
-          last = key;
-          yield now;
-        }
-      }
-      return;
-    } catch (raw) {
-      if (signal?.aborted) return;
-      const error = toError(raw);
-      const resumable = transient(error) && !(error instanceof LeaseholdError && error.code === Code.CANCELLED);
-      if (last === undefined || !resumable) throw error;
-      replicas.failover(index);
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      call.cancel();
-    }
-    await new Promise((resolve) => setTimeout(resolve, jitter(delay)));
-    delay = Math.min(2 * delay, MAX_BACKOFF_MS);
-  }
+export function observe(replicas: Replicas, election: string, signal?: AbortSignal): AsyncGenerator<Leader | null, void, undefined> {
+  return follow(
+    replicas,
+    ElectionService.method.observe,
+    { election },
+    (state): Leader | null => (state.hasLeader ? { term: tokenNumber(state.term), value: state.value } : null),
+    (now) => (now === null ? "" : `${now.term}:${Buffer.from(now.value).toString("hex")}`),
+    signal,
+  );
 }
 
+/** Ends the leadership of `election` by force (of `term` only, if given): the revoked leader,
+ * or null if none (or another term) led. */
+export async function revokeLeader(replicas: Replicas, election: string, term = 0): Promise<Leader | null> {
+  const answer = await replicas.unary(
+    ElectionService.method.revoke,
+    create(ElectionService.method.revoke.input, { election, term: BigInt(term) }),
+  );
+  return answer.revoked ? { term: tokenNumber(answer.term), value: answer.value } : null;
+}

@@ -6,6 +6,7 @@ import { anyIs, anyUnpack } from "@bufbuild/protobuf/wkt";
 import { status as Code, type Metadata, type ServiceError } from "@grpc/grpc-js";
 import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import { StatusSchema, type Status } from "./gen/google/rpc/status_pb.js";
+import { LostReason as LostCode } from "./gen/leasehold/v1/lock_pb.js";
 
 export { Code };
 
@@ -64,9 +65,49 @@ export class NotAcquiredError extends LeaseholdError {
   }
 }
 
+/**
+ * Why a lease (a leadership, a session) was lost, for programs (`Lost.code`):
+ * - `"taken"`: its key was deleted, expired or taken by another holder (also: a resume found it
+ *   gone, or held with another fencing token);
+ * - `"unreachable"`: no renewal could be confirmed before it ran out (Redis or the server
+ *   unreachable, a server silent or frozen, a stream that broke and could not be resumed in time);
+ * - `"shutdown"`: its server shut down and it had no resume grace;
+ * - `"revoked"`: an operator revoked it (`client.revoke`, `client.revokeLeader`);
+ * - `"unknown"`: a server that predates the code, or a refusal the client cannot place.
+ */
+export type LostReason = "taken" | "unreachable" | "shutdown" | "revoked" | "unknown";
+
+/** The wire's LostReason as this package's. */
+export function lostReason(code: LostCode): LostReason {
+  switch (code) {
+    case LostCode.TAKEN:
+      return "taken";
+    case LostCode.UNREACHABLE:
+      return "unreachable";
+    case LostCode.SHUTDOWN:
+      return "shutdown";
+    case LostCode.REVOKED:
+      return "revoked";
+    default:
+      return "unknown";
+  }
+}
+
+/** Why a stream that ended with `error` loses what it held: a break is "unreachable", a lease
+ * the server no longer has (NOT_FOUND on resume) "taken", any other refusal "unknown". */
+export function lostReasonOf(error: Error | null): LostReason {
+  if (transient(error)) return "unreachable";
+  return error instanceof LeaseholdError && error.code === Code.NOT_FOUND ? "taken" : "unknown";
+}
+
 /** A lease (or leadership, or session) is no longer ours: the reason of an AbortSignal. */
 export class LeaseLostError extends Error {
-  constructor(readonly reason: string) {
+  constructor(
+    /** Why, in words. */
+    readonly reason: string,
+    /** Why, for programs. */
+    readonly code: LostReason = "unknown",
+  ) {
     super(`lease lost: ${reason}`);
     this.name = "LeaseLostError";
   }

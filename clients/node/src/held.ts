@@ -2,7 +2,7 @@
 // clock, a signal that aborts when it is lost, resumption on the next replica when the stream
 // breaks, and one place (`over`) where every way out ends.
 import type { DescMessage, DescMethod, MessageShape } from "@bufbuild/protobuf";
-import { Code, LeaseLostError, LeaseholdError, StaleError, describe, toError, transient } from "./errors.js";
+import { Code, LeaseLostError, LeaseholdError, StaleError, describe, lostReasonOf, toError, transient, type LostReason } from "./errors.js";
 import { Stream, type Replicas } from "./transport.js";
 import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, RELEASE_TIMEOUT_MS, SILENT, jitter, now, tokenNumber, vouchedUntil } from "./validity.js";
 
@@ -10,7 +10,7 @@ import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, RELEASE_TIMEOUT_MS, SILENT, jitter, n
 export type Heard =
   | { kind: "held"; token: string; fencingToken: bigint; validForMs: number; validToMs: bigint }
   | { kind: "extended"; validForMs: number; validToMs: bigint }
-  | { kind: "lost"; reason: string }
+  | { kind: "lost"; reason: string; code: LostReason }
   | { kind: "done"; wasHeld: boolean }
   | { kind: "other" };
 
@@ -41,6 +41,7 @@ export class Deferred<T> {
 export class Belief {
   private readonly controller = new AbortController();
   private reasonText: string | undefined;
+  private reasonCode: LostReason | undefined;
   /** Until when the server last vouched for it, on this process's clock (`performance.now()`). */
   validUntil = 0;
 
@@ -56,6 +57,11 @@ export class Belief {
   get lostReason(): string | undefined {
     return this.reasonText;
   }
+  /** Why it was lost, for programs ("taken", "unreachable", "shutdown", "revoked", "unknown");
+   * undefined while it is not. */
+  get lostCode(): LostReason | undefined {
+    return this.reasonCode;
+  }
   /** Resolves with the reason once it is lost. */
   whenLost(): Promise<string> {
     if (this.lost) return Promise.resolve(this.reasonText!);
@@ -64,10 +70,11 @@ export class Belief {
     );
   }
   /** @internal */
-  markLost(reason: string): boolean {
+  markLost(reason: string, code: LostReason): boolean {
     if (this.lost) return false;
     this.reasonText = reason;
-    this.controller.abort(new LeaseLostError(reason));
+    this.reasonCode = code;
+    this.controller.abort(new LeaseLostError(reason, code));
     return true;
   }
 }
@@ -176,15 +183,15 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
           return;
         }
         if (this.state === "resuming") {
-          let mismatch: string | undefined;
+          let mismatch: [string, LostReason] | undefined;
           if (heard.token !== this.token || tokenNumber(heard.fencingToken) !== this.fencingToken) {
-            mismatch = `resumed with fencing token ${heard.fencingToken} instead of ${this.fencingToken}`;
+            mismatch = [`resumed with fencing token ${heard.fencingToken} instead of ${this.fencingToken}`, "taken"];
           } else if (until <= received) {
-            mismatch = "could not resume: the news arrived after its validity had run out";
+            mismatch = ["could not resume: the news arrived after its validity had run out", "unreachable"];
           }
           if (mismatch !== undefined) {
             stream.cancel();
-            this.lose(mismatch);
+            this.lose(...mismatch);
             return;
           }
           this.state = "held";
@@ -200,8 +207,8 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
         if (this.state === "held") this.vouch(vouchedUntil(stream.opened, received, heard.validForMs, heard.validToMs));
         return;
       case "lost":
-        if (this.state === "starting") this.first.reject(new LeaseLostError(heard.reason));
-        this.lose(heard.reason);
+        if (this.state === "starting") this.first.reject(new LeaseLostError(heard.reason, heard.code));
+        this.lose(heard.reason, heard.code);
         return;
       case "done":
         this.wasHeld = heard.wasHeld;
@@ -241,7 +248,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
           return;
         }
         if (!this.resume || !transient(error)) {
-          this.lose(`${this.what} stream ended: ${describe(error)}`);
+          this.lose(`${this.what} stream ended: ${describe(error)}`, lostReasonOf(error));
           return;
         }
         this.state = "resuming";
@@ -251,7 +258,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
         return;
       case "resuming":
         if (!transient(error)) {
-          this.lose(`could not resume the ${this.what}: ${describe(error)}`);
+          this.lose(`could not resume the ${this.what}: ${describe(error)}`, lostReasonOf(error));
           return;
         }
         this.lastError = error;
@@ -270,7 +277,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
     this.retryTimer = undefined;
     if (this.state !== "resuming" || this.releasing) return;
     if (now() >= this.validUntil) {
-      this.lose(this.tooLate());
+      this.lose(this.tooLate(), "unreachable");
       return;
     }
     this.open(this.token);
@@ -302,12 +309,12 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
       this.vouch(this.validUntil);
       return;
     }
-    this.lose(this.state === "resuming" ? this.tooLate() : SILENT.replace("lease", this.what));
+    this.lose(this.state === "resuming" ? this.tooLate() : SILENT.replace("lease", this.what), "unreachable");
   }
 
   /** Lost: the signal aborts, and whatever stream is left is let go. */
-  protected lose(reason: string): void {
-    this.markLost(reason);
+  protected lose(reason: string, code: LostReason): void {
+    this.markLost(reason, code);
     const stream = this.stream;
     if (stream !== undefined && !stream.done) {
       // The server may still hold it (frozen, cut off): ask it to let go, then hang up.
@@ -327,7 +334,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
     this.state = "over";
     clearTimeout(this.timer);
     clearTimeout(this.retryTimer);
-    if (!this.first.settled) this.first.reject(new LeaseLostError(this.lostReason ?? `${this.what} ended`));
+    if (!this.first.settled) this.first.reject(new LeaseLostError(this.lostReason ?? `${this.what} ended`, this.lostCode));
     this.onOver();
     this.finished.resolve();
   }

@@ -1,8 +1,19 @@
 // Leasehold for Node.js: distributed locks held by one gRPC stream.
-export { Client, connect, type HeldLock, type HolderInfo, type Listing, type LockState } from "./client.js";
+export {
+  Client,
+  connect,
+  type HeldLock,
+  type HolderInfo,
+  type Listing,
+  type LockState,
+  type RevokeLeaderOptions,
+  type RevokeOptions,
+  type WatchOptions,
+} from "./client.js";
 export { Lease, type LeaseOptions, type WaitingInfo } from "./lease.js";
 export { Candidate, type CampaignOptions, type Leader } from "./election.js";
-export { Session, SessionLease, SessionLeader, type SessionLockOptions, type SessionOptions } from "./session.js";
+export { Session, type SessionLockOptions, type SessionOptions } from "./session.js";
+export { SessionLease, SessionLeader } from "./session_leases.js";
 export {
   Code,
   ERROR_DOMAIN,
@@ -11,5 +22,6 @@ export {
   NotAcquiredError,
   SessionClosedError,
   StaleError,
+  type LostReason,
 } from "./errors.js";
 export type { ConnectOptions, TlsOptions } from "./transport.js";

@@ -9,6 +9,7 @@ import {
   type LeaseRequestSchema as Req,
   type LeaseResponseSchema as Res,
 } from "./gen/leasehold/v1/lock_pb.js";
+import { lostReason } from "./errors.js";
 import { StreamHold, type Heard } from "./held.js";
 import { now } from "./validity.js";
 import type { Replicas } from "./transport.js";
@@ -131,7 +132,7 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
       case "extended":
         return { kind: "extended", validForMs: event.value.validForMs, validToMs: event.value.validToMs };
       case "lost":
-        return { kind: "lost", reason: event.value.reason };
+        return { kind: "lost", reason: event.value.reason, code: lostReason(event.value.code) };
       case "released":
         return { kind: "done", wasHeld: event.value.wasHeld };
       case "waiting":

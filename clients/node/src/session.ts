@@ -9,8 +9,20 @@ import {
   type SessionResponseSchema as Res,
 } from "./gen/leasehold/v1/session_pb.js";
 import { LeaseMode } from "./gen/leasehold/v1/lock_pb.js";
-import { LeaseLostError, LeaseholdError, SessionClosedError, StaleError, describe, failedError, transient } from "./errors.js";
+import {
+  LeaseLostError,
+  LeaseholdError,
+  SessionClosedError,
+  StaleError,
+  describe,
+  failedError,
+  lostReason,
+  lostReasonOf,
+  transient,
+  type LostReason,
+} from "./errors.js";
 import { Belief, Deferred } from "./held.js";
+import { SessionLeader, SessionLease } from "./session_leases.js";
 import { Stream, type Replicas } from "./transport.js";
 import {
   FIRST_BACKOFF_MS,
@@ -45,57 +57,6 @@ export interface SessionLockOptions {
   signal?: AbortSignal;
 }
 
-
-/** A lock (a permit, a shared hold) held on a session. `signal` aborts when this lease alone is
- * lost, or when the whole session is. */
-export class SessionLease extends Belief implements AsyncDisposable {
-  token = "";
-  fencingToken = 0;
-  /** How many times it was resumed on a new stream. */
-  resumes = 0;
-  /** @internal */
-  constructor(
-    readonly name: string,
-    /** @internal */ readonly stop: () => Promise<boolean>,
-  ) {
-    super();
-  }
-  /** Lets this lock go (the session goes on); resolves with whether it was still held. */
-  release(): Promise<boolean> {
-    return this.stop();
-  }
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.release();
-  }
-}
-
-/** A leadership held on a session. */
-export class SessionLeader extends Belief implements AsyncDisposable {
-  token = "";
-  /** The leadership's term (its fencing token). */
-  term = 0;
-  resumes = 0;
-  /** @internal */
-  constructor(
-    readonly election: string,
-    /** @internal */ readonly stop: () => Promise<boolean>,
-    /** @internal */ readonly publish: (value: Uint8Array) => Promise<void>,
-  ) {
-    super();
-  }
-  /** Steps down; resolves with whether this session was still leading. */
-  resign(): Promise<boolean> {
-    return this.stop();
-  }
-  /** Publishes a new value; resolves once it is published. */
-  proclaim(value: Uint8Array | string): Promise<void> {
-    return this.publish(typeof value === "string" ? new TextEncoder().encode(value) : value);
-  }
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.resign();
-  }
-}
-
 interface Entry {
   id: bigint;
   hold: SessionLease | SessionLeader;
@@ -117,6 +78,8 @@ interface Entry {
 interface Outcome {
   closed: boolean;
   reason: string;
+  /** Why it was lost (not for a close). */
+  code?: LostReason;
   error: Error;
 }
 
@@ -295,7 +258,7 @@ export class Session extends Belief implements AsyncDisposable {
 
   private proclaim(entry: Entry, value: Uint8Array): Promise<void> {
     if (this.entries.get(entry.id) !== entry || !entry.held) {
-      return Promise.reject(new LeaseLostError(entry.hold.lostReason ?? "no longer leading: resigned"));
+      return Promise.reject(new LeaseLostError(entry.hold.lostReason ?? "no longer leading: resigned", entry.hold.lostCode));
     }
     const done = new Deferred<void>();
     entry.campaign!.value = value;
@@ -370,7 +333,7 @@ export class Session extends Belief implements AsyncDisposable {
       }
       case "leaseLost": {
         const e = this.entries.get(event.value.id);
-        if (e) this.loseEntry(e, event.value.reason, false);
+        if (e) this.loseEntry(e, event.value.reason, lostReason(event.value.code), false);
         break;
       }
       case "failed": {
@@ -382,7 +345,7 @@ export class Session extends Belief implements AsyncDisposable {
           e.result?.reject(error);
           e.result = undefined;
         } else if (!e.confirmed) {
-          this.loseEntry(e, `could not resume the lease: ${describe(error)}`, false);
+          this.loseEntry(e, `could not resume the lease: ${describe(error)}`, lostReasonOf(error), false);
         } else {
           e.proclaimed.shift()?.reject(error);
         }
@@ -392,7 +355,7 @@ export class Session extends Belief implements AsyncDisposable {
         this.finish({ closed: true, reason: "", error: new SessionClosedError() });
         break;
       case "lost":
-        this.loseSession(event.value.reason);
+        this.loseSession(event.value.reason, lostReason(event.value.code));
         break;
     }
     this.sendCloseWhenSettled();
@@ -405,7 +368,7 @@ export class Session extends Belief implements AsyncDisposable {
     const until = vouchedUntil(stream.opened, received, a.validForMs, a.validToMs);
     if (until <= received) {
       if (e.held) {
-        this.loseEntry(e, "resumed, but the news arrived after its validity had run out", true);
+        this.loseEntry(e, "resumed, but the news arrived after its validity had run out", "unreachable", true);
         return;
       }
       this.entries.delete(e.id);
@@ -416,7 +379,7 @@ export class Session extends Belief implements AsyncDisposable {
     }
     if (e.held) {
       if (a.token !== e.token || tokenNumber(a.fencingToken) !== e.fencingToken) {
-        this.loseEntry(e, `resumed with fencing token ${a.fencingToken} instead of ${e.fencingToken}`, true);
+        this.loseEntry(e, `resumed with fencing token ${a.fencingToken} instead of ${e.fencingToken}`, "taken", true);
         return;
       }
       e.hold.resumes++;
@@ -447,15 +410,15 @@ export class Session extends Belief implements AsyncDisposable {
     e.unsent = [];
   }
 
-  private loseEntry(e: Entry, reason: string, letGo: boolean): void {
+  private loseEntry(e: Entry, reason: string, code: LostReason, letGo: boolean): void {
     this.entries.delete(e.id);
     if (letGo) this.sendRelease(e);
-    const error = new LeaseLostError(reason);
+    const error = new LeaseLostError(reason, code);
     if (e.result) {
       e.result.reject(error);
       e.result = undefined;
     }
-    if (e.held) e.hold.markLost(reason);
+    if (e.held) e.hold.markLost(reason, code);
     for (const d of e.releasing) d.resolve(false);
     this.answerProclaims(e, error);
   }
@@ -480,7 +443,7 @@ export class Session extends Belief implements AsyncDisposable {
         const reason = e.confirmed
           ? SILENT
           : `could not resume before the lease's validity ran out${this.lastError ? `: ${describe(this.lastError)}` : ""}`;
-        this.loseEntry(e, reason, true);
+        this.loseEntry(e, reason, "unreachable", true);
       } else if (next === 0 || until < next) {
         next = until;
       }
@@ -495,7 +458,7 @@ export class Session extends Belief implements AsyncDisposable {
     if (this.outcome) return;
     this.closeSent = false;
     if (!this.resume || !transient(error)) {
-      this.loseSession(`session stream ended: ${describe(error)}`, error);
+      this.loseSession(`session stream ended: ${describe(error)}`, lostReasonOf(error), error);
       return;
     }
     this.lastError = error;
@@ -513,7 +476,7 @@ export class Session extends Belief implements AsyncDisposable {
       this.resumeBy = by;
       this.resumeByTimer = setTimeout(() => {
         if (this.stream === undefined || this.broken) {
-          this.loseSession(`could not resume the session before its grace ran out: ${describe(this.lastError)}`);
+          this.loseSession(`could not resume the session before its grace ran out: ${describe(this.lastError)}`, "unreachable");
         }
       }, Math.max(0, by - now()));
     }
@@ -538,7 +501,7 @@ export class Session extends Belief implements AsyncDisposable {
     if (this.closing || this.outcome) return;
     this.closing = true;
     this.closeByTimer = setTimeout(
-      () => this.loseSession("the session's close was not confirmed in time: its leases expire by their TTL"),
+      () => this.loseSession("the session's close was not confirmed in time: its leases expire by their TTL", "unreachable"),
       RELEASE_TIMEOUT_MS,
     );
     let held = 0;
@@ -563,10 +526,10 @@ export class Session extends Belief implements AsyncDisposable {
     this.send({ action: { case: "close", value: {} } });
   }
 
-  private loseSession(reason: string, cause?: Error | null): void {
+  private loseSession(reason: string, code: LostReason, cause?: Error | null): void {
     // A refusal (a bad `open`, no grant) is the caller's error as the server gave it.
-    const error = cause instanceof LeaseholdError ? cause : new LeaseLostError(reason);
-    this.finish({ closed: false, reason, error });
+    const error = cause instanceof LeaseholdError ? cause : new LeaseLostError(reason, code);
+    this.finish({ closed: false, reason, code, error });
   }
 
   private finish(outcome: Outcome): void {
@@ -586,12 +549,12 @@ export class Session extends Belief implements AsyncDisposable {
     for (const e of this.entries.values()) {
       e.result?.reject(outcome.closed ? new SessionClosedError() : outcome.error);
       e.result = undefined;
-      if (e.held && !outcome.closed) e.hold.markLost(outcome.reason);
+      if (e.held && !outcome.closed) e.hold.markLost(outcome.reason, outcome.code ?? "unknown");
       for (const d of e.releasing) d.resolve(outcome.closed);
       this.answerProclaims(e, outcome.error);
     }
     this.entries.clear();
-    if (!outcome.closed) this.markLost(outcome.reason);
+    if (!outcome.closed) this.markLost(outcome.reason, outcome.code ?? "unknown");
     this.finished.resolve();
   }
 }

@@ -13,7 +13,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
-import { failedError } from "../src/errors.js";
+import { failedError, lostReason, lostReasonOf } from "../src/errors.js";
+import { LostReason as LostCode } from "../src/gen/leasehold/v1/lock_pb.js";
 import { vouchedUntil } from "../src/validity.js";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
 import {
@@ -21,6 +22,7 @@ import {
   CuttableProxy,
   Server,
   abortsWithin,
+  freePort,
   lockKey,
   redisCli,
   startCluster,
@@ -60,6 +62,18 @@ describe("errors", () => {
     assert.ok(!(plain instanceof NotAcquiredError));
     assert.equal(plain.reason, "");
     assert.equal(plain.retryAfter, undefined);
+  });
+
+  test("a lost code is a typed reason; a stream's end is placed by its status", () => {
+    assert.deepEqual(
+      [LostCode.TAKEN, LostCode.UNREACHABLE, LostCode.SHUTDOWN, LostCode.REVOKED, LostCode.UNSPECIFIED, 99 as LostCode].map(lostReason),
+      ["taken", "unreachable", "shutdown", "revoked", "unknown", "unknown"],
+    );
+    assert.equal(lostReasonOf(null), "unreachable");
+    assert.equal(lostReasonOf(new LeaseholdError(Code.UNAVAILABLE, "gone")), "unreachable");
+    assert.equal(lostReasonOf(new LeaseholdError(Code.NOT_FOUND, "no lease")), "taken");
+    assert.equal(lostReasonOf(new LeaseholdError(Code.PERMISSION_DENIED, "no")), "unknown");
+    assert.equal(new LeaseLostError("why").code, "unknown");
   });
 });
 
@@ -136,6 +150,66 @@ describe("client", { concurrency: 4 }, () => {
       seen.map((l) => l && [l.term, Buffer.from(l.value).toString()]),
       [null, [term, "a"], [term, "a2"], null],
     );
+  });
+
+  test("a revoked leader is lost with the reason revoked, and the next candidate leads", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using a = c.campaign("vote", "a", { ttl: 5000 });
+    const termA = await a.elected();
+    await using b = c.campaign("vote", "b", { ttl: 5000 });
+    await waitForLine(redisPort, "leasehold:election:{vote}:line", 1);
+    assert.equal(await c.revokeLeader("vote", { term: termA + 1000 }), null); // another term: nothing
+    assert.equal(a.lost, false);
+    const told = abortsWithin(a.signal, 2000);
+    const revoked = await c.revokeLeader("vote");
+    assert.deepEqual(revoked && [revoked.term, Buffer.from(revoked.value).toString()], [termA, "a"]);
+    assert.ok(await told, "the leader was not told");
+    assert.equal(a.lostCode, "revoked", a.lostReason);
+    assert.equal(a.leading, false);
+    assert.ok((await within(b.elected(), 2000, "b never led")) > termA);
+    assert.equal(await a.resign(), false);
+    assert.equal(await c.revokeLeader("nobody"), null);
+  });
+
+  test("a session's lease revoked by fencing token is lost alone, with the reason revoked", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using other = await c.lease("pool", { limit: 2, holder: "other" });
+    await using session = await c.session({ ttl: 2000 });
+    const permit = await session.lock("pool", { limit: 2 });
+    const plain = await session.lock("plain");
+    const revoked = await c.revoke("pool", { fencingToken: permit.fencingToken });
+    assert.deepEqual(revoked.map((h) => h.fencingToken), [permit.fencingToken]);
+    assert.ok(await abortsWithin(permit.signal, 2000), "the permit was not told");
+    assert.equal(permit.lostCode, "revoked", permit.lostReason);
+    assert.ok(permit.signal.reason instanceof LeaseLostError && permit.signal.reason.code === "revoked");
+    assert.equal(plain.lost || session.lost || other.lost, false);
+    const left = await c.describe("pool");
+    assert.deepEqual(left.holders.map((h) => h.fencingToken), [other.fencingToken]);
+    assert.equal(await permit.release(), false);
+    assert.equal(await plain.release(), true);
+  });
+
+  test("a watch starts on the next replica if the first is down; it ends when its signal aborts, and when its loop is left", async (t) => {
+    const { address } = await startServer(t);
+    const c = connect(`127.0.0.1:${await freePort()},${address}`); // nothing listens on the first
+    t.after(() => c.close());
+    const stop = new AbortController();
+    const states = c.watch("job", { signal: stop.signal });
+    assert.equal((await within(states.next(), 2000, "the first state")).value?.held, false);
+    const waiting = states.next(); // nothing changes: it waits until the abort
+    stop.abort();
+    assert.deepEqual(await within(waiting, 2000, "the watch never ended"), { done: true, value: undefined });
+    let seen = 0;
+    for await (const state of c.watch("job")) {
+      seen++;
+      assert.equal(state.held, false);
+      break; // leaving the loop cancels the call
+    }
+    assert.equal(seen, 1);
   });
 
   test("a leader resumes on another replica when its server crashes, with its term", async (t) => {
@@ -264,6 +338,10 @@ describe("client", { concurrency: 4 }, () => {
     const nobody = await anonymous.lease("node/job").then(() => assert.fail("acquired"), (e: unknown) => e);
     assert.ok(nobody instanceof LeaseholdError);
     assert.equal(nobody.code, Code.UNAUTHENTICATED);
+    const notAdmin = await c.revoke("node/job").then(() => assert.fail("revoked without the admin role"), (e: unknown) => e);
+    assert.ok(notAdmin instanceof LeaseholdError);
+    assert.equal(notAdmin.code, Code.PERMISSION_DENIED);
+    assert.equal(lease.lost, false);
     assert.equal(await lease.release(), true);
   });
 

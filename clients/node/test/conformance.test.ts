@@ -3,7 +3,7 @@
 // Each test starts its own Redis and servers, so they run concurrently.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Code, LeaseholdError, NotAcquiredError, connect, type Client, type Lease } from "../src/index.js";
+import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Client, type Lease, type LockState } from "../src/index.js";
 import {
   ChildScript,
   CuttableProxy,
@@ -114,6 +114,7 @@ describe("conformance", { concurrency: 4 }, () => {
     await redisCli(redisPort, "DEL", LOCK_KEY);
     assert.ok(await abortsWithin(lease.signal, 10_000), "the signal never aborted");
     assert.match(lease.lostReason!, /deleted or taken/);
+    assert.equal(lease.lostCode, "taken");
   });
 
   test("conformance_lost_by_client_clock", async (t) => {
@@ -124,7 +125,9 @@ describe("conformance", { concurrency: 4 }, () => {
     try {
       assert.ok(await abortsWithin(lease.signal, 10_000), "the signal never aborted while the server was frozen");
       assert.match(lease.lostReason!, /server silent/);
-      assert.ok(lease.signal.reason instanceof Error);
+      assert.equal(lease.lostCode, "unreachable");
+      assert.ok(lease.signal.reason instanceof LeaseLostError);
+      assert.equal(lease.signal.reason.code, "unreachable");
     } finally {
       server.signal("SIGCONT");
     }
@@ -423,5 +426,67 @@ describe("conformance", { concurrency: 4 }, () => {
     const next = await within(secondElected, 10_000, "the second candidate never led");
     assert.ok(next > term, `${next} after ${term}`);
     assert.equal(second.leading, true);
+  });
+
+  test("conformance_revoke_ends_holding", async (t) => {
+    const { servers, redisPort } = await startCluster(t, 2);
+    const c = client(t, servers[0]!.address);
+    const admin = client(t, servers[1]!.address);
+    const lease = await c.lease("job", { holder: "holder-a" }); // resumable: a revoke must end it anyway
+    const waiter = c.lease("job", { wait: 10_000 });
+    await waitForLine(redisPort, "leasehold:{job}:line", 1);
+    const told = abortsWithin(lease.signal, 2000);
+    const revoked = await within(admin.revoke("job"), 2000, "the revoke was not answered");
+    assert.deepEqual(revoked.map((h) => [h.holder, h.fencingToken]), [["holder-a", lease.fencingToken]]);
+    assert.ok(await told, "the holder was not told within 2 s");
+    assert.equal(lease.lostCode, "revoked", lease.lostReason);
+    assert.ok(lease.signal.reason instanceof LeaseLostError);
+    assert.equal(lease.signal.reason.code, "revoked");
+    const next = await within(waiter, 2000, "the waiter did not get the lock within 2 s");
+    assert.ok(next.fencingToken > lease.fencingToken, `${next.fencingToken} after ${lease.fencingToken}`);
+    assert.equal(lease.resumes, 0);
+    assert.equal(await lockToken(redisPort, LOCK_KEY), next.token);
+    assert.equal(await lease.release(), false);
+    assert.equal(await next.release(), true);
+    assert.deepEqual(await admin.revoke("job"), []);
+  });
+
+  test("conformance_watch_reports_changes", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = client(t, address);
+    const stop = new AbortController();
+    t.after(() => stop.abort());
+    const states = c.watch("job", { signal: stop.signal });
+    const seen: LockState[] = [];
+    /** The next state, within 2 s; states `skip` accepts before it are passed over. */
+    const next = async (what: string, skip: (s: LockState) => boolean = () => false): Promise<LockState> => {
+      const deadline = Date.now() + 2000;
+      for (;;) {
+        const got = await within(states.next(), Math.max(0, deadline - Date.now()), `not reported within 2 s: ${what}`);
+        assert.ok(!got.done, "the watch ended");
+        seen.push(got.value);
+        if (!skip(got.value)) return got.value;
+      }
+    };
+    const free = await next("free");
+    assert.equal(free.held, false);
+    const first = await c.lease("job", { holder: "holder-a" });
+    const a = await next("held by holder-a");
+    assert.deepEqual([a.held, a.holder, a.fencingToken, a.waiting], [true, "holder-a", first.fencingToken, 0]);
+    const waiter = c.lease("job", { holder: "holder-b", wait: 10_000 });
+    const waiting = await next("a waiter");
+    assert.deepEqual([waiting.held, waiting.holder, waiting.fencingToken, waiting.waiting], [true, "holder-a", first.fencingToken, 1]);
+    assert.equal(await first.release(), true);
+    const b = await next("held by the waiter", (s) => !s.held); // free in between, or not
+    const second = await within(waiter, 2000, "the waiter did not get the lock");
+    assert.deepEqual([b.held, b.holder, b.fencingToken, b.waiting], [true, "holder-b", second.fencingToken, 0]);
+    assert.ok(b.fencingToken > a.fencingToken);
+    assert.equal(await second.release(), true);
+    const end = await next("free again");
+    assert.deepEqual([end.held, end.waiting], [false, 0]);
+    const key = (s: LockState) => JSON.stringify({ ...s, ttlRemainingMs: 0, holders: s.holders.map((h) => [h.holder, h.fencingToken]) });
+    for (let i = 1; i < seen.length; i++) assert.notEqual(key(seen[i]!), key(seen[i - 1]!), `reported twice in a row: ${key(seen[i]!)}`);
+    assert.equal(await redisCli(redisPort, "EXISTS", LOCK_KEY), "0");
+    await states.return(); // leaving the loop cancels the call
   });
 });
