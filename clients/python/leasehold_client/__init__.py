@@ -36,22 +36,33 @@ Elections: ``campaign`` (a context manager: leave the block to step down), ``lea
 ``observe``. ``leasehold_client.list()`` shows the locks held now. The same API for ``asyncio`` is
 in ``leasehold_client.aio``. Times are in seconds.
 
+Why a lease was lost, for programs: ``held.lost_code``, a ``LostReason`` (``TAKEN``,
+``UNREACHABLE``, ``SHUTDOWN``, ``REVOKED``...), beside ``held.lost_reason``, the words for people;
+a leadership and a session's leases say it the same way.
+
+For operators: ``watch(name)`` follows a lock's state (held by whom, with which fencing token,
+how many wait), a ``LockState`` per change, until its ``with`` block ends; ``revoke(name)`` ends
+its holdings by force (or one, by its fencing token) and returns the holders ended;
+``revoke_leader(election)`` ends a leadership. With auth on, revoking needs the ``admin`` role.
+
 A refused lease raises ``NotAcquired``, whose ``reason``, ``holder``, ``retry_after`` and
 ``metadata`` come from the status details the server sends (docs/errors.md): program against
 those, not against the message, which is for people and may be reworded.
 
-The package, one job a module: ``errors`` (what a failed call means), ``answers`` (leaders and
-listings), ``options`` (targets, channel arguments, requests), ``validity`` (how long a lease is
-believed), ``held`` (one lease or leadership on its own stream, free of I/O) and
-``session_core`` (many on a session's stream, free of I/O), then their drivers: threads here
-(``threads``, ``locks``, ``elections``, ``sessions``, ``channels``), asyncio in ``aio``.
+The package, one job a module: ``errors`` (what a failed call means), ``lost`` (why a lease was
+lost), ``answers`` (leaders, listings, lock states), ``options`` (targets, channel arguments,
+requests), ``validity`` (how long a lease is believed), ``held`` (one lease or leadership on
+its own stream, free of I/O) and ``session_core`` (many on a session's stream, free of I/O),
+then their drivers: threads here (``threads``, ``locks``, ``elections``, ``sessions``,
+``channels``), asyncio in ``aio``.
 """
 
-from .answers import HeldLock, Holder, Leader, Listing
+from .answers import HeldLock, Holder, Leader, Listing, LockState
 from .channels import connect
-from .elections import Candidate, campaign, leader, observe
+from .elections import Candidate, campaign, leader, observe, revoke_leader
 from .errors import LeaseFailed, NotAcquired
-from .locks import Lease, lease, list
+from .locks import Lease, Watch, lease, list, revoke, watch
+from .lost import LostReason
 from .options import DEFAULT_SERVER
 from .sessions import Session, SessionCandidate, SessionLease, session
 
@@ -60,5 +71,6 @@ from .sessions import Session, SessionCandidate, SessionLease, session
 __all__ = [
     "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "Holder", "HeldLock",
     "Listing", "lease", "campaign", "leader", "observe", "connect", "Session", "SessionLease",
-    "SessionCandidate", "LeaseFailed", "session",
+    "SessionCandidate", "LeaseFailed", "session", "LostReason", "LockState", "Watch", "watch",
+    "revoke", "revoke_leader",
 ]

@@ -18,21 +18,27 @@ Sessions, many leases on one stream, as ``leasehold_client.session``::
         async with s.lock("shard-1") as one, s.campaign("leader", b"me") as me:
             await me.elected()
 
+``watch``, ``revoke``, ``revoke_leader`` and ``lost_code`` (a ``LostReason``) are those of the
+threaded client; ``watch`` is an async iterator (``async with watch(name) as states: async for
+state in states``).
+
 Its modules, one job each, mirror the threaded ones over the same I/O-free cores (``held``,
 ``session_core``): ``aio_tasks`` drives a held stream, ``aio_locks``, ``aio_elections``,
 ``aio_sessions`` and ``aio_channels`` are the API.
 """
 
 from .aio_channels import connect
-from .aio_elections import AsyncCandidate, campaign, leader, observe
-from .aio_locks import AsyncLease, lease, list
+from .aio_elections import AsyncCandidate, campaign, leader, observe, revoke_leader
+from .aio_locks import AsyncLease, AsyncWatch, lease, list, revoke, watch
 from .aio_sessions import AsyncSession, AsyncSessionCandidate, AsyncSessionLease, session
 # Importable from here as they always were (the threaded package's, shared).
-from .answers import Leader, Listing
+from .answers import Holder, Leader, Listing, LockState
 from .errors import NotAcquired
+from .lost import LostReason
 from .options import DEFAULT_SERVER
 
 # `list` is left out, as in leasehold_client: a star import would hide the builtin.
 __all__ = ["AsyncLease", "AsyncCandidate", "AsyncSession", "AsyncSessionLease",
            "AsyncSessionCandidate", "lease", "campaign", "leader", "observe", "connect",
-           "session"]
+           "session", "AsyncWatch", "watch", "revoke", "revoke_leader", "LostReason",
+           "LockState", "Holder"]

@@ -1,26 +1,21 @@
 """Elections for asyncio: ``campaign`` runs for leader for an ``async with`` block (an
 ``AsyncCandidate``, driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``leader`` and
-``observe`` say who leads."""
+``observe`` say who leads; ``revoke_leader`` ends a leadership by force."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from grpc import aio
 from leasehold.v1 import election_pb2, election_pb2_grpc
 
 from .aio_channels import own_channel
-from .aio_tasks import HeldTask
-from .answers import Leader, Observation, leader_of
-from .errors import describe
+from .aio_tasks import HeldTask, follow
+from .answers import Leader, Observation, election_state, leader_of
 from .held import LeadershipHeld
 from .options import DEFAULT_SERVER, grace, millis
 from .views import Read
-
-_log = logging.getLogger("leasehold_client")
 
 
 class AsyncCandidate:
@@ -46,6 +41,9 @@ class AsyncCandidate:
 
     term = Read("_held")
     resumes = Read("_held")
+    #: Why the leadership was lost, for programs (a ``LostReason``; None until lost, and when
+    #: resigned): ``REVOKED`` when an operator ended it (``revoke_leader``).
+    lost_code = Read("_held")
 
     async def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""
@@ -121,19 +119,24 @@ async def observe(election: str, *, server: str = DEFAULT_SERVER,
     follows the election again on any server when the stream breaks (as the threaded one)."""
     async with own_channel(server, channel) as chan:
         stub = election_pb2_grpc.ElectionServiceStub(chan)
-        seen = Observation()
-        while True:
-            call = stub.Observe(election_pb2.ObserveRequest(election=election),
-                                wait_for_ready=seen.started)
-            try:
-                async for state in call:
-                    if seen.heard(state):
-                        yield seen.last
-                return
-            except aio.AioRpcError as error:
-                if not seen.follows_again(error):
-                    raise
-                _log.info("election %r: observing again (%s)", election, describe(error))
-            finally:
-                call.cancel()
-            await asyncio.sleep(seen.pause())  # a backoff pause between attempts
+        request = election_pb2.ObserveRequest(election=election)
+
+        async def open_stream(ready: bool) -> Any:
+            return stub.Observe(request, wait_for_ready=ready)
+
+        states = follow(open_stream, Observation(election_state), f"election {election!r}")
+        try:
+            async for state in states:
+                yield state
+        finally:
+            await states.aclose()  # cancels the call now, not when collected
+
+
+async def revoke_leader(election: str, term: int = 0, *, server: str = DEFAULT_SERVER,
+                        channel: Optional[aio.Channel] = None) -> Optional[Leader]:
+    """Ends the leadership of ``election`` by force (of ``term``; 0: whichever leads): as
+    ``leasehold_client.revoke_leader``, the leader ended or None."""
+    async with own_channel(server, channel) as chan:
+        answer = await election_pb2_grpc.ElectionServiceStub(chan).Revoke(
+            election_pb2.ElectionServiceRevokeRequest(election=election, term=term))
+        return leader_of(answer.revoked, answer.term, answer.value)

@@ -1,19 +1,20 @@
 """Locks for asyncio: ``lease`` holds one for an ``async with`` block (an ``AsyncLease``,
-driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list`` shows the locks held now.
+driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list`` shows the locks held now,
+``watch`` follows one lock's state, and ``revoke`` ends holdings by force.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, AsyncIterator, Optional, Tuple
 
 from grpc import aio
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
 from .aio_channels import own_channel
-from .aio_tasks import HeldTask
-from .answers import Listing, listing
+from .aio_tasks import HeldTask, follow
+from .answers import Holder, Listing, LockState, holders, listing, watching
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
@@ -108,3 +109,75 @@ async def list(limit: int = 0, *, server: str = DEFAULT_SERVER,
         answer = await lock_pb2_grpc.LockServiceStub(chan).List(lock_pb2.ListRequest(limit=limit))
         return listing(answer)
 
+
+async def revoke(name: str, fencing_token: int = 0, *, server: str = DEFAULT_SERVER,
+                 channel: Optional[aio.Channel] = None) -> Tuple[Holder, ...]:
+    """Ends holdings of lock ``name`` by force (every holder, or the one with
+    ``fencing_token``): as ``leasehold_client.revoke``, the holders ended (empty: none)."""
+    async with own_channel(server, channel) as chan:
+        answer = await lock_pb2_grpc.LockServiceStub(chan).Revoke(
+            lock_pb2.RevokeRequest(name=name, fencing_token=fencing_token))
+        return holders(answer.revoked)
+
+
+class AsyncWatch:
+    """A lock's state, then each change: an async iterator of ``LockState``. Use
+    ``watch(...)``. ``await close()`` (or leaving its ``async with`` block) cancels the call:
+    an iteration waiting for the next state, in any task, then ends."""
+
+    def __init__(self, name: str, server: str, channel: Optional[aio.Channel]):
+        self.name = name
+        self._server, self._channel = server, channel
+        self._exit = AsyncExitStack()
+        self._stub: Optional[lock_pb2_grpc.LockServiceStub] = None
+        self._stopped = False
+        self._call: Any = None
+        self._states = follow(self._open, watching(name), f"watch {name!r}",
+                              lambda: self._stopped)
+
+    async def _open(self, ready: bool) -> Any:
+        if self._stub is None:
+            chan = await self._exit.enter_async_context(own_channel(self._server, self._channel))
+            self._stub = lock_pb2_grpc.LockServiceStub(chan)
+        if self._stopped:
+            return None
+        self._call = self._stub.Watch(lock_pb2.WatchRequest(name=self.name),
+                                      wait_for_ready=ready)
+        return self._call
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __anext__(self) -> LockState:
+        return await self._states.__anext__()
+
+    async def __aenter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancels the call (and closes the channel it opened for itself)."""
+        self._stopped = True
+        if self._call is not None:
+            self._call.cancel()
+        try:
+            await self._states.aclose()
+        except RuntimeError:
+            pass  # being read in another task: the cancelled call ends it there
+        await self._exit.aclose()
+
+
+def watch(name: str, *, server: str = DEFAULT_SERVER,
+          channel: Optional[aio.Channel] = None) -> AsyncWatch:
+    """Follows lock ``name``: its state now, then every change, as ``LockState`` values (as
+    ``leasehold_client.watch``)::
+
+        async with watch("nightly-report") as states:
+            async for state in states:
+                print(state.held, state.holder, state.fencing_token, state.waiting)
+
+    Leaving the block (or ``await close()``) cancels the call.
+    """
+    return AsyncWatch(name, server, channel)

@@ -14,6 +14,7 @@ from leasehold.v1 import session_pb2_grpc
 
 from .aio_channels import own_channel
 from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
+from .lost import LostReason
 from .options import DEFAULT_SERVER, grace
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .views import HeldOnSession, Read
@@ -109,6 +110,11 @@ class AsyncSession:
     @property
     def lost_reason(self) -> Optional[str]:
         return self._core.lost_reason
+
+    @property
+    def lost_code(self) -> Optional[LostReason]:
+        """Why the whole session was lost, for programs; None until it is."""
+        return self._core.lost_code
 
     @property
     def resumes(self) -> int:

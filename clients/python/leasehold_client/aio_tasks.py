@@ -2,7 +2,7 @@
 stream and feeds its answers to the core, the event loop's timer ends the belief when the
 validity runs out, and after a break the same task resumes on a new stream. ``AsyncLease`` and
 ``AsyncCandidate`` are its users. Also what every asyncio part waits with (``Waiters``,
-``nap``).
+``nap``), and ``follow``, the loop of ``observe`` and ``watch``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Set, Tuple
 
 from grpc import aio
 
-from .errors import Break
+from .answers import Observation
+from .errors import Break, describe
 from .held import CANCEL, OVER, RELEASE, RESUME, Held
 
 _log = logging.getLogger("leasehold_client")
 
-#: How a stream may fail: its error, a sentence, or the server's ``lost`` as ``("lost", why)``.
-Failure = Union[Break, Tuple[str, str]]
+#: How a stream may fail: its error, a sentence, or the server's ``lost`` as ``("lost", message)``
+#: (a ``Lost``: its words and its code).
+Failure = Union[Break, Tuple[str, Any]]
 #: What a write on a stream that already ended raises.
 WRITE_FAILED = (aio.AioRpcError, asyncio.InvalidStateError)
 
@@ -38,7 +40,7 @@ async def read_answer(call: Any, request: Any, field: str,
             if event.HasField(field):
                 return getattr(event, field), None
             if event.HasField("lost"):
-                return None, ("lost", event.lost.reason)
+                return None, ("lost", event.lost)
     except WRITE_FAILED as error:
         return None, error if isinstance(error, aio.AioRpcError) else str(error)
     except asyncio.CancelledError:
@@ -62,6 +64,37 @@ async def requests(outbox: asyncio.Queue) -> AsyncIterator[Any]:
         if request is None:
             return
         yield request
+
+
+async def follow(open_stream: Callable[[bool], Awaitable[Any]], seen: Observation, label: str,
+                 stopped: Callable[[], bool] = lambda: False) -> AsyncIterator[Any]:
+    """Yields each new state (``seen`` decides) of the stream ``await
+    open_stream(wait_for_ready)`` opens, and after a break of the streams it opens again, until
+    a stream ends, ``open_stream`` opens none (None) or ``stopped()``: a stream cancelled by
+    whoever stopped it ends the iteration rather than raise. The first stream's error is
+    raised, and an answer (a refusal) of any; the call is cancelled when the iteration ends."""
+    while not stopped():
+        call = await open_stream(seen.started)
+        if call is None:
+            return
+        try:
+            async for state in call:
+                if seen.heard(state):
+                    yield seen.last
+            return
+        except asyncio.CancelledError:
+            if stopped() and call.cancelled():
+                return  # stopped from elsewhere; a cancelled task was not
+            raise
+        except aio.AioRpcError as error:
+            if stopped():
+                return
+            if not seen.follows_again(error):
+                raise
+            _log.info("%s: following again (%s)", label, describe(error))
+        finally:
+            call.cancel()
+        await asyncio.sleep(seen.pause())  # a backoff pause between attempts
 
 
 async def read_stream(call: Any, hear: Callable[[Any], bool], ended: str) -> Optional[Failure]:

@@ -1,26 +1,22 @@
 """Elections, threaded: ``campaign`` runs for leader for a ``with`` block (a ``Candidate``,
 driven by ``threads.HeldThread`` over the core in ``held``); ``leader`` and ``observe`` say who
-leads."""
+leads; ``revoke_leader`` ends a leadership by force."""
 
 from __future__ import annotations
 
-import logging
-import time
+import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import grpc
 from leasehold.v1 import election_pb2, election_pb2_grpc
 
-from .answers import Leader, Observation, leader_of
+from .answers import Leader, Observation, election_state, leader_of
 from .channels import own_channel
-from .errors import describe
 from .held import LeadershipHeld
 from .options import DEFAULT_SERVER, grace, millis
-from .threads import HeldThread
+from .threads import HeldThread, follow
 from .views import Read
-
-_log = logging.getLogger("leasehold_client")
 
 
 class Candidate:
@@ -43,6 +39,9 @@ class Candidate:
 
     term = Read("_held")
     resumes = Read("_held")
+    #: Why the leadership was lost, for programs (a ``LostReason``; None until lost, and when
+    #: resigned): ``REVOKED`` when an operator ended it (``revoke_leader``).
+    lost_code = Read("_held")
 
     def elected(self) -> int:
         """Waits in line until this candidate leads; returns its term."""
@@ -135,19 +134,21 @@ def observe(election: str, *, server: str = DEFAULT_SERVER,
     """
     with own_channel(server, channel) as chan:
         stub = election_pb2_grpc.ElectionServiceStub(chan)
-        seen = Observation()
-        while True:
-            states = stub.Observe(election_pb2.ObserveRequest(election=election),
-                                  wait_for_ready=seen.started)
-            try:
-                for state in states:
-                    if seen.heard(state):
-                        yield seen.last
-                return
-            except grpc.RpcError as error:
-                if not seen.follows_again(error):
-                    raise
-                _log.info("election %r: observing again (%s)", election, describe(error))
-            finally:
-                states.cancel()
-            time.sleep(seen.pause())  # a backoff pause between attempts
+        request = election_pb2.ObserveRequest(election=election)
+        yield from follow(lambda ready: stub.Observe(request, wait_for_ready=ready),
+                          Observation(election_state), f"election {election!r}",
+                          threading.Event())
+
+
+def revoke_leader(election: str, term: int = 0, *, server: str = DEFAULT_SERVER,
+                  channel: Optional[grpc.Channel] = None) -> Optional[Leader]:
+    """Ends the leadership of ``election`` by force, for an operator: the leader of ``term``
+    (0: whichever leads). It is told it lost (``lost_code`` ``LostReason.REVOKED``), cannot
+    resume its term, and the next candidate in line is elected with a larger one. Returns the
+    leader ended (its term and value), or None when none was (no leader, or another term
+    leads). Needs the ``admin`` role on the election (PERMISSION_DENIED otherwise) when the
+    server checks tokens."""
+    with own_channel(server, channel) as chan:
+        answer = election_pb2_grpc.ElectionServiceStub(chan).Revoke(
+            election_pb2.ElectionServiceRevokeRequest(election=election, term=term))
+        return leader_of(answer.revoked, answer.term, answer.value)

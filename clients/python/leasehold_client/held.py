@@ -21,6 +21,7 @@ import grpc
 from leasehold.v1 import election_pb2, lock_pb2
 
 from .errors import Break, describe, resumable
+from .lost import LostReason, code_of, of_failure
 from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, LEADER_SILENT, SILENT, Belief,
                        other_leadership, pause, too_late, vouched_until)
 
@@ -128,13 +129,15 @@ class Held(Belief):
 
     # Endings.
     def end(self, reason: Optional[str], error: Optional[grpc.RpcError] = None, *,
-            lost: bool = True) -> None:
-        """Over: lost (``reason``), or let go (``lost=False``)."""
+            lost: bool = True, code: Optional[LostReason] = None) -> None:
+        """Over: lost (``reason``; ``code`` the server's, else read from ``error``), or let go
+        (``lost=False``)."""
         if self.over:
             return
         self.over, self.reason, self.error = True, reason, error
         self._schedule(None)
         if lost and reason is not None:
+            self.lost_code = code if code is not None else of_failure(error)
             self.lost.set()
             self.log_lost(reason)
         self.notify()
@@ -191,7 +194,7 @@ class Held(Belief):
 
     def answered(self, answer: Any, failure: Any, opened: float, received: float) -> str:
         """What an attempt's stream said: ``answer`` (the field ``answer``), or ``failure`` (the
-        server's ``lost`` as ``("lost", reason)``, the call's error, or a sentence).
+        server's ``lost`` as ``("lost", message)``, the call's error, or a sentence).
         ``RESUME``: held again on that stream (send ``stop_request`` on it if ``letting_go``);
         ``OVER``: cancel it; for a failure, ``RELEASE``, ``OVER`` or ``RETRY`` (after
         ``retry_pause()``)."""
@@ -210,10 +213,10 @@ class Held(Belief):
             self.notify()
             return RESUME
         if isinstance(failure, tuple):
-            self.end(failure[1])  # the server said `lost`
+            self.end(failure[1].reason, code=code_of(failure[1]))  # the server said `lost`
             return OVER
         if not resumable(failure):
-            self.end(f"could not resume: {describe(failure)}")
+            self.end(f"could not resume: {describe(failure)}", code=of_failure(failure))
             return OVER
         self.last_error = describe(failure)
         if self.letting_go and self.releases_by_token:
@@ -251,7 +254,7 @@ class LeaseHeld(Held):
         if kind == "extended":
             self.vouch(vouched_until(self.opened, received, event.extended))
         elif kind == "lost":
-            self.end(event.lost.reason)
+            self.end(event.lost.reason, code=code_of(event.lost))
             return DONE
         elif kind == "released":
             self.was_held = event.released.was_held
@@ -312,7 +315,7 @@ class LeadershipHeld(Held):
         elif kind == "proclaimed":
             self.published = min(self.published + 1, self.sent)
         elif kind == "lost":
-            self.end(event.lost.reason)
+            self.end(event.lost.reason, code=code_of(event.lost))
             outcome = DONE
         elif kind == "resigned":
             if not self.over:

@@ -1,23 +1,24 @@
 """Locks, threaded: ``lease`` holds one for a ``with`` block on a stream of its own (a
 ``Lease``, driven by ``threads.HeldThread`` over the core in ``held``); ``list`` shows the locks
-held now."""
+held now, ``watch`` follows one lock's state, and ``revoke`` ends holdings by force."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator, Optional, Tuple
 
 import grpc
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
-from .answers import Listing, listing
+from .answers import Holder, Listing, LockState, holders, listing, watching
 from .channels import own_channel
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
 from .options import DEFAULT_SERVER, acquire_request, grace
-from .threads import HeldThread
+from .threads import HeldThread, follow
 from .views import HeldLease
 
 _log = logging.getLogger("leasehold_client")
@@ -125,3 +126,85 @@ def list(limit: int = 0, *, server: str = DEFAULT_SERVER,
         answer = lock_pb2_grpc.LockServiceStub(chan).List(lock_pb2.ListRequest(limit=limit))
         return listing(answer)
 
+
+def revoke(name: str, fencing_token: int = 0, *, server: str = DEFAULT_SERVER,
+           channel: Optional[grpc.Channel] = None) -> Tuple[Holder, ...]:
+    """Ends holdings of lock ``name`` by force, for an operator: every holder, or only the one
+    with ``fencing_token`` (a semaphore's permit, a shared hold). Each is told it lost
+    (``lost_code`` ``LostReason.REVOKED``) and cannot resume; the next waiter gets the lock at
+    once, with a larger fencing token. Returns the holders ended, as they were just before;
+    empty when nothing was held (or nothing with that fencing token). Needs the ``admin`` role
+    on the name (PERMISSION_DENIED otherwise) when the server checks tokens.
+
+    A revoked holder may still act on its lock until it hears: only the fencing token protects
+    the resource in between.
+    """
+    with own_channel(server, channel) as chan:
+        answer = lock_pb2_grpc.LockServiceStub(chan).Revoke(
+            lock_pb2.RevokeRequest(name=name, fencing_token=fencing_token))
+        return holders(answer.revoked)
+
+
+class Watch:
+    """A lock's state, then each change: an iterator of ``LockState``. Use ``watch(...)``.
+
+    ``close()`` (or leaving its ``with`` block) cancels the call, from any thread: an
+    iteration waiting for the next state then ends.
+    """
+
+    def __init__(self, name: str, server: str, channel: Optional[grpc.Channel]):
+        self.name = name
+        self._exit = ExitStack()
+        self._stub = lock_pb2_grpc.LockServiceStub(
+            self._exit.enter_context(own_channel(server, channel)))
+        self._request = lock_pb2.WatchRequest(name=name)
+        self._guard = threading.Lock()
+        self._stopped = threading.Event()
+        self._call: Any = None
+        self._states = follow(self._open, watching(name), f"watch {name!r}", self._stopped)
+
+    def _open(self, ready: bool) -> Any:
+        with self._guard:
+            if self._stopped.is_set():
+                return None
+            self._call = self._stub.Watch(self._request, wait_for_ready=ready)
+            return self._call
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> LockState:
+        return next(self._states)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Cancels the call (and closes the channel it opened for itself)."""
+        with self._guard:
+            self._stopped.set()
+            call = self._call
+        if call is not None:
+            call.cancel()
+        self._exit.close()
+
+
+def watch(name: str, *, server: str = DEFAULT_SERVER,
+          channel: Optional[grpc.Channel] = None) -> Watch:
+    """Follows lock ``name``: its state now, then every change (taken, released, expired,
+    revoked, a waiter joining or leaving), as ``LockState`` values, without polling::
+
+        with watch("nightly-report") as states:
+            for state in states:
+                print(state.held, state.holder, state.fencing_token, state.waiting)
+
+    Leaving the ``with`` block (or ``close()``) cancels the call. A state is never yielded
+    twice in a row (two that differ only in their remaining TTLs are the same). When the stream
+    breaks (its server stopped) it follows the lock again on any server, yielding the state
+    found there only if it differs from the last one yielded; a failure of the first stream is
+    raised (as is a refusal, PERMISSION_DENIED without the ``observe`` role).
+    """
+    return Watch(name, server, channel)

@@ -20,6 +20,7 @@ import grpc
 from leasehold.v1 import session_pb2
 
 from .errors import NotAcquired, STATUS_CODES, describe, resumable, session_failure
+from .lost import LostReason, code_of, of_failure
 from .options import lease_mode, millis
 from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, SILENT, Belief, pause, too_late,
                        vouched_until)
@@ -153,7 +154,8 @@ class SessionCore:
         self._armed_at: Optional[float] = None  # when the timer is set for
         self.resumes = 0
         self.lost = self._new_event()
-        self.lost_reason = None
+        self.lost_reason: Optional[str] = None
+        self.lost_code: Optional[LostReason] = None
 
     # Requests.
     def _send(self, request: session_pb2.SessionRequest) -> None:
@@ -259,9 +261,10 @@ class SessionCore:
         self._members.pop(member.id, None)
 
     def _drop(self, member: Member, reason: str, error: Optional[Exception] = None, *,
-              tell: bool = True) -> None:
-        """A lease that is no longer ours: lost if it was held, failed if not. ``tell``: the
-        server may still hold it (we gave up on it), so it is released there too."""
+              tell: bool = True, code: Optional[LostReason] = None) -> None:
+        """A lease that is no longer ours: lost if it was held (``code``: the server's, else
+        read from ``error``), failed if not. ``tell``: the server may still hold it (we gave up
+        on it), so it is released there too."""
         if member.state == OVER:
             return
         was = member.state
@@ -271,14 +274,16 @@ class SessionCore:
             member.failure = error or member.not_had(reason)
         elif not member.releasing:
             member.lost_reason = reason
+            member.lost_code = code if code is not None else of_failure(error)
             member.lost.set()
             _log.info("%s %r lost: %s", member.what, member.name, reason)
         if tell:
             self._send(release_request(member.id))
 
     def end(self, reason: str, *, closed: bool = False, error: Optional[grpc.RpcError] = None,
-             abort: bool = False) -> None:
-        """The session is over: closed at our request, or lost (every lease with it)."""
+             abort: bool = False, code: Optional[LostReason] = None) -> None:
+        """The session is over: closed at our request, or lost (every lease with it; ``code``
+        as for ``_drop``)."""
         if self.over:
             return
         self.over, self.error = True, error
@@ -287,11 +292,12 @@ class SessionCore:
             if closed:
                 self._finish(member, member.state == HELD)
             else:
-                self._drop(member, reason, error)
+                self._drop(member, reason, error, code=code)
         if outbox is not None:
             outbox.put_nowait(None)
         if not closed and not self._closing:
             self.lost_reason = reason
+            self.lost_code = code if code is not None else of_failure(error)
             self.lost.set()
             _log.info("session lost: %s", reason)
         self._armed_at = None
@@ -356,7 +362,8 @@ class SessionCore:
                 self._finish(member, event.released.was_held)
         elif kind == "lease_lost":
             if member is not None:
-                self._drop(member, event.lease_lost.reason, tell=False)
+                self._drop(member, event.lease_lost.reason, tell=False,
+                           code=code_of(event.lease_lost))
         elif kind == "failed":
             if member is not None:
                 self._failed(member, event.failed)
@@ -364,7 +371,7 @@ class SessionCore:
             self.end("closed", closed=True)
             return True
         elif kind == "lost":
-            self.end(event.lost.reason)
+            self.end(event.lost.reason, code=code_of(event.lost))
             return True
         self._rearm()
         self._close_if_due()
@@ -405,7 +412,8 @@ class SessionCore:
         else:
             code = STATUS_CODES.get(failed.code, grpc.StatusCode.UNKNOWN).name
             prefix = "could not resume: " if member.resuming else ""
-            self._drop(member, f"{prefix}{code} {failed.message}", tell=False)
+            self._drop(member, f"{prefix}{code} {failed.message}", tell=False,
+                       code=of_failure(error))
 
     # Breaks.
     def broke(self, error: Union[grpc.RpcError, str]) -> Optional[float]:

@@ -16,6 +16,7 @@ from leasehold.v1 import session_pb2_grpc
 
 from .channels import own_channel
 from .errors import Break
+from .lost import LostReason
 from .options import DEFAULT_SERVER, grace
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .threads import Alarm, read_stream, read_streams
@@ -28,7 +29,8 @@ class SessionLease(HeldOnSession):
     """A lock held on a session. Use ``session.lock(...)`` or ``session.acquire(...)``.
 
     ``fencing_token`` and ``token`` as for a ``Lease``; ``lost`` (a ``threading.Event``) and
-    ``lost_reason`` say whether and why this lease alone was lost; ``resumes`` counts the times
+    ``lost_reason`` say whether and why this lease alone was lost (``lost_code``: why, for
+    programs, a ``LostReason``); ``resumes`` counts the times
     it was taken back on a new stream; ``valid_until`` is when the validity last confirmed for
     it runs out (``time.monotonic()``).
     """
@@ -94,8 +96,8 @@ class Session:
     """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
 
     ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
-    was lost (every lease on it with it); ``resumes`` counts the times its stream was opened
-    again on a server after a break.
+    was lost (every lease on it with it), ``lost_code`` why for programs; ``resumes`` counts
+    the times its stream was opened again on a server after a break.
     """
 
     def __init__(self, stub: session_pb2_grpc.SessionServiceStub, ttl: float, *,
@@ -122,6 +124,11 @@ class Session:
     @property
     def lost_reason(self) -> Optional[str]:
         return self._core.lost_reason
+
+    @property
+    def lost_code(self) -> Optional[LostReason]:
+        """Why the whole session was lost, for programs; None until it is."""
+        return self._core.lost_code
 
     @property
     def resumes(self) -> int:

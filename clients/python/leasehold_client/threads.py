@@ -2,7 +2,8 @@
 feeds its answers to the core, a ``threading.Timer`` ends the belief when the validity runs out,
 and after a break the same thread resumes on a new stream, pausing between attempts as the core
 says. ``Lease`` and ``Candidate`` are its users; every call into the core is made holding
-``changed``, the lock their callers wait on.
+``changed``, the lock their callers wait on. Also ``follow``, the loop of ``observe`` and
+``watch``: one state after another, followed again on any server when the stream breaks.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import grpc
 
-from .errors import Break
+from .answers import Observation
+from .errors import Break, describe
 from .held import CANCEL, OVER, RELEASE, RESUME, Held
 
 _log = logging.getLogger("leasehold_client")
@@ -23,14 +25,14 @@ _log = logging.getLogger("leasehold_client")
 
 def read_answer(call: Any, field: str, what: str) -> Tuple[Any, Any]:
     """Reads a resuming stream up to its answer (``field``: "acquired", "elected"): ``(answer,
-    None)``, or ``(None, failure)`` for a ``lost`` (as ``("lost", reason)``), the stream ending
+    None)``, or ``(None, failure)`` for a ``lost`` (as ``("lost", message)``), the stream ending
     first (a sentence), or a failed call (the ``grpc.RpcError``)."""
     try:
         for event in call:
             if event.HasField(field):
                 return getattr(event, field), None
             if event.HasField("lost"):
-                return None, ("lost", event.lost.reason)
+                return None, ("lost", event.lost)
     except grpc.RpcError as error:
         return None, error
     return None, f"the server ended the stream before resuming the {what}"
@@ -62,6 +64,33 @@ def read_streams(call: Any, read: Callable[[Any], Optional[Break]],
     except Exception as error:
         _log.exception("%s: watcher failed", label)
         failed(f"client error: {error!r}")
+
+
+def follow(open_stream: Callable[[bool], Any], seen: Observation, label: str,
+           stopped: threading.Event) -> Iterator[Any]:
+    """Yields each new state (``seen`` decides) of the stream ``open_stream(wait_for_ready)``
+    opens, and after a break of the streams it opens again, pausing between them, until a
+    stream ends, ``open_stream`` opens none (None) or ``stopped`` is set: the stream it cancels
+    then ends the iteration rather than raise. The first stream's error is raised, and an
+    answer (a refusal) of any."""
+    while not stopped.is_set():
+        states = open_stream(seen.started)
+        if states is None:
+            return
+        try:
+            for state in states:
+                if seen.heard(state):
+                    yield seen.last
+            return
+        except grpc.RpcError as error:
+            if stopped.is_set():
+                return
+            if not seen.follows_again(error):
+                raise
+            _log.info("%s: following again (%s)", label, describe(error))
+        finally:
+            states.cancel()
+        stopped.wait(seen.pause())  # a backoff pause between attempts, cut short by a stop
 
 
 class Alarm:

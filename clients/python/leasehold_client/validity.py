@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
+from .lost import LostReason
 SILENT = "no renewal confirmed before the lease ran out (server silent)"
 LEADER_SILENT = "no renewal confirmed before the leadership ran out (server silent)"
 #: An `acquired` or `elected` that arrives after the validity it gives has run out (held up on
@@ -77,6 +78,8 @@ class Belief:
         #: How many times it was taken back on a new stream after a break.
         self.resumes = 0
         self.lost = lost
+        #: Why it was lost, for programs (None until it is).
+        self.lost_code: Optional[LostReason] = None
         self.was_held = False
         #: Held, asked again with its token on a new stream, not answered yet.
         self.resuming = False

@@ -26,12 +26,14 @@ class Read:
 
 class HeldLease:
     """What a held lock tells its holder, threaded (``Lease``) or asyncio (``AsyncLease``):
-    ``lost`` (an event) and ``lost_reason`` say whether and why it was lost; ``resumes`` counts
-    the times it was taken back on a new stream after its stream broke; ``valid_until`` is when
-    the validity last confirmed runs out (the driver's clock)."""
+    ``lost`` (an event) and ``lost_reason`` say whether and why it was lost, ``lost_code`` why
+    for programs (a ``LostReason``, None until lost); ``resumes`` counts the times it was taken
+    back on a new stream after its stream broke; ``valid_until`` is when the validity last
+    confirmed runs out (the driver's clock)."""
 
     _held: Any  # a held.LeaseHeld
     lost = Read("_held")
+    lost_code = Read("_held")
     fencing_token = Read("_held")
     token = Read("_held")
     resumes = Read("_held")
@@ -44,7 +46,8 @@ class HeldLease:
 
 class HeldOnSession:
     """What a lease on a session tells its holder, threaded or asyncio: ``fencing_token`` and
-    ``token`` as for a ``Lease``; ``lost_reason`` says why this lease alone was lost;
+    ``token`` as for a ``Lease``; ``lost_reason`` says why this lease alone was lost, and
+    ``lost_code`` why for programs (a ``LostReason``: ``REVOKED`` when an operator ended it);
     ``resumes`` counts the times it was taken back on a new stream; ``valid_until`` is when the
     validity last confirmed for it runs out (the driver's clock). A candidate's ``term`` too."""
 
@@ -56,3 +59,4 @@ class HeldOnSession:
     valid_until = Read("_member")
     resumes = Read("_member")
     lost_reason = Read("_member")
+    lost_code = Read("_member")

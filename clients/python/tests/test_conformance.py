@@ -2,6 +2,7 @@
 the real binary and a real redis-server: the Rust, Go and Java clients run the same list."""
 
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -13,7 +14,8 @@ import pytest
 
 import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
-from leasehold_client import Leader, NotAcquired, campaign, lease, leader, session
+from leasehold_client import (Leader, LostReason, NotAcquired, campaign, lease, leader, revoke,
+                              session, watch)
 
 from conftest import FROZEN_LEADER, Child, lock_token, wait_until
 
@@ -399,3 +401,90 @@ def test_conformance_frozen_leader_not_replaced(fast_keepalive_server, redis_por
             assert second.leading
     finally:
         child.close()
+
+
+class Holding:
+    """A lease taken in a thread of its own (waiting for it), held until ``let_go()``."""
+
+    def __init__(self, name, address, holder):
+        self.fencing_token = None
+        self.granted, self._release, self._done = (threading.Event(), threading.Event(),
+                                                   threading.Event())
+        threading.Thread(target=self._hold, args=(name, address, holder), daemon=True).start()
+
+    def _hold(self, name, address, holder):
+        try:
+            with lease(name, server=address, wait=10, holder=holder) as held:
+                self.fencing_token = held.fencing_token
+                self.granted.set()
+                self._release.wait(10)
+        finally:
+            self._done.set()
+
+    def let_go(self):
+        """Releases it; returns once it is released."""
+        self._release.set()
+        assert self._done.wait(10), "the waiter's lease was not released"
+
+
+def test_conformance_revoke_ends_holding(cluster, redis_port):
+    first, second = cluster[0].address, cluster[1].address
+    with lease("job", server=first, holder="holder-a") as held:
+        waiter = Holding("job", second, "holder-b")
+        wait_for_line(redis_port, "leasehold:{job}:line", 1)
+        revoked = revoke("job", server=second)
+        assert [(h.holder, h.fencing_token) for h in revoked] == [("holder-a", held.fencing_token)]
+        assert held.lost.wait(2), "the holder was not told within 2 s"
+        assert held.lost_code is LostReason.REVOKED, (held.lost_code, held.lost_reason)
+        assert waiter.granted.wait(10), "the waiter did not get the lock"
+        assert waiter.fencing_token > held.fencing_token
+        assert held.resumes == 0 and held.lost_code is LostReason.REVOKED  # never resumed
+    waiter.let_go()
+    assert revoke("job", server=second) == ()
+
+
+def test_conformance_watch_reports_changes(server, redis_port):
+    reported = queue.Queue()
+    seen = []
+
+    def next_state():
+        """The next state reported, within 2 s, never the same as the one before."""
+        try:
+            state = reported.get(timeout=2)
+        except queue.Empty:
+            raise AssertionError(f"no state reported within 2 s after {seen}") from None
+        if isinstance(state, Exception):
+            raise state
+        assert not seen or state.change() != seen[-1].change(), f"reported twice: {state}"
+        seen.append(state)
+        return state
+
+    def held_by(state):
+        return state.held, state.holder, state.fencing_token, state.waiting
+
+    with watch("job", server=server) as states:
+        def read():
+            try:
+                for state in states:
+                    reported.put(state)
+            except Exception as error:  # raised in the test's thread by next_state
+                reported.put(error)
+
+        threading.Thread(target=read, daemon=True).start()
+        assert not next_state().held
+        with lease("job", server=server, holder="holder-a") as a:
+            assert held_by(next_state()) == (True, "holder-a", a.fencing_token, 0)
+            waiter = Holding("job", server, "holder-b")
+            assert held_by(next_state()) == (True, "holder-a", a.fencing_token, 1)
+        state = next_state()
+        while not state.held:  # free between the two holders: may or may not be seen
+            state = next_state()
+        assert waiter.granted.wait(10)
+        assert (state.holder, state.fencing_token) == ("holder-b", waiter.fencing_token)
+        assert waiter.fencing_token > a.fencing_token
+        waiter.let_go()
+        state = next_state()
+        while state.held and state.fencing_token == waiter.fencing_token:  # its line emptied
+            state = next_state()
+        assert held_by(state) == (False, "", 0, 0), state
+
