@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
@@ -127,4 +128,59 @@ func collect(watch iter.Seq2[*LockState, error]) ([]*LockState, error) {
 		states = append(states, state)
 	}
 	return states, nil
+}
+
+// watching is a watch ranged over in the background, read by a test one state at a time.
+type watching struct {
+	states chan *LockState
+	failed chan error
+	last   *LockState
+}
+
+// watchInBackground ranges over Watch(ctx, conn, name) until ctx ends.
+func watchInBackground(ctx context.Context, conn grpc.ClientConnInterface, name string) *watching {
+	w := &watching{states: make(chan *LockState, 16), failed: make(chan error, 1)}
+	go func() {
+		for state, err := range Watch(ctx, conn, name) {
+			if err != nil {
+				w.failed <- err
+				return
+			}
+			select {
+			case w.states <- state:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// next is the next state reported, within 2 s; it fails the test if the watch failed, or if
+// the state is the one before again (its time to live aside, which a reader sees go down).
+func (w *watching) next(t *testing.T) *LockState {
+	t.Helper()
+	select {
+	case state := <-w.states:
+		if w.last != nil && reflect.DeepEqual(timeless(*w.last), timeless(*state)) {
+			t.Fatalf("reported twice in a row: %+v", state)
+		}
+		w.last = state
+		return state
+	case err := <-w.failed:
+		t.Fatalf("the watch failed: %v", err)
+	case <-time.After(2 * time.Second):
+		t.Fatalf("no change reported within 2 s after %+v", w.last)
+	}
+	panic("unreachable")
+}
+
+// timeless is a state without its times to live.
+func timeless(state LockState) LockState {
+	state.TTLRemaining = 0
+	state.Holders = append([]LockHolder(nil), state.Holders...)
+	for i := range state.Holders {
+		state.Holders[i].TTLRemaining = 0
+	}
+	return state
 }
