@@ -70,10 +70,6 @@ func (f *fakeElections) Revoke(_ context.Context, request *pb.ElectionServiceRev
 // serveFakes serves a fakeLocks and a fakeElections on a port of their own: a connection to
 // them, and both.
 func serveFakes(t *testing.T) (*grpc.ClientConn, *fakeLocks, *fakeElections) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	locks := &fakeLocks{
 		leases: make(chan pb.LockService_LeaseServer, 4), ends: make(chan error, 4),
 		revokes: make(chan *pb.RevokeRequest, 4),
@@ -82,9 +78,22 @@ func serveFakes(t *testing.T) (*grpc.ClientConn, *fakeLocks, *fakeElections) {
 		campaigns: make(chan pb.ElectionService_CampaignServer, 4), ends: make(chan error, 4),
 		revokes: make(chan *pb.ElectionServiceRevokeRequest, 4),
 	}
+	conn := serveFake(t, func(server *grpc.Server) {
+		pb.RegisterLockServiceServer(server, locks)
+		pb.RegisterElectionServiceServer(server, elections)
+	})
+	return conn, locks, elections
+}
+
+// serveFake serves what register registers on a port of its own until the test ends: a
+// connection to it.
+func serveFake(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	server := grpc.NewServer()
-	pb.RegisterLockServiceServer(server, locks)
-	pb.RegisterElectionServiceServer(server, elections)
+	register(server)
 	go server.Serve(listener)
 	t.Cleanup(server.Stop)
 	conn, err := grpc.NewClient(listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -92,7 +101,7 @@ func serveFakes(t *testing.T) (*grpc.ClientConn, *fakeLocks, *fakeElections) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, locks, elections
+	return conn
 }
 
 // within is what arrives on c within 2 s, else the test fails saying `never`.

@@ -145,19 +145,6 @@ func TestSessionLeasesKnowWhyTheyWereLost(t *testing.T) {
 	}
 }
 
-// What this process decides on its own has a reason too: a lease its server stopped vouching
-// for (no renewal confirmed in time) is unreachable.
-func TestALeaseLostByItsClockIsUnreachable(t *testing.T) {
-	session, stream, _ := openFake(t)
-	id, leases, _ := acquireOnFake(t, session, stream, "a")
-	sendEvent(t, stream, acquiredEvent(id, 1, 200, 0))
-	lease := <-leases
-	within(t, lease.Lost(), "not lost by its clock")
-	if err := lease.Err(); !errors.Is(err, LostUnreachable) || errors.Is(err, ErrSessionLost) {
-		t.Fatalf("Err: %v", err)
-	}
-}
-
 func send[T any](t *testing.T, stream interface{ Send(*T) error }, msg *T) {
 	t.Helper()
 	if err := stream.Send(msg); err != nil {
