@@ -138,6 +138,12 @@ broken eviction-not-checked eviction::serve_refuses_a_redis_that_may_evict_with_
   src/store/eviction.rs \
   "matches!(self, Policy::Read(policy) if policy != NO_EVICTION)" \
   "false"
+# A server that ignores the revocation message: its holder of a revoked lock is not told at once
+# (only at its next renewal, as TAKEN), though the next waiter already holds the lock.
+broken revocation-ignored revoke::a_holder_revoked_through_another_server_is_told_at_once_and_the_waiter_granted test \
+  src/lease/revoke.rs \
+  ".on_revocation(move |lock| scheduler.revoked(lock))" \
+  ".on_revocation(move |lock| drop((&scheduler, lock)))"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its

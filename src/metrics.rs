@@ -75,6 +75,7 @@ struct Registered {
     renewal_failures: IntCounter,
     lost: IntCounterVec,
     moves: IntCounterVec,
+    revocations: IntCounterVec,
     redis_seconds: Histogram,
     open_streams: IntGaugeVec,
     elections_led: IntGauge,
@@ -141,6 +142,13 @@ impl Metrics {
                 ),
                 &["event"],
             )?,
+            revocations: IntCounterVec::new(
+                Opts::new(
+                    "leasehold_revocations_total",
+                    "Holdings ended by an operator's Revoke, by kind (lock, election).",
+                ),
+                &["kind"],
+            )?,
             redis_seconds: seconds(
                 "leasehold_redis_round_trip_seconds",
                 "Redis command round trips, from sent to answered.",
@@ -201,7 +209,7 @@ impl Metrics {
             registry,
         };
         let r = &registered;
-        let collectors: [Box<dyn prometheus::core::Collector>; 20] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 21] = [
             Box::new(r.leases_held.clone()),
             Box::new(r.waiters.clone()),
             Box::new(r.acquisitions.clone()),
@@ -211,6 +219,7 @@ impl Metrics {
             Box::new(r.renewal_failures.clone()),
             Box::new(r.lost.clone()),
             Box::new(r.moves.clone()),
+            Box::new(r.revocations.clone()),
             Box::new(r.redis_seconds.clone()),
             Box::new(r.open_streams.clone()),
             Box::new(r.elections_led.clone()),
@@ -272,6 +281,14 @@ impl Metrics {
     pub fn lost(&self, reason: &'static str) {
         if let Some(r) = &self.0 {
             r.lost.with_label_values(&[reason]).inc();
+        }
+    }
+
+    /// `count` holdings of `kind` ("lock", "election") were revoked by an operator.
+    pub fn revoked(&self, kind: &'static str, count: usize) {
+        if let Some(r) = &self.0 {
+            let count = u64::try_from(count).unwrap_or(u64::MAX);
+            r.revocations.with_label_values(&[kind]).inc_by(count);
         }
     }
 

@@ -16,7 +16,7 @@ const EXIT_USAGE: i32 = 64;
 const EXIT_NOT_ACQUIRED: u8 = 75;
 const EXIT_LOST: u8 = 76;
 
-fn leasehold(server: &TestServer) -> Command {
+pub(crate) fn leasehold(server: &TestServer) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .env("LEASEHOLD_SERVER", server.url())
@@ -25,7 +25,7 @@ fn leasehold(server: &TestServer) -> Command {
     command
 }
 
-fn temp_file(name: &str) -> std::path::PathBuf {
+pub(crate) fn temp_file(name: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("leasehold-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     path
@@ -626,12 +626,27 @@ async fn the_readmes_shell_commands_run_as_written() {
         .position(|line| line.starts_with("leasehold status nightly-report"))
         .expect("a `leasehold status nightly-report` line");
     assert_eq!(outputs[one].0, "nightly-report\tfree\n");
+    // `elect` ran its command as leader, then resigned: nobody leads.
+    let elect = lines
+        .iter()
+        .position(|line| line.starts_with("leasehold elect scheduler"))
+        .expect("a `leasehold elect scheduler` line");
+    assert!(
+        outputs[elect].0.starts_with("leading scheduler, term "),
+        "{:?}",
+        outputs[elect]
+    );
+    assert!(
+        outputs[elect + 1].0.starts_with("scheduler\tno leader\n"),
+        "{:?}",
+        outputs[elect + 1]
+    );
 }
 
 /// Whether process `pid` no longer runs: no such process (ESRCH), or one that has exited and
 /// waits to be reaped (a zombie: an orphan's new parent, init in some containers, may never
 /// reap it; it runs nothing).
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     use nix::errno::Errno;
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
         Err(Errno::ESRCH) => true,
@@ -643,7 +658,7 @@ fn gone(pid: i32) -> bool {
 }
 
 /// Waits until `pid` is [`gone`]; panics at `deadline`. Returns when it was seen gone.
-async fn until_gone(pid: i32, deadline: Instant, what: &str) -> Instant {
+pub(crate) async fn until_gone(pid: i32, deadline: Instant, what: &str) -> Instant {
     loop {
         if gone(pid) {
             return Instant::now();
@@ -654,7 +669,7 @@ async fn until_gone(pid: i32, deadline: Instant, what: &str) -> Instant {
 }
 
 /// The pid a command wrote to `path` (a whole line), once written; panics after 10 s.
-async fn pid_in(path: &std::path::Path) -> i32 {
+pub(crate) async fn pid_in(path: &std::path::Path) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -685,7 +700,7 @@ fn run_tree(
     (command.spawn().expect("leasehold run"), pids)
 }
 
-async fn exited(run: &mut tokio::process::Child) -> Option<i32> {
+pub(crate) async fn exited(run: &mut tokio::process::Child) -> Option<i32> {
     within(Duration::from_secs(30), "leasehold run to exit", run.wait())
         .await
         .expect("wait")

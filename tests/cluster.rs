@@ -616,3 +616,31 @@ async fn chaos_a_semaphore_holders_server_paused() {
     let cluster = support::chaos::Cluster::start_cluster(3).await;
     support::permits::churn_through_a_paused_server(&cluster.servers, cluster.mode).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_on_any_primary_reaches_the_holders_server() {
+    use leasehold_client::LostReason;
+    let cluster = RedisCluster::start(3, 0);
+    let holders = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let operators = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let a = Client::connect(holders.url()).await.unwrap();
+    let b = Client::connect(operators.url()).await.unwrap();
+    // Names whose keys live on every primary: the message is published where the key is.
+    let names: Vec<String> = (0..12).map(|i| format!("revoked-{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        let guard = a.lease(name.as_str()).ttl(Duration::from_secs(30));
+        guards.push(guard.acquire().await.unwrap());
+    }
+    for (name, guard) in names.iter().zip(&guards) {
+        let revoked_at = tokio::time::Instant::now();
+        assert_eq!(b.revoke(name.as_str(), None).await.unwrap().len(), 1);
+        let loss = within(Duration::from_secs(10), "the loss", guard.loss()).await;
+        assert_eq!(loss.code, LostReason::Revoked, "{name}: {loss:?}");
+        let after = revoked_at.elapsed();
+        assert!(
+            after < Duration::from_secs(1),
+            "{name}: told {after:?} after"
+        );
+    }
+}

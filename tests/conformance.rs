@@ -692,3 +692,43 @@ async fn frozen_leader_process() {
     let was_leader = candidate.resign().await.expect("resign");
     println!("{FROZEN_SAYS} resigned {was_leader}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_revoke_ends_holding() {
+    let (redis, first_server, client, direct) = start().await;
+    let second_server = ServerProcess::start(&redis, &[]);
+    let operator = Client::connect(second_server.url()).await.expect("connect");
+    let held = client.lease("job").acquire().await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lease("job")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    wait_for_line(&direct, "leasehold:{job}:line", 1).await;
+    let revoked_at = Instant::now();
+    let revoked = operator.revoke("job", None).await.unwrap();
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    assert_eq!(revoked[0].fencing_token, held.fencing_token());
+    let loss = within(
+        Duration::from_secs(2),
+        "the revoked holder's loss",
+        held.loss(),
+    )
+    .await;
+    assert_eq!(loss.code, leasehold_client::LostReason::Revoked, "{loss:?}");
+    assert!(revoked_at.elapsed() < Duration::from_secs(2));
+    assert!(held.outages().is_empty(), "a revoked lease was resumed");
+    let next = within(EVENT_TIMEOUT, "the waiter granted", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > held.fencing_token());
+    assert!(next.release().await.unwrap());
+    assert!(operator.revoke("job", None).await.unwrap().is_empty());
+    drop(first_server);
+}

@@ -165,7 +165,9 @@ fn help(command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-const COMMANDS: [&str; 6] = ["serve", "run", "status", "release", "health", "bench"];
+const COMMANDS: [&str; 9] = [
+    "serve", "run", "elect", "leader", "status", "release", "revoke", "health", "bench",
+];
 
 /// The `--options` a text names.
 fn options_in(text: &str) -> BTreeSet<String> {
@@ -299,7 +301,9 @@ fn every_option_the_docs_name_is_in_the_binarys_help() {
     for line in table.lines().filter(|line| line.starts_with("| `--")) {
         let first = line.split('|').nth(1).unwrap_or_default();
         for option in options_in(first) {
-            for command in ["run", "status", "release", "health", "bench"] {
+            for command in [
+                "run", "elect", "leader", "status", "release", "health", "bench",
+            ] {
                 assert!(
                     options_in(&helps[command]).contains(&option),
                     "docs/cli.md: {option} is not an option of leasehold {command}"

@@ -86,7 +86,7 @@ async fn with_two_primaries_down_locks_are_taken_renewed_and_handed_over() {
     let mut first = LeaseStream::acquire(&mut client, "job", 600, 0, "first").await;
     let first_token = first.acquired().await.fencing_token;
 
-    primaries[0].kill();
+    primaries[4].kill();
     primaries[3].kill();
 
     // Renewed every 200 ms on the three that are left: three confirmations span more than the
@@ -605,4 +605,31 @@ async fn a_session_refuses_campaigns_and_semaphores_on_redlock_as_the_other_path
     let another = session.lock("other").acquire().await.expect("another lock");
     assert!(another.release().await.expect("release"));
     assert!(held.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_with_a_primary_down_reaches_the_holders_server_once() {
+    use leasehold_client::{Client, LostReason};
+    let mut primaries = primaries();
+    let urls = urls(&primaries);
+    let holders = TestServer::start_redlock(&urls, fast_keepalive()).await;
+    let operators = TestServer::start_redlock(&urls, fast_keepalive()).await;
+    let a = Client::connect(holders.url()).await.unwrap();
+    let b = Client::connect(operators.url()).await.unwrap();
+    let held = a
+        .lease("job")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // A minority down: the others still revoke, and each announces it (heard once is enough).
+    primaries[4].kill();
+    let revoked_at = Instant::now();
+    let revoked = b.revoke("job", None).await.unwrap();
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    let loss = within(Duration::from_secs(10), "the loss", held.loss()).await;
+    assert_eq!(loss.code, LostReason::Revoked, "{loss:?}");
+    assert!(revoked_at.elapsed() < Duration::from_secs(1));
+    let next = a.lease("job").acquire().await.unwrap();
+    assert!(next.fencing_token() > held.fencing_token());
 }

@@ -1,18 +1,22 @@
-//! The `leasehold` command line: `serve`, and the client commands `run`, `status`, `release`
-//! and `bench`. Not library API: this folder belongs to the binary alone.
+//! The `leasehold` command line: `serve`, and the client commands `run`, `elect`, `leader`,
+//! `status`, `release` and `bench`. Not library API: this folder belongs to the binary alone.
 //!
 //! - here: the arguments (clap) and which command runs;
 //! - [`serve`]: the server process (Redis, listener, signals);
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
-//! - [`inspect`]: `status` and `release`;
+//! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
+//! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
 mod config;
+mod elect;
 mod group;
 mod inspect;
+mod job;
 mod progress;
+mod revoke;
 mod run;
 mod serve;
 mod watchdog;
@@ -137,6 +141,13 @@ Exit status: 0 if released; 1 if that token no longer held the lock (left alone)
 argument is refused; 69 if the server could not be reached or could not serve the request; 77 if
 the server did not accept the token or certificate, or the grant does not cover the lock.")]
     Release(ReleaseArgs),
+    /// End a holding by force (an operator's call; needs the admin role): every holder of a lock,
+    /// one by its fencing token, or an election's leader.
+    Revoke(revoke::RevokeArgs),
+    /// Run a command while leader of an election (or, with --observe, follow who leads).
+    Elect(elect::ElectArgs),
+    /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
+    Leader(elect::LeaderArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
     #[command(name = watchdog::SUBCOMMAND, hide = true)]
@@ -451,25 +462,9 @@ pub async fn main() -> ExitCode {
     init_logs(log_format);
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
-        Command::Run(args) => {
-            let connect = match args.server.options() {
-                Ok(connect) => connect,
-                Err(problem) => return usage(problem),
-            };
-            run::run(run::RunOptions {
-                connect,
-                name: args.name,
-                ttl: args.ttl,
-                wait: args.wait,
-                holder: args.holder,
-                grace: args.grace,
-                limit: args.limit,
-                shared: args.shared,
-                resume: !args.no_resume,
-                command: args.command,
-            })
-            .await
-        }
+        Command::Run(args) => run::command(args).await,
+        Command::Elect(args) => elect::command(args).await,
+        Command::Leader(args) => elect::leader(args).await,
         Command::Status(args) => match args.server.options() {
             Ok(connect) => inspect::status(connect, args.names, args.json).await,
             Err(problem) => usage(problem),
@@ -479,6 +474,7 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::release(connect, args.name, args.token).await,
             Err(problem) => usage(problem),
         },
+        Command::Revoke(args) => revoke::command(args).await,
         Command::Health(args) => match args.server.options() {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
@@ -538,7 +534,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, status, release, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, elect, leader, status, release, health or bench (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),

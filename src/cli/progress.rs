@@ -1,13 +1,13 @@
-//! What `leasehold run` shows while it waits: who holds the lock, the place in line, how long.
+//! What `leasehold run` and `leasehold elect` show while they wait: for a lock, who holds it and
+//! the place in line; for an election, who leads; and how long.
 
 use std::io::{IsTerminal, Write};
 
-use leasehold_client::pb;
+use leasehold_client::{Leader, pb};
 use tokio::time::Instant;
 
 /// A spinner line on stderr while waiting; nothing when stderr is not a terminal.
 pub struct StatusLine {
-    name: String,
     started: Instant,
     frame: usize,
     shown: bool,
@@ -15,9 +15,8 @@ pub struct StatusLine {
 }
 
 impl StatusLine {
-    pub fn new(name: &str) -> Self {
+    pub fn new() -> Self {
         StatusLine {
-            name: name.to_owned(),
             started: Instant::now(),
             frame: 0,
             shown: false,
@@ -25,12 +24,14 @@ impl StatusLine {
         }
     }
 
-    pub fn show(&mut self, waiting: &pb::Waiting) {
-        if !self.enabled {
-            return;
-        }
-        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-        self.frame = (self.frame + 1) % FRAMES.len();
+    /// Whether anything is shown (stderr is a terminal): what it shows need not be followed
+    /// otherwise.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// What a lock's waiter sees: who holds it, and our place in line.
+    pub fn lock_held(name: &str, waiting: &pb::Waiting) -> String {
         let place = match waiting.position {
             0 => String::new(),
             1 => ", next in line".to_owned(),
@@ -41,12 +42,33 @@ impl StatusLine {
         } else {
             waiting.holder.clone()
         };
+        format!("waiting for lock {name:?} held by {holder}{place}")
+    }
+
+    /// What a candidate sees: who leads the election, if anyone.
+    pub fn election_led(name: &str, leader: Option<&Leader>) -> String {
+        match leader {
+            Some(leader) => format!(
+                "waiting to lead {name:?}, led by {} (term {})",
+                String::from_utf8_lossy(&leader.value),
+                leader.term
+            ),
+            None => format!("waiting to lead {name:?}"),
+        }
+    }
+
+    /// Shows `what` with the next spinner frame and the time waited so far.
+    pub fn show(&mut self, what: &str) {
+        if !self.enabled {
+            return;
+        }
+        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+        self.frame = (self.frame + 1) % FRAMES.len();
         let mut err = std::io::stderr();
         let _ = write!(
             err,
-            "\r\x1b[2K{} waiting for lock {:?} held by {holder}{place} ({}s)",
+            "\r\x1b[2K{} {what} ({}s)",
             FRAMES[self.frame],
-            self.name,
             self.started.elapsed().as_secs()
         );
         let _ = err.flush();

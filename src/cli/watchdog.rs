@@ -1,5 +1,5 @@
-//! The watchdog: stops `leasehold run`'s command when `run` itself dies (SIGKILL, the OOM
-//! killer, a crash), so the command never outlives the lease it ran under.
+//! The watchdog: stops `leasehold run`'s command (and `elect`'s, the same way) when `run` itself
+//! dies (SIGKILL, the OOM killer, a crash), so the command never outlives the lease it ran under.
 //!
 //! `run` stops its command's process group itself on every path it lives through (see
 //! [`super::run`]). A killed `run` does nothing more, and its lease runs out on the server
@@ -197,7 +197,7 @@ pub fn watch(grace: Duration) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!(
-        "leasehold: `leasehold run` ended without stopping its command; stopping process group {}",
+        "leasehold: `leasehold run` (or `elect`) ended without stopping its command; stopping process group {}",
         group.id()
     );
     let Some(now) = monotonic_ns() else {

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::renewal::drift;
-use super::scheduler::Renewable;
+use super::scheduler::{LostCode, Renewable};
 use crate::error::Result;
 use crate::store::{LockKeys, Locks, Token};
 
@@ -35,17 +35,21 @@ struct Member {
 /// The leases of one session. Shared by the session and its scheduler entry.
 pub struct RenewalGroup {
     members: Mutex<HashMap<u64, Member>>,
-    /// The keys of members a renewal found no longer ours.
-    lost: mpsc::UnboundedSender<u64>,
+    /// The keys of members a renewal found no longer ours, and why.
+    lost: mpsc::UnboundedSender<(u64, LostCode)>,
+    /// Lock keys whose revocation was heard, and when: a member of one found not held is told
+    /// it was revoked. Forgotten once a round sent after it has answered.
+    revoked: Mutex<HashMap<String, Instant>>,
 }
 
 impl RenewalGroup {
     /// An empty group, and where it reports the keys of members found lost.
-    pub fn new() -> (Arc<Self>, mpsc::UnboundedReceiver<u64>) {
+    pub fn new() -> (Arc<Self>, mpsc::UnboundedReceiver<(u64, LostCode)>) {
         let (lost, losses) = mpsc::unbounded_channel();
         let group = RenewalGroup {
             members: Mutex::new(HashMap::new()),
             lost,
+            revoked: Mutex::new(HashMap::new()),
         };
         (Arc::new(group), losses)
     }
@@ -55,6 +59,24 @@ impl RenewalGroup {
         self.members
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn revocations(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.revoked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Why a member of `lease` found not held is lost.
+    fn loss_code(&self, lease: &Arc<dyn Renewable>) -> LostCode {
+        let revoked = lease
+            .claim()
+            .is_some_and(|(_, keys, _)| self.revocations().contains_key(keys.lock()));
+        if revoked {
+            LostCode::Revoked
+        } else {
+            LostCode::Taken
+        }
     }
 
     /// Renews `lease` with the others from the next round on; it is held until `valid_until`.
@@ -101,11 +123,16 @@ impl Renewable for RenewalGroup {
                     (Ok(false), Some(_)) => {
                         lease.not_held();
                         members.remove(&key);
-                        let _ = self.lost.send(key);
+                        let _ = self.lost.send((key, self.loss_code(&lease)));
                     }
                     (Err(error), Some(_)) => unknown = Some(error),
                     (_, None) => {}
                 }
+            }
+            drop(members);
+            if unknown.is_none() {
+                // Every member of a revoked lock has answered a round sent after it was heard.
+                self.revocations().retain(|_, heard| *heard > sent_at);
             }
             match unknown {
                 Some(error) => Err(error),
@@ -116,6 +143,17 @@ impl Renewable for RenewalGroup {
 
     /// Never: members are lost one by one, inside the round.
     fn not_held(&self) {}
+
+    fn revoked(&self, lock: &str) -> bool {
+        let held = self
+            .members()
+            .values()
+            .any(|member| member.lease.revoked(lock));
+        if held {
+            self.revocations().insert(lock.to_owned(), Instant::now());
+        }
+        held
+    }
 }
 
 /// Renews every lease of a round: leases of one store in one request to its batches (no
@@ -183,7 +221,7 @@ mod tests {
         group.join(1, lease(|| Ok(true)), early);
         group.join(2, lease(|| Ok(false)), early);
         assert!(group.clone().renew(TTL).await.unwrap());
-        assert_eq!(lost.try_recv().unwrap(), 2);
+        assert_eq!(lost.try_recv().unwrap(), (2, LostCode::Taken));
         assert!(lost.try_recv().is_err());
         // Member 1 is vouched for from this round, a TTL less its drift.
         let valid_for = group.valid_for(now).unwrap();

@@ -19,6 +19,7 @@ use super::acquire::{Acquisition, WaitingState, acquire, resume};
 use super::group::RenewalGroup;
 use super::held::{HeldLease, Holding};
 use super::renewal::RenewalClock;
+pub use super::scheduler::LostCode;
 use super::scheduler::{Lost, OnRenewed, Scheduled, Scheduler};
 use super::spec::LeaseSpec;
 use super::waiting::WaitRoom;
@@ -73,8 +74,12 @@ pub enum End {
     Refused,
     /// The server stops.
     Shutdown,
-    /// Its renewals found it lost; `cause` is a metric's label.
-    Lost { cause: &'static str, reason: String },
+    /// Its renewals found it lost (or revoked); `cause` is a metric's label.
+    Lost {
+        cause: &'static str,
+        reason: String,
+        code: LostCode,
+    },
     /// Someone else holds it now (an announcement was refused).
     Superseded(String),
 }
@@ -99,7 +104,11 @@ pub enum Fate {
     ShutDown,
     /// Lost: never released (its holder believes in it until it reads the news or its
     /// validity runs out; see [`HeldLease::lost`]); its holder told why.
-    Lose { cause: &'static str, reason: String },
+    Lose {
+        cause: &'static str,
+        reason: String,
+        code: LostCode,
+    },
     /// Someone else holds it: its holder told, and what is left of ours let go.
     Supersede(String),
 }
@@ -108,7 +117,18 @@ pub enum Fate {
 /// one place of the grace rule.
 pub fn fate(phase: Phase, end: End, resumable: bool) -> Fate {
     match (phase, end) {
-        (_, End::Lost { cause, reason }) => Fate::Lose { cause, reason },
+        (
+            _,
+            End::Lost {
+                cause,
+                reason,
+                code,
+            },
+        ) => Fate::Lose {
+            cause,
+            reason,
+            code,
+        },
         (_, End::Superseded(reason)) => Fate::Supersede(reason),
         // A resume creates nothing: the key is what another stream (perhaps on another replica)
         // keeps for its grace, or what the resume renewed unanswered. Letting it go would let
@@ -136,8 +156,8 @@ pub enum Told {
     Nothing,
     /// Let go at its request; `false` if it was not held (any more).
     Released { was_held: bool },
-    /// Gone, for this reason.
-    Lost(String),
+    /// Gone, for this reason (someone else holds it now: [`LostCode::Taken`]).
+    Lost(String, LostCode),
     /// The server stops: resume elsewhere at once, within `grace`.
     HandedOver { grace: Duration },
     /// The server stops and released the lease (`Ok(was_held)`), or could not, and it expires
@@ -339,20 +359,24 @@ impl<H: Holding> Life<H> {
                 self.metrics().lost("shutdown");
                 Told::ShutDown(released)
             }
-            Fate::Lose { cause, reason } => {
-                warn!(%reason, "lease lost");
+            Fate::Lose {
+                cause,
+                reason,
+                code,
+            } => {
+                warn!(%reason, ?code, "lease lost");
                 self.lease.lost();
                 if held {
                     self.metrics().lost(cause);
                 }
-                Told::Lost(reason)
+                Told::Lost(reason, code)
             }
             Fate::Supersede(reason) => {
                 warn!(%reason, "lease lost");
                 if held {
                     self.metrics().lost("superseded");
                 }
-                Told::Lost(reason)
+                Told::Lost(reason, LostCode::Taken)
             }
         };
         tell(&told);
@@ -400,6 +424,7 @@ mod tests {
         End::Lost {
             cause: "expired",
             reason: "gone".into(),
+            code: LostCode::Unreachable,
         }
     }
 

@@ -14,6 +14,7 @@
 //! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
+//! - [`revoke`]: an operator's revocation, and every server's holders of it told at once.
 //!
 //! It uses the store layer below it and nothing above it.
 
@@ -23,6 +24,7 @@ pub mod held;
 pub mod life;
 pub mod observers;
 pub mod renewal;
+pub mod revoke;
 pub mod scheduler;
 pub mod spec;
 pub mod waiting;

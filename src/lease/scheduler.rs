@@ -40,6 +40,26 @@ pub trait Renewable: Send + Sync + 'static {
     fn claim(&self) -> Option<(&Locks, &LockKeys, &Token)> {
         None
     }
+    /// An operator revoked holdings of the lock whose key is `lock`: whether this holds one
+    /// (a group also remembers which member, so the loss its next round finds is told as
+    /// [`LostCode::Revoked`]).
+    fn revoked(&self, lock: &str) -> bool {
+        self.claim().is_some_and(|(_, keys, _)| keys.lock() == lock)
+    }
+}
+
+/// Why a lease was lost, for programs (the protocol's `LostReason`): decided here and in the
+/// lease's life, only translated above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostCode {
+    /// The key was deleted, expired, or holds another holder's token.
+    Taken,
+    /// No renewal could be confirmed before the lease ran out.
+    Unreachable,
+    /// The server stops and the lease had no resume grace.
+    Shutdown,
+    /// An operator revoked it.
+    Revoked,
 }
 
 /// Why a lease whose renewal answered `0` is lost.
@@ -53,9 +73,15 @@ pub struct Lost {
     pub cause: &'static str,
     /// The sentence the holder is told.
     pub reason: String,
+    /// Why, for programs.
+    pub code: LostCode,
     /// Why the renewal that found it was due.
     pub due: RenewalDue,
 }
+
+/// Why a lease whose key an operator revoked is lost.
+pub const REVOKED: &str =
+    "an operator revoked the lease (LockService.Revoke or ElectionService.Revoke); its key is gone";
 
 /// Called with the lease's validity from now after each confirmed renewal. It runs on the
 /// scheduler's task, so it must not block (a stream's sender uses `try_send`).
@@ -89,6 +115,9 @@ struct Entry {
     in_flight: bool,
     on_renewed: OnRenewed,
     lost: Option<oneshot::Sender<Lost>>,
+    /// When a revocation of its lock was heard: a renewal sent after this that answers `0`
+    /// was revoked; one sent before is checked again at once.
+    revoked_at: Option<Instant>,
 }
 
 /// A lease in the scheduler: renewed until this is dropped or the lease is lost.
@@ -172,6 +201,7 @@ impl Scheduler {
                 in_flight: false,
                 on_renewed,
                 lost: Some(tell_lost),
+                revoked_at: None,
             },
         );
         if state.enqueue(id, due) {
@@ -181,6 +211,33 @@ impl Scheduler {
             id,
             scheduler: self.0.clone(),
             lost,
+        }
+    }
+
+    /// Holdings of the lock whose key is `lock` were revoked (the message every server hears,
+    /// or a revoke of its own): each local lease of it is renewed at once, so a revoked one
+    /// learns it within a round trip and is told [`LostCode::Revoked`]. Nothing is ended on
+    /// the message's word alone: a permit of the same name that was not revoked renews and goes
+    /// on. A walk over the held leases, paid per revocation (rare), never per lease.
+    pub fn revoked(&self, lock: &str) {
+        let now = Instant::now();
+        let mut state = self.0.state();
+        let State { leases, due, .. } = &mut *state;
+        let mut found = false;
+        for (&id, entry) in leases.iter_mut() {
+            if !entry.lease.revoked(lock) {
+                continue;
+            }
+            entry.revoked_at = Some(now);
+            if !entry.in_flight {
+                entry.clock.due_now(now);
+                due.entry(now).or_default().push(id);
+                found = true;
+            }
+        }
+        drop(state);
+        if found {
+            self.0.earlier.notify_one();
         }
     }
 }
@@ -209,13 +266,18 @@ impl State {
     }
 
     /// Removes a lost lease and tells its holder why.
-    fn lose(&mut self, id: u64, cause: &'static str, reason: String) {
+    fn lose(&mut self, id: u64, cause: &'static str, reason: String, code: LostCode) {
         let Some(mut entry) = self.leases.remove(&id) else {
             return;
         };
         if let Some(tell) = entry.lost.take() {
             let due = entry.reason;
-            let _ = tell.send(Lost { cause, reason, due });
+            let _ = tell.send(Lost {
+                cause,
+                reason,
+                code,
+                due,
+            });
         }
     }
 }
@@ -259,6 +321,7 @@ impl Shared {
                         id,
                         "expired",
                         "Redis could not be reached to renew the lock before it ran out".into(),
+                        LostCode::Unreachable,
                     );
                     continue;
                 }
@@ -288,13 +351,24 @@ impl Shared {
                 entry.clock.confirmed(sent_at);
                 entry.reason = RenewalDue::Scheduled;
                 (entry.on_renewed)(entry.clock.valid_for(now));
-                let due = entry.clock.next_renewal();
+                // Sent before a revocation was heard: checked again at once.
+                let due = match entry.revoked_at.take() {
+                    Some(heard) if sent_at < heard => {
+                        entry.revoked_at = Some(heard);
+                        entry.clock.due_now(now);
+                        now
+                    }
+                    _ => entry.clock.next_renewal(),
+                };
                 state.enqueue(id, due);
             }
             // Never retried into success: someone else may hold the lock now.
             Ok(Ok(false)) => {
                 entry.lease.not_held();
-                state.lose(id, "not_held", NOT_HELD.into());
+                match entry.revoked_at {
+                    Some(_) => state.lose(id, "revoked", REVOKED.into(), LostCode::Revoked),
+                    None => state.lose(id, "not_held", NOT_HELD.into(), LostCode::Taken),
+                }
             }
             Ok(Err(error)) => {
                 debug!(%error, "renewal failed; retrying");
@@ -308,6 +382,7 @@ impl Shared {
                     id,
                     "expired",
                     format!("Redis did not confirm a renewal before the lease ran out ({ttl} ms)"),
+                    LostCode::Unreachable,
                 );
             }
         }

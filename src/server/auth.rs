@@ -277,6 +277,18 @@ impl Caller {
         }
     }
 
+    /// Who is calling, for an audit line: the grant's name and, for a client certificate, its
+    /// subject (never a token).
+    pub fn who(&self) -> String {
+        match self {
+            Caller::Anyone => "anyone (auth off)".to_owned(),
+            Caller::Granted(grant) => match &grant.subject {
+                Some(subject) => format!("{} ({subject})", grant.name),
+                None => grant.name.clone(),
+            },
+        }
+    }
+
     /// Whether a listed name may be shown to this caller.
     pub fn sees(&self, scope: Scope, name: &str) -> bool {
         match self {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::info;
 
 use super::auth::Scope;
-use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words, lost};
 use crate::error::{Error, Result};
 use crate::lease::held::Leadership;
 use crate::lease::life::Vouched;
@@ -184,7 +184,7 @@ impl LeaseStream for Campaign {
             Tell::Released { was_held } => Some(response(Event::Resigned(pb::Resigned {
                 was_leader: was_held,
             }))),
-            Tell::Lost(reason) => Some(response(Event::Lost(pb::Lost { reason, code: 0 }))),
+            Tell::Lost(reason, code) => Some(response(Event::Lost(lost(reason, code)))),
         }
     }
 }

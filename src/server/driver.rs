@@ -23,7 +23,7 @@ use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
 use crate::lease::acquire::Acquisition;
 use crate::lease::held::Holding;
-use crate::lease::life::{End, Life, Told, Vouched};
+use crate::lease::life::{End, Life, LostCode, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::{Lost, Scheduler};
 use crate::lease::spec::LeaseSpec;
@@ -325,8 +325,8 @@ where
                     info!("client went away");
                     break End::Broken;
                 }
-                Lost { cause, reason, due } = life.lost() => {
-                    break End::Lost { cause, reason: due.explain(reason) };
+                Lost { cause, reason, code, due } = life.lost() => {
+                    break End::Lost { cause, reason: due.explain(reason), code };
                 }
             }
         };
@@ -350,19 +350,23 @@ where
             Told::Released { was_held } => self.essential(Tell::Released {
                 was_held: *was_held,
             }),
-            Told::Lost(reason) => self.essential(Tell::Lost(reason.clone())),
+            Told::Lost(reason, code) => self.essential(Tell::Lost(reason.clone(), *code)),
             // The client hears it before the lease is kept, so it moves at once.
             Told::HandedOver { grace } => {
                 let grace_ms = grace.as_millis();
                 self.events
                     .essential(Err(Error::HandedOver { held, grace_ms }.into()));
             }
-            Told::ShutDown(Ok(_)) => self.essential(Tell::Lost(format!(
-                "server shutting down; the {held} was released"
-            ))),
-            Told::ShutDown(Err(error)) => self.essential(Tell::Lost(format!(
-                "server shutting down; release failed ({error}), the {held} expires by its TTL"
-            ))),
+            Told::ShutDown(Ok(_)) => self.essential(Tell::Lost(
+                format!("server shutting down; the {held} was released"),
+                LostCode::Shutdown,
+            )),
+            Told::ShutDown(Err(error)) => self.essential(Tell::Lost(
+                format!(
+                    "server shutting down; release failed ({error}), the {held} expires by its TTL"
+                ),
+                LostCode::Shutdown,
+            )),
         }
     }
 

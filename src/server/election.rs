@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
 
 use super::auth::{Caller, Role, Scope};
 use super::campaign::Campaign;
@@ -12,6 +13,7 @@ use super::driver::{self, Streams};
 use super::events::ResponseStream;
 use crate::error::{Error, Result};
 use crate::lease::observers::{Observers, Watch};
+use crate::lease::revoke::revoke_leader;
 use crate::lease::spec::LockName;
 use crate::pb::{self, election_service_server::ElectionService};
 use crate::store::elections::Snapshot;
@@ -195,9 +197,30 @@ impl ElectionService for ElectionServer {
 
     async fn revoke(
         &self,
-        _request: Request<pb::ElectionServiceRevokeRequest>,
+        request: Request<pb::ElectionServiceRevokeRequest>,
     ) -> Result<Response<pb::ElectionServiceRevokeResponse>, Status> {
-        Err(Status::unimplemented("Revoke is not built yet"))
+        self.available()?;
+        let caller = Caller::of(&request);
+        let peer = request.remote_addr();
+        let request = request.into_inner();
+        let name = LockName::parse_election(request.election)?;
+        caller.allow(Scope::Election, name.as_str(), Role::Admin)?;
+        let streams = &self.streams;
+        let ended = revoke_leader(&streams.store, &streams.scheduler, &name, request.term).await?;
+        let Some(leader) = ended else {
+            return Ok(Response::new(pb::ElectionServiceRevokeResponse::default()));
+        };
+        let who = caller.who();
+        // The leader's value names it (a candidate has no holder name); its start is enough.
+        let value = String::from_utf8_lossy(&leader.value);
+        let holder: String = value.chars().take(256).collect();
+        warn!(audit = "revoke", who, peer = ?peer, election = %name, holder, term = leader.term, "leadership revoked");
+        streams.metrics().revoked("election", 1);
+        Ok(Response::new(pb::ElectionServiceRevokeResponse {
+            revoked: true,
+            value: leader.value.to_vec(),
+            term: leader.term,
+        }))
     }
 
     async fn list(

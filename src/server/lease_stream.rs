@@ -11,8 +11,9 @@ use super::auth::Scope;
 use crate::error::{Error, Result};
 use crate::lease::acquire::WaitingState;
 use crate::lease::held::{HeldLease, Holding};
-use crate::lease::life::Vouched;
+use crate::lease::life::{LostCode, Vouched};
 use crate::lease::spec::LeaseSpec;
+use crate::pb;
 
 /// A client message, as the driver sees it.
 pub enum Move<S, M> {
@@ -85,7 +86,21 @@ pub enum Tell<'a> {
     /// Let go at the client's request; `false` if it was not held (any more).
     Released { was_held: bool },
     /// Gone, for this reason.
-    Lost(String),
+    Lost(String, LostCode),
+}
+
+/// A loss as the protocol says it (every stream and a session's leases).
+pub fn lost(reason: String, code: LostCode) -> pb::Lost {
+    let code = match code {
+        LostCode::Taken => pb::LostReason::Taken,
+        LostCode::Unreachable => pb::LostReason::Unreachable,
+        LostCode::Shutdown => pb::LostReason::Shutdown,
+        LostCode::Revoked => pb::LostReason::Revoked,
+    };
+    pb::Lost {
+        reason,
+        code: code.into(),
+    }
 }
 
 /// A held lease, as a kind of stream sees it.

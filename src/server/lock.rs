@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, info_span, warn};
 
 use super::auth::{Caller, Role, Scope};
 use super::driver::{self, Streams};
@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::lease::acquire::acquire;
 use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
+use crate::lease::revoke::revoke_lock;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
 use crate::metrics::Outcome;
 use crate::mode::Mode;
@@ -173,9 +174,33 @@ impl LockService for LockServer {
 
     async fn revoke(
         &self,
-        _request: Request<pb::RevokeRequest>,
+        request: Request<pb::RevokeRequest>,
     ) -> Result<Response<pb::RevokeResponse>, Status> {
-        Err(Status::unimplemented("Revoke is not built yet"))
+        let caller = Caller::of(&request);
+        let peer = request.remote_addr();
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Admin)?;
+        let streams = &self.streams;
+        let ended = revoke_lock(
+            &streams.store,
+            &streams.scheduler,
+            &name,
+            request.fencing_token,
+        )
+        .await?;
+        let who = caller.who();
+        for held in &ended {
+            warn!(audit = "revoke", who, peer = ?peer, lock = %name, holder = held.holder, fencing_token = held.fencing_token, "lock holding revoked");
+        }
+        streams.metrics().revoked("lock", ended.len());
+        let revoked = described(LockState::Held {
+            mode: Mode::Exclusive { limit: 1 },
+            holders: ended,
+        });
+        Ok(Response::new(pb::RevokeResponse {
+            revoked: revoked.holders,
+        }))
     }
 
     type WatchStream = ResponseStream<pb::WatchResponse>;

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use super::auth::Scope;
-use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words, no_message};
+use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words, lost, no_message};
 use crate::error::{Error, Result};
 use crate::lease::held::Lock;
 use crate::lease::life::Vouched;
@@ -163,7 +163,7 @@ impl LeaseStream for LockStream {
                 valid_to_ms: pb::millis_u64(vouched.valid_to),
             }),
             Tell::Released { was_held } => Event::Released(pb::Released { was_held }),
-            Tell::Lost(reason) => Event::Lost(pb::Lost { reason, code: 0 }),
+            Tell::Lost(reason, code) => Event::Lost(lost(reason, code)),
         }))
     }
 }

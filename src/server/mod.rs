@@ -163,6 +163,8 @@ pub async fn serve(
         .counted_in(store.connection().metrics().clone()),
         max_message_bytes: config.max_message_bytes,
     });
+    // Every revocation under the prefix reaches this server's holders at once.
+    crate::lease::revoke::listen(&store, &streams.scheduler).await?;
     let elections = ElectionServer::start(streams.clone()).await?;
     let sessions = session::SessionServer::new(streams.clone());
     let locks = LockServer::new(streams);

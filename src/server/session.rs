@@ -31,10 +31,11 @@ use super::admission::LeaseSlot;
 use super::auth::Caller;
 use super::driver::{self, Streams};
 use super::events::{Events, ResponseStream};
+use super::lease_stream::lost;
 use crate::error::{Error, Result};
 use crate::lease::group::RenewalGroup;
 use crate::lease::life::Vouched;
-use crate::lease::life::{End, Fate, Phase, Told, fate};
+use crate::lease::life::{End, Fate, LostCode, Phase, Told, fate};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::Scheduled;
 use crate::lease::spec;
@@ -187,8 +188,8 @@ impl Session {
             tokio::select! {
                 biased;
                 () = self.streams.tasks().stopping() => break End::Shutdown,
-                lost = renewals.lost() => break End::Lost { cause: lost.cause, reason: lost.due.explain(lost.reason) },
-                Some(serial) = losses.recv() => self.member_lost(serial).await,
+                lost = renewals.lost() => break End::Lost { cause: lost.cause, reason: lost.due.explain(lost.reason), code: lost.code },
+                Some((serial, code)) = losses.recv() => self.member_lost(serial, code).await,
                 message = self.inbound.next() => match message {
                     None => break End::HalfClosed,
                     Some(Err(status)) => {
@@ -285,9 +286,9 @@ impl Session {
                 self.send(Event::Closed(pb::SessionClosed { released }))
                     .await;
             }
-            Fate::Lose { reason, .. } => {
+            Fate::Lose { reason, code, .. } => {
                 warn!(%reason, leases, "session lost");
-                self.send(Event::Lost(pb::Lost { reason, code: 0 })).await;
+                self.send(Event::Lost(lost(reason, code))).await;
             }
             Fate::HandOver => {
                 info!(leases, "kept for its client to resume elsewhere");
@@ -301,7 +302,8 @@ impl Session {
                 let reason = format!(
                     "server shutting down; {released} of the session's {leases} leases were released, the rest expire by their TTL"
                 );
-                self.send(Event::Lost(pb::Lost { reason, code: 0 })).await;
+                self.send(Event::Lost(lost(reason, LostCode::Shutdown)))
+                    .await;
             }
             Fate::Keep | Fate::LetGo | Fate::GiveUp | Fate::Supersede(_) => {}
         }
@@ -320,13 +322,10 @@ impl Session {
         .await;
     }
 
-    async fn lease_lost(&mut self, id: u64, reason: String) {
-        self.send(Event::LeaseLost(pb::SessionLeaseLost {
-            id,
-            reason,
-            code: 0,
-        }))
-        .await;
+    async fn lease_lost(&mut self, id: u64, reason: String, code: LostCode) {
+        let code = lost(String::new(), code).code;
+        self.send(Event::LeaseLost(pb::SessionLeaseLost { id, reason, code }))
+            .await;
     }
 
     /// Every answer about a lease must arrive: it waits for room (never for a renewal).

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 
 mod acquire;
 mod listing;
+mod revoke;
 mod scripts;
 mod types;
 
@@ -91,11 +92,14 @@ impl Locks {
                         ttl,
                     )
                 },
+                // Settled by what decides the answer: a majority renewed, or enough said "not
+                // ours". Counting a primary that failed (one down answers at once) towards the
+                // second settled a lost lease as unknown whenever its failure came first, so
+                // the holder heard of a deleted (revoked) key only at a later retry.
                 |answers| {
                     let yes = answers.count(|&extended| extended);
                     let no = answers.ok.len() - yes;
-                    answers.is_majority(yes)
-                        || answers.rules_out_majority(no + answers.failed.len())
+                    answers.is_majority(yes) || answers.rules_out_majority(no)
                 },
             )
             .await;

@@ -48,7 +48,7 @@ def test_async_refusal_has_the_status_details_and_list_shows_the_lock(server):
 
 def test_async_lost_is_set_when_the_lock_is_taken_away(server, redis_port):
     async def scenario():
-        async with aio.lease("job", server=server, ttl=0.3) as held:
+        async with aio.lease("job", server=server, ttl=1.5) as held:
             redis_cli(redis_port, "DEL", "leasehold:{job}:lock")
             await asyncio.wait_for(held.lost.wait(), 5)
             assert "deleted or taken" in held.lost_reason

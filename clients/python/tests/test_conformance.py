@@ -70,7 +70,7 @@ def test_conformance_fencing_tokens_grow(server):
 
 
 def test_conformance_lost_when_key_deleted(server, redis_port):
-    with lease("job", server=server, ttl=0.3) as held:
+    with lease("job", server=server, ttl=1.5) as held:
         redis_cli(redis_port, "DEL", LOCK_KEY)
         assert held.lost.wait(10), "lost was never set"
         assert "deleted or taken" in held.lost_reason

@@ -59,7 +59,7 @@ def test_waiters_take_turns_without_overlap(server):
 
 
 def test_lost_is_set_when_the_lock_is_taken_away(server, redis_port):
-    with lease("job", server=server, ttl=0.3) as held:
+    with lease("job", server=server, ttl=1.5) as held:
         redis_cli(redis_port, "DEL", "leasehold:{job}:lock")
         assert held.lost.wait(timeout=5), "lost was never set"
         assert "deleted or taken" in held.lost_reason

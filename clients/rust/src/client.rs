@@ -232,6 +232,29 @@ impl Client {
         Ok(answer.into_inner())
     }
 
+    /// Ends holdings of `name` by force (an operator's call; needs the `admin` role): every
+    /// holder, or only the one with `fencing_token` (a permit, a shared hold). Each holder is
+    /// told it is lost ([`crate::LostReason::Revoked`]) and the next waiter is granted with a
+    /// larger fencing token. Returns what was ended; empty if nothing was held. (A retry on
+    /// another replica after a lost answer reports nothing: the first call ended it.)
+    pub async fn revoke(
+        &self,
+        name: impl Into<String>,
+        fencing_token: Option<u64>,
+    ) -> Result<Vec<pb::Holder>, ClientError> {
+        let request = pb::RevokeRequest {
+            name: name.into(),
+            fencing_token: fencing_token.unwrap_or(0),
+        };
+        let answer = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { LockServiceClient::new(transport).revoke(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner().revoked)
+    }
+
     /// Who holds `name`, without changing anything.
     pub async fn describe(
         &self,

@@ -22,11 +22,12 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
+use crate::held::{Loss, LostReason};
 use crate::pb::campaign_request::Action;
 use crate::pb::campaign_response::Event;
 use crate::pb::election_service_client::ElectionServiceClient;
@@ -98,6 +99,29 @@ impl Client {
             .await?
             .into_inner();
         Ok(leader(answer.has_leader, answer.term, answer.value))
+    }
+
+    /// Ends `election`'s leadership by force (an operator's call; needs the `admin` role):
+    /// whichever leads, or only `term`. The leader is told it is lost
+    /// ([`crate::LostReason::Revoked`]) and the next candidate is elected with a larger term.
+    /// Returns the leader ended, if any.
+    pub async fn revoke_leader(
+        &self,
+        election: impl Into<String>,
+        term: Option<u64>,
+    ) -> Result<Option<Leader>, ClientError> {
+        let request = pb::ElectionServiceRevokeRequest {
+            election: election.into(),
+            term: term.unwrap_or(0),
+        };
+        let answer = self
+            .idempotent(|transport| {
+                let request = request.clone();
+                async move { ElectionServiceClient::new(transport).revoke(request).await }
+            })
+            .await?
+            .into_inner();
+        Ok(leader(answer.revoked, answer.term, answer.value))
     }
 }
 
@@ -172,7 +196,7 @@ impl Kind for Campaign {
                 valid_for_ms: extended.valid_for_ms,
                 valid_to_ms: extended.valid_to_ms,
             },
-            Some(Event::Lost(lost)) => Heard::Lost(lost.reason),
+            Some(Event::Lost(lost)) => Heard::Lost(Loss::told(lost)),
             Some(event) => Heard::Other(event),
             None => Heard::Nothing,
         }
@@ -192,7 +216,7 @@ impl Candidate {
         loop {
             let broke = match self.stream.next().await {
                 Next::Event(event) => return Ok(event),
-                Next::Lost(reason) => return Ok(Event::Lost(pb::Lost { reason, code: 0 })),
+                Next::Lost(loss) => return Ok(Event::Lost(lost(loss))),
                 Next::Failed(status) => return Err(status.into()),
                 Next::Broke(broke) => broke,
             };
@@ -203,7 +227,7 @@ impl Candidate {
                 self.stream.kind.0.value = value.clone();
             }
             if let Err(reason) = self.stream.resume(broke).await {
-                return Ok(Event::Lost(pb::Lost { reason, code: 0 }));
+                return Ok(Event::Lost(lost(reason.into())));
             }
             if self.resigning {
                 let _ = self.send(Action::Resign(pb::Resign {})).await;
@@ -233,6 +257,13 @@ impl Candidate {
     /// resume grace hears no renewals: this is then its `elected`'s validity only.
     pub fn valid_until(&self) -> Option<Instant> {
         self.stream.valid_until()
+    }
+
+    /// [`Candidate::valid_until`] as it moves (`None` before it was elected): readable while
+    /// [`Candidate::lost`] is awaited, which borrows the candidate for as long as it leads (a
+    /// process that kills its work by the end of the leadership's validity watches this).
+    pub fn validity(&self) -> Option<watch::Receiver<Instant>> {
+        self.stream.holding.as_ref().map(|h| h.keeper.validity())
     }
 
     /// Waits until this candidate leads; returns its term.
@@ -274,11 +305,17 @@ impl Candidate {
 
     /// Completes when the leadership is lost, with the reason. Call it only while leading.
     pub async fn lost(&mut self) -> String {
+        self.loss().await.reason
+    }
+
+    /// As [`Candidate::lost`], with why typed: [`LostReason::Revoked`] when an operator revoked
+    /// the leadership.
+    pub async fn loss(&mut self) -> Loss {
         loop {
             match self.next_event().await {
-                Ok(Event::Lost(lost)) => return lost.reason,
+                Ok(Event::Lost(lost)) => return Loss::told(lost),
                 Ok(_) => continue,
-                Err(error) => return error.to_string(),
+                Err(error) => return Loss::from(error.to_string()),
             }
         }
     }
@@ -334,5 +371,20 @@ impl Drop for Candidate {
             })
             .await;
         });
+    }
+}
+
+/// A loss as a `lost` event (the candidate's events are the protocol's).
+fn lost(loss: Loss) -> pb::Lost {
+    let code = match loss.code {
+        LostReason::Taken => pb::LostReason::Taken,
+        LostReason::Unreachable => pb::LostReason::Unreachable,
+        LostReason::Shutdown => pb::LostReason::Shutdown,
+        LostReason::Revoked => pb::LostReason::Revoked,
+        LostReason::Unspecified => pb::LostReason::Unspecified,
+    };
+    pb::Lost {
+        reason: loss.reason,
+        code: code.into(),
     }
 }

@@ -13,11 +13,75 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
+/// Why a lease, a leadership or a session's lease was lost, for programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A server that predates the code.
+    Unspecified,
+    /// Its key was deleted, expired, or holds another holder's token.
+    Taken,
+    /// No renewal could be confirmed before it ran out (Redis, or the server, unreachable):
+    /// also every loss this process finds by itself (its validity ran out, its stream broke
+    /// and could not be resumed).
+    Unreachable,
+    /// The server shut down and it had no resume grace.
+    Shutdown,
+    /// An operator revoked it (`Client::revoke`, `Client::revoke_leader`): never resumed.
+    Revoked,
+}
+
+impl LostReason {
+    /// The protocol's `LostReason` code, read.
+    pub fn from_code(code: i32) -> Self {
+        match crate::pb::LostReason::try_from(code) {
+            Ok(crate::pb::LostReason::Taken) => LostReason::Taken,
+            Ok(crate::pb::LostReason::Unreachable) => LostReason::Unreachable,
+            Ok(crate::pb::LostReason::Shutdown) => LostReason::Shutdown,
+            Ok(crate::pb::LostReason::Revoked) => LostReason::Revoked,
+            _ => LostReason::Unspecified,
+        }
+    }
+}
+
+/// A loss: why, typed, and in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    pub code: LostReason,
+    pub reason: String,
+}
+
+impl Loss {
+    /// As the server said it.
+    pub(crate) fn told(lost: crate::pb::Lost) -> Self {
+        Loss {
+            code: LostReason::from_code(lost.code),
+            reason: lost.reason,
+        }
+    }
+}
+
+/// A loss this process found by itself: nothing vouches for it any more.
+impl From<String> for Loss {
+    fn from(reason: String) -> Self {
+        Loss {
+            code: LostReason::Unreachable,
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// How a held thing stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LeaseState {
     Held,
-    Lost(String),
+    Lost(Loss),
     Released { was_held: bool },
 }
 
@@ -64,6 +128,12 @@ impl Keeper {
         self.valid.send_replace(valid_until);
     }
 
+    /// The validity as it moves, for a holder that reads it while another task follows the
+    /// stream (a leader's `lost` borrows its candidate).
+    pub(crate) fn validity(&self) -> watch::Receiver<Instant> {
+        self.valid.subscribe()
+    }
+
     /// It ended as `state` says; the holder is told.
     pub(crate) fn end(&self, state: LeaseState) {
         self.state.send_replace(state);
@@ -74,15 +144,20 @@ impl Belief {
     /// Completes with the reason once it is lost; also when its keeper stopped without a
     /// verdict (nothing vouches for it any more).
     pub(crate) async fn lost(&self) -> String {
+        self.loss().await.reason
+    }
+
+    /// As [`Belief::lost`], with the reason typed.
+    pub(crate) async fn loss(&self) -> Loss {
         let mut state = self.state.clone();
-        let reason = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
+        let loss = match state.wait_for(|s| matches!(s, LeaseState::Lost(_))).await {
             Ok(lost) => match &*lost {
-                LeaseState::Lost(reason) => Some(reason.clone()),
+                LeaseState::Lost(loss) => Some(loss.clone()),
                 _ => None,
             },
             Err(_) => None,
         };
-        reason.unwrap_or_else(|| "lease watcher stopped".into())
+        loss.unwrap_or_else(|| Loss::from("lease watcher stopped".to_owned()))
     }
 
     /// Whether it is known to be lost already.

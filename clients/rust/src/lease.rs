@@ -10,7 +10,7 @@ use tokio::time::{Instant, timeout_at};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use crate::held::{Belief, LeaseState};
+use crate::held::{Belief, LeaseState, Loss};
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
@@ -245,7 +245,7 @@ impl Kind for Lease {
                 valid_for_ms: extended.valid_for_ms,
                 valid_to_ms: extended.valid_to_ms,
             },
-            Some(Event::Lost(lost)) => Heard::Lost(lost.reason),
+            Some(Event::Lost(lost)) => Heard::Lost(Loss::told(lost)),
             Some(event @ Event::Waiting(_)) => Heard::Waiting(event),
             Some(event) => Heard::Other(event),
             None => Heard::Nothing,
@@ -275,7 +275,7 @@ impl Watcher {
                     }
                     Next::Event(_) => continue,
                     Next::Lost(reason) => break LeaseState::Lost(reason),
-                    Next::Failed(status) => break LeaseState::Lost(format!("lease stream failed: {status}")),
+                    Next::Failed(status) => break LeaseState::Lost(format!("lease stream failed: {status}").into()),
                     Next::Broke(broke) => broke,
                 },
                 wish = self.let_go.recv(), if !self.releasing => {
@@ -294,7 +294,7 @@ impl Watcher {
                 break self.release_by_token(&broke).await;
             }
             if !self.resumes {
-                break LeaseState::Lost(broke);
+                break LeaseState::Lost(broke.into());
             }
             let broke_at = Instant::now();
             let resumed = tokio::select! {
@@ -316,7 +316,7 @@ impl Watcher {
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(outage);
                 }
-                Err(reason) => break LeaseState::Lost(reason),
+                Err(reason) => break LeaseState::Lost(reason.into()),
             }
         };
         if let Some(holding) = &self.stream.holding {
@@ -327,7 +327,7 @@ impl Watcher {
     /// The stream broke while the guard was letting go: release by token on any replica.
     async fn release_by_token(&self, broke: &str) -> LeaseState {
         let Some(holding) = &self.stream.holding else {
-            return LeaseState::Lost(broke.to_owned());
+            return LeaseState::Lost(broke.to_owned().into());
         };
         let valid_until = holding.keeper.valid_until();
         let released = timeout_at(
@@ -340,9 +340,9 @@ impl Watcher {
         match released {
             Ok(Ok(was_held)) => LeaseState::Released { was_held },
             Ok(Err(error)) => {
-                LeaseState::Lost(format!("{broke}; release by token failed: {error}"))
+                LeaseState::Lost(format!("{broke}; release by token failed: {error}").into())
             }
-            Err(_) => LeaseState::Lost(format!("{broke}; release by token timed out")),
+            Err(_) => LeaseState::Lost(format!("{broke}; release by token timed out").into()),
         }
     }
 }
@@ -391,6 +391,12 @@ impl LeaseGuard {
     /// by this process's clock.
     pub async fn lost(&self) -> String {
         self.belief.lost().await
+    }
+
+    /// As [`LeaseGuard::lost`], with why typed: [`LostReason::Revoked`] when an operator
+    /// revoked it.
+    pub async fn loss(&self) -> Loss {
+        self.belief.loss().await
     }
 
     /// Every time the lease's stream broke and the guard resumed it (on this or another

@@ -59,6 +59,7 @@ mod stream;
 pub use client::{BearerToken, Client, ConnectOptions, Transport};
 pub use election::{Candidate, Leader};
 pub use error::ClientError;
+pub use held::{Loss, LostReason};
 pub use lease::{LeaseBuilder, LeaseGuard, Outage};
 pub use observation::Observation;
 pub use refusal::Refusal;

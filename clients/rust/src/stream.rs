@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use crate::client::moves_on;
-use crate::held::{Belief, Keeper, resumable, vouched_until};
+use crate::held::{Belief, Keeper, Loss, resumable, vouched_until};
 use crate::replicas::Replica;
 use crate::{Client, Transport};
 
@@ -76,7 +76,7 @@ pub(crate) enum Heard<E> {
     },
     /// Before it is held: in line.
     Waiting(E),
-    Lost(String),
+    Lost(Loss),
     /// Anything else for the holder (released, resigned, proclaimed).
     Other(E),
     /// A message without an event.
@@ -89,7 +89,7 @@ pub(crate) enum Next<E> {
     Event(E),
     /// Lost: the server said so, the validity ran out by this process's clock, or the news that
     /// it was held came too late to believe.
-    Lost(String),
+    Lost(Loss),
     /// The stream broke (the transport failed, the server went away): it may be resumed.
     Broke(String),
     /// The server answered with an error status that no resume mends.
@@ -253,10 +253,10 @@ impl<K: Kind> HeldStream<K> {
                 Some(valid_until) => tokio::select! {
                     message = responses.message() => message,
                     () = sleep_until(valid_until) => {
-                        return Next::Lost(format!(
+                        return Next::Lost(Loss::from(format!(
                             "no renewal confirmed before the {} ran out (server silent)",
                             K::WHAT
-                        ));
+                        )));
                     }
                 },
                 None => responses.message().await,
@@ -295,7 +295,7 @@ impl<K: Kind> HeldStream<K> {
                     let until = vouched_until(self.line.opened, valid_for_ms, valid_to_ms);
                     if until <= Instant::now() {
                         // Held up on its way (a healed partition): another may hold it by now.
-                        return Next::Lost(late::<K>());
+                        return Next::Lost(late::<K>().into());
                     }
                     match &mut self.holding {
                         Some(holding) => holding.keeper.vouch(until),

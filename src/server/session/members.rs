@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 use crate::lease::acquire::{Acquisition, WaitingState};
 use crate::lease::group::RenewalGroup;
 use crate::lease::held::{Holding, Leadership, Lock};
-use crate::lease::life::{End, Life, Told, Vouched};
+use crate::lease::life::{End, Life, LostCode, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
-use crate::lease::scheduler::NOT_HELD;
+use crate::lease::scheduler::{NOT_HELD, REVOKED};
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Counted, HeldFor};
@@ -296,7 +296,7 @@ impl Session {
                 let told = kind.end(end).await;
                 match (error, told) {
                     (Some(error), _) => self.failed(id, error).await,
-                    (None, Ok(Told::Lost(reason))) => self.lease_lost(id, reason).await,
+                    (None, Ok(Told::Lost(reason, code))) => self.lease_lost(id, reason, code).await,
                     (None, _) => {}
                 }
                 return;
@@ -390,8 +390,8 @@ impl Session {
             .await;
     }
 
-    /// A renewal found a member no longer ours: that lease alone is lost.
-    pub(super) async fn member_lost(&mut self, serial: u64) {
+    /// A renewal found a member no longer ours (taken, or revoked): that lease alone is lost.
+    pub(super) async fn member_lost(&mut self, serial: u64, code: LostCode) {
         let found = self.leases.iter().find_map(|(&id, slot)| match slot {
             Slot::Held(member) if member.serial == serial => Some(id),
             _ => None,
@@ -400,17 +400,24 @@ impl Session {
             return;
         };
         if let Some(Slot::Held(mut member)) = self.leases.remove(&id) {
-            let cause = "not_held";
-            let reason = NOT_HELD.to_owned();
-            self.ended(id, &mut member, End::Lost { cause, reason })
-                .await;
+            let (cause, reason) = match code {
+                LostCode::Revoked => ("revoked", REVOKED),
+                _ => ("not_held", NOT_HELD),
+            };
+            let reason = reason.to_owned();
+            let end = End::Lost {
+                cause,
+                reason,
+                code,
+            };
+            self.ended(id, &mut member, end).await;
         }
     }
 
     /// One lease ends alone as its life says (lost, superseded): the client hears of it by id.
     async fn ended(&mut self, id: u64, member: &mut Member, end: End) {
-        if let Ok(Told::Lost(reason)) = member.kind.end(end).await {
-            self.lease_lost(id, reason).await;
+        if let Ok(Told::Lost(reason, code)) = member.kind.end(end).await {
+            self.lease_lost(id, reason, code).await;
         }
     }
 }

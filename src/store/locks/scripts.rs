@@ -32,6 +32,7 @@ pub(super) struct Scripts {
     pub(super) raise_fence: Script,
     pub(super) resume: Script,
     pub(super) detach: Script,
+    pub(super) revoke: Script,
 }
 
 impl Scripts {
@@ -58,10 +59,11 @@ impl Scripts {
             )),
             resume: with_permits!("resume.lua"),
             detach: with_permits!("detach.lua"),
+            revoke: with_permits!("revoke.lua"),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 11] {
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
             &self.take,
             &self.resume,
@@ -74,6 +76,7 @@ impl Scripts {
             &self.describe,
             &self.leave,
             &self.refresh,
+            &self.revoke,
         ]
     }
 }

@@ -7,7 +7,7 @@ use tonic::Status;
 use super::leases::{Entry, Held, Phase, Taken, lock};
 use super::task::{Stop, Stream, Task};
 use crate::ClientError;
-use crate::held::{LeaseState, vouched_until};
+use crate::held::{LeaseState, Loss, LostReason, vouched_until};
 use crate::pb;
 use crate::pb::session_request::Action;
 use crate::pb::session_response::Event;
@@ -46,7 +46,7 @@ impl Task {
                                 ..
                             }) = state.leases.remove(&id)
                             {
-                                held.end(LeaseState::Lost(reason), Ok(false));
+                                held.end(LeaseState::Lost(reason.into()), Ok(false));
                             }
                             stream.send(Action::Release(pb::SessionRelease { id }));
                         } else {
@@ -131,7 +131,11 @@ impl Task {
                     ..
                 }) = state.leases.remove(&lost.id)
                 {
-                    held.end(LeaseState::Lost(lost.reason), Ok(false));
+                    let loss = Loss {
+                        code: LostReason::from_code(lost.code),
+                        reason: lost.reason,
+                    };
+                    held.end(LeaseState::Lost(loss), Ok(false));
                 }
             }
             Event::Failed(failed) => {
@@ -163,7 +167,9 @@ impl Task {
                         }) = state.leases.remove(&failed.id)
                         {
                             held.end(
-                                LeaseState::Lost(format!("could not resume the lease: {status}")),
+                                LeaseState::Lost(
+                                    format!("could not resume the lease: {status}").into(),
+                                ),
                                 Ok(false),
                             );
                         }

@@ -36,6 +36,11 @@ impl SessionLease {
         self.belief.lost().await
     }
 
+    /// As `lost`, with why typed: [`crate::LostReason::Revoked`] when an operator revoked it.
+    pub async fn loss(&self) -> crate::Loss {
+        self.belief.loss().await
+    }
+
     /// Whether the lease is known to be lost already.
     pub fn is_lost(&self) -> bool {
         self.belief.is_lost()
@@ -120,6 +125,11 @@ impl SessionLeader {
     /// Completes with the reason once the leadership is lost.
     pub async fn lost(&self) -> String {
         self.lease.lost().await
+    }
+
+    /// As `lost`, with why typed.
+    pub async fn loss(&self) -> crate::Loss {
+        self.lease.loss().await
     }
 
     /// Publishes a new value.

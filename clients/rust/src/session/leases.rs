@@ -119,7 +119,7 @@ impl Held {
         } else {
             Ok(false)
         };
-        self.end(LeaseState::Lost(reason), released);
+        self.end(LeaseState::Lost(reason.into()), released);
     }
 }
 

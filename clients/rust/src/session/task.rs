@@ -119,7 +119,7 @@ impl Task {
                         "the session ended: {reason}"
                     ))));
                 }
-                Phase::Held(held) => held.end(LeaseState::Lost(reason.clone()), Ok(false)),
+                Phase::Held(held) => held.end(LeaseState::Lost(reason.clone().into()), Ok(false)),
             }
         }
         state.ended = Some(reason.clone());
