@@ -116,8 +116,8 @@ func TestConformance_lost_when_key_deleted(t *testing.T) {
 	redisCli(port, "DEL", lockKey)
 	select {
 	case <-lease.Lost():
-		if !strings.Contains(lease.LostReason(), "deleted or taken") {
-			t.Fatalf("reason: %s", lease.LostReason())
+		if !strings.Contains(lease.LostReason(), "deleted or taken") || !errors.Is(lease.Err(), LostTaken) {
+			t.Fatalf("reason: %s (%v)", lease.LostReason(), lease.Err())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lost() never closed")
