@@ -19,7 +19,10 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "store", "locks")
+# LEASEHOLD_LOCK_SCRIPTS: another tree's src/store/locks (the build before a change); the keys
+# added since (the watched mark) are passed anyway, and ignored by scripts that predate them.
+ROOT = os.environ.get("LEASEHOLD_LOCK_SCRIPTS") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "src", "store", "locks")
 PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -110,10 +113,12 @@ def main():
         def ours(i):
             base = f"leasehold:{{n{i}}}"
             # The counter's tag stands for the name's slot (keys.rs); any tag will do here.
-            return (["EVALSHA", take, 4, f"{base}:lock", f"leasehold:fence:{{{i % 1000:x}}}",
-                     f"{base}:deadlines", f"{base}:lock:holders", TOKEN, 10_000, "report@host-a"],
-                    ["EVALSHA", release, 5, f"{base}:lock", f"{base}:line", f"{base}:deadlines",
-                     f"{base}:lock:holders", f"{base}:lock:permits", TOKEN, f"{base}:wake"])
+            return (["EVALSHA", take, 5, f"{base}:lock", f"leasehold:fence:{{{i % 1000:x}}}",
+                     f"{base}:deadlines", f"{base}:lock:holders", f"{base}:watched", TOKEN,
+                     10_000, "report@host-a"],
+                    ["EVALSHA", release, 6, f"{base}:lock", f"{base}:line", f"{base}:deadlines",
+                     f"{base}:lock:holders", f"{base}:lock:permits", f"{base}:watched", TOKEN,
+                     f"{base}:wake"])
 
         def measure(pair, pipelined):
             r.call("FLUSHALL")
@@ -180,9 +185,10 @@ def main():
         rates = {}
         for name, command in (
             ("seed SET NX PX", ["SET", "seed:__rand_int__", TOKEN, "NX", "PX", "100"]),
-            ("Leasehold take.lua", ["EVALSHA", take, "4", "leasehold:{n__rand_int__}:lock",
+            ("Leasehold take.lua", ["EVALSHA", take, "5", "leasehold:{n__rand_int__}:lock",
                                    "leasehold:fence:{0}", "leasehold:{n__rand_int__}:deadlines",
-                                   "leasehold:{n__rand_int__}:lock:holders", TOKEN, "100",
+                                   "leasehold:{n__rand_int__}:lock:holders",
+                                   "leasehold:{n__rand_int__}:watched", TOKEN, "100",
                                    "report@host-a"]),
         ):
             r.call("FLUSHALL")

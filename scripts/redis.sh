@@ -66,6 +66,16 @@ ensure_faketime_installed() {
   fi
 }
 
+# Headless Chromium (Debian's package), the real browser tests/console.rs drives over the
+# DevTools protocol.
+ensure_chromium_installed() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    echo "chromium is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+}
+
 ensure_java_maven_installed() {
   if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     echo "Java or Maven is missing: installing them with apt-get" >&2

@@ -9,6 +9,7 @@ ensure_python_venv
 ensure_openssl_installed
 ensure_faketime_installed
 ensure_prometheus_installed
+ensure_chromium_installed
 
 # Every client has a test for every conformance scenario (clients/conformance/scenarios.txt);
 # each client's suite below runs them.

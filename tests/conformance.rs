@@ -386,6 +386,64 @@ async fn conformance_lists_held_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_watch_reports_changes() {
+    use leasehold_client::pb::DescribeResponse;
+    use leasehold_client::watch::same_state;
+    use tokio_stream::StreamExt;
+
+    let (_redis, _server, client, _direct) = start().await;
+    let mut watch = client.watch("job").await.unwrap();
+    let mut last: Option<DescribeResponse> = None;
+    // The next state, within 2 s, never the one before it again.
+    let mut next = async || {
+        let state = within(
+            Duration::from_secs(2),
+            "the next watched state",
+            watch.next(),
+        )
+        .await
+        .expect("the watch ended")
+        .expect("a state");
+        if let Some(last) = &last {
+            assert!(!same_state(last, &state), "reported twice: {state:?}");
+        }
+        last = Some(state.clone());
+        state
+    };
+    assert!(!next().await.held);
+    let first = client.lease("job").holder("first").acquire().await.unwrap();
+    let held = next().await;
+    assert_eq!(
+        (held.holder.as_str(), held.fencing_token),
+        ("first", first.fencing_token())
+    );
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let waiting = client.lease("job").holder("second");
+            waiting.wait(Duration::from_secs(10)).acquire().await
+        })
+    };
+    let waiting = next().await;
+    assert_eq!((waiting.holder.as_str(), waiting.waiting), ("first", 1));
+    let first_token = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let mut handed = next().await;
+    if !handed.held {
+        handed = next().await; // A free state between the two holders may be seen.
+    }
+    assert_eq!(handed.holder, "second");
+    assert!(handed.fencing_token > first_token);
+    let second = within(EVENT_TIMEOUT, "the hand-over", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(handed.fencing_token, second.fencing_token());
+    assert!(second.release().await.unwrap());
+    assert!(!next().await.held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_session_holds_many() {
     let (_redis, _server, client, direct) = start().await;
     let session = client.session().open().await.unwrap();

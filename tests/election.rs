@@ -590,3 +590,87 @@ async fn a_half_closed_leader_is_replaced_only_after_its_vouched_validity() {
     );
     assert!(next.resign().await.unwrap());
 }
+
+/// `ElectionService.List`, called as the gRPC client calls it with `token`.
+async fn list_elections(
+    server: &TestServer,
+    token: &str,
+) -> Result<leasehold::pb::ElectionServiceListResponse, tonic::Status> {
+    use leasehold::pb::election_service_client::ElectionServiceClient;
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(leasehold::pb::ElectionServiceListRequest { limit: 0 });
+    let bearer = format!("Bearer {token}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    let listed = ElectionServiceClient::new(channel).list(request).await;
+    listed.map(tonic::Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_elections_led_now_under_the_admins_prefixes_only() {
+    use leasehold::server::auth::{AuthPolicy, token_digest};
+    let redis = RedisServer::start();
+    let dir = certs::TempDir::new("election-list");
+    let grants = format!(
+        "[[grant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nrole = \"admin\"\nelections = [\"app/\"]\n\n\
+         [[grant]]\nname = \"worker\"\ntoken_sha256 = \"{}\"\nrole = \"hold\"\nelections = [\"\"]\n",
+        token_digest("admin-secret"),
+        token_digest("hold-secret"),
+    );
+    let policy = AuthPolicy::load(&dir.write("auth.toml", &grants)).unwrap();
+    let config = leasehold::server::ServerConfig {
+        auth: Some(std::sync::Arc::new(policy)),
+        ..fast_keepalive()
+    };
+    let server = TestServer::start_with(&redis, "leasehold:", config).await;
+    let worker = Client::connect_with(
+        leasehold_client::ConnectOptions::new(server.url()).token(Some("hold-secret".into())),
+    )
+    .await
+    .unwrap();
+
+    let ttl = Duration::from_secs(5);
+    let mut leader = worker.campaign("app/db", "node-1", ttl).await.unwrap();
+    let term = within(EVENT_TIMEOUT, "elected", leader.elected())
+        .await
+        .unwrap();
+    let _waiting = worker.campaign("app/db", "node-2", ttl).await.unwrap();
+    let direct = redis.client().await;
+    wait_for_line(&direct, "leasehold:election:{app/db}:line", 1).await;
+    let mut outside = worker.campaign("other/db", "hidden", ttl).await.unwrap();
+    within(EVENT_TIMEOUT, "elected", outside.elected())
+        .await
+        .unwrap();
+    let mut resigned = worker.campaign("app/gone", "was", ttl).await.unwrap();
+    within(EVENT_TIMEOUT, "elected", resigned.elected())
+        .await
+        .unwrap();
+    assert!(resigned.resign().await.unwrap());
+
+    let listed = list_elections(&server, "admin-secret").await.unwrap();
+    assert!(!listed.truncated);
+    let [db] = listed.elections.as_slice() else {
+        panic!("only app/db leads under app/: {listed:?}");
+    };
+    assert_eq!(
+        (
+            db.election.as_str(),
+            db.value.as_slice(),
+            db.term,
+            db.waiting
+        ),
+        ("app/db", &b"node-1"[..], term, 1)
+    );
+    assert!(
+        db.ttl_remaining_ms > 0 && db.ttl_remaining_ms <= 5_000,
+        "{db:?}"
+    );
+
+    // Listing shows names: a hold token may campaign everywhere, but not list.
+    let refused = list_elections(&server, "hold-secret").await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(leader.resign().await.unwrap());
+}

@@ -1363,7 +1363,9 @@ impl Context {
     /// permits, which would hide how the other scripts treat them.
     async fn describe(&self, keys: &LockKeys, model: &NameModel) -> Result<(), String> {
         let (state, seen) = timed(self.store.locks.describe(keys)).await;
-        let state = state.map_err(|error| format!("describe failed: {error}"))?;
+        let state = state
+            .map_err(|error| format!("describe failed: {error}"))?
+            .state;
         model
             .check_describe(&state, seen)
             .map_err(|error| format!("describe: {error}"))

@@ -50,25 +50,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
         }
     }
     if json {
-        let items: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(name, d)| {
-                serde_json::json!({
-                    "name": name,
-                    "held": d.held,
-                    "holder": d.holder,
-                    "ttl_remaining_ms": d.ttl_remaining_ms,
-                    "fencing_token": d.fencing_token,
-                    "limit": d.limit,
-                    "shared": d.mode() == pb::LeaseMode::Shared,
-                    "holders": d.holders.iter().map(|h| serde_json::json!({
-                        "holder": h.holder,
-                        "ttl_remaining_ms": h.ttl_remaining_ms,
-                        "fencing_token": h.fencing_token,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let items: Vec<serde_json::Value> = rows.iter().map(|(name, d)| as_json(name, d)).collect();
         println!("{}", serde_json::Value::Array(items));
     } else {
         if rows.is_empty() {
@@ -76,6 +58,11 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
             eprintln!("leasehold: no locks are held");
         }
         for (name, d) in rows {
+            // Only when someone waits: the columns a script reads stay as they were.
+            let waiting = match d.waiting {
+                0 => String::new(),
+                n => format!("\t{n} waiting"),
+            };
             let several = d.limit > 1 || d.mode() == pb::LeaseMode::Shared;
             if d.held && several {
                 // A semaphore or a shared lock: every holder on a line of its own.
@@ -83,7 +70,7 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                     pb::LeaseMode::Shared => "shared".to_owned(),
                     _ => format!("of limit {}", d.limit),
                 };
-                println!("{name}	{} held {how}", d.holders.len());
+                println!("{name}	{} held {how}{waiting}", d.holders.len());
                 for h in &d.holders {
                     println!(
                         "	held by {}	ttl {} ms	fencing token {}",
@@ -94,17 +81,36 @@ pub async fn status(connect: ConnectOptions, names: Vec<String>, json: bool) -> 
                 }
             } else if d.held {
                 println!(
-                    "{name}\theld by {}\tttl {} ms\tfencing token {}",
+                    "{name}\theld by {}\tttl {} ms\tfencing token {}{waiting}",
                     shown(&d.holder),
                     d.ttl_remaining_ms,
                     d.fencing_token
                 );
             } else {
-                println!("{name}\tfree");
+                println!("{name}\tfree{waiting}");
             }
         }
     }
     ExitCode::SUCCESS
+}
+
+/// A lock's state as `status --json` and `watch --json` print it.
+pub(super) fn as_json(name: &str, d: &pb::DescribeResponse) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "held": d.held,
+        "holder": d.holder,
+        "ttl_remaining_ms": d.ttl_remaining_ms,
+        "fencing_token": d.fencing_token,
+        "limit": d.limit,
+        "waiting": d.waiting,
+        "shared": d.mode() == pb::LeaseMode::Shared,
+        "holders": d.holders.iter().map(|h| serde_json::json!({
+            "holder": h.holder,
+            "ttl_remaining_ms": h.ttl_remaining_ms,
+            "fencing_token": h.fencing_token,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// `leasehold release NAME TOKEN`: exit 0 if released, 1 if the token no longer held it.
@@ -147,7 +153,7 @@ pub async fn health(connect: ConnectOptions) -> ExitCode {
 
 /// A holder as `status` shows it: a lease acquired without a holder name says so rather than
 /// leaving an empty column.
-fn shown(holder: &str) -> &str {
+pub(super) fn shown(holder: &str) -> &str {
     if holder.is_empty() {
         "(unnamed)"
     } else {

@@ -6,7 +6,8 @@
 //! - [`run`]: hold a lock while a command runs; [`progress`]: its waiting line on a terminal;
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
 //! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
-//! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`;
+//! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`; [`watch`]: `watch`,
+//!   a line per change;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
@@ -19,18 +20,16 @@ mod progress;
 mod revoke;
 mod run;
 mod serve;
+use serve::ServeArgs;
+mod watch;
 mod watchdog;
 
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use leasehold::server::MAX_REQUEST_BYTES;
-use leasehold::server::admission::{DEFAULT_MAX_LEASES, DEFAULT_MAX_LEASES_PER_CONNECTION};
-use leasehold::store::connection::DEFAULT_MAX_IN_FLIGHT;
 use leasehold_client::{ClientError, ConnectOptions};
 use tonic::Code;
 
@@ -121,6 +120,20 @@ could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
   leasehold status nightly-report
   leasehold status --json backup nightly-report")]
     Status(StatusArgs),
+    /// Print each named lock's state now, then a line per change, until interrupted.
+    #[command(after_help = "Examples:
+  leasehold watch nightly-report
+  leasehold watch --json backup nightly-report
+
+Each line: NAME held by HOLDER (fencing token N, ttl T ms, K waiting), or NAME free. Changes
+closer together than a round trip to Redis may show as one line (the newest state). If the
+server stops, the watch goes on through the next server given (or the same one back), for
+about 25 seconds before giving up.
+Exit status: 0 when interrupted (SIGINT/SIGTERM); 1 if SIGINT and SIGTERM cannot be handled; 64
+if an argument is refused; 69 if the server could not be reached or could not serve the request
+(also when no server came back to go on with); 77 if the server did not accept the token or
+certificate, or the grant does not cover the lock.")]
+    Watch(WatchArgs),
     /// Measure a running server against direct Redis (starts nothing itself).
     #[command(after_help = "Examples:
   leasehold bench --server http://127.0.0.1:50051 --redis redis://127.0.0.1:6379
@@ -255,6 +268,18 @@ struct StatusArgs {
 }
 
 #[derive(clap::Args)]
+struct WatchArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Print one JSON object per line, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Lock names.
+    #[arg(required = true)]
+    names: Vec<String>,
+}
+
+#[derive(clap::Args)]
 struct BenchArgs {
     #[command(flatten)]
     server: ServerArg,
@@ -310,138 +335,6 @@ struct ReleaseArgs {
     token: String,
 }
 
-/// `leasehold serve`'s options. Every one can also come from a `LEASEHOLD_*` variable and from
-/// the `--config` file (its key is the option's name, as `max-leases` or `max_leases`); a flag
-/// beats the variable, which beats the file, which beats the default.
-#[derive(clap::Args)]
-#[command(
-    after_help = "Every option also reads a LEASEHOLD_* variable (shown with it) and a key of \
-the --config TOML file with the option's name (keepalive-interval = \"5s\"); flags beat variables, \
-variables beat the file, the file beats the defaults.\n\nSIGTERM or Ctrl-C: health turns NOT_SERVING, \
-no new connection is accepted, and every lease with a resume grace (every client's default) is \
-handed over: its stream ends UNAVAILABLE (HANDED_OVER) and the lease stays in Redis for its grace, \
-for its client to resume on another replica with the same token and fencing token. Leases \
-without a grace are released and their holders told Lost (\"server shutting down\"). The process \
-exits 0 within --drain. SIGHUP re-reads the TLS certificate files.\n\nExit status: 0 after \
-SIGTERM or Ctrl-C; 64 if an option is refused; 78 if a Redis node's maxmemory-policy may evict \
-held locks (see --redis-allow-eviction); 1 if Redis cannot be used, an address cannot be \
-listened on, or the server fails."
-)]
-pub struct ServeArgs {
-    /// A TOML file of these options (keys: the option names).
-    #[arg(long, env = "LEASEHOLD_CONFIG")]
-    config: Option<PathBuf>,
-    /// Redis holding the locks: redis://HOST:PORT (one Redis);
-    /// redis-sentinel://S1:26379,S2:26379,S3:26379/NAME (behind Sentinel; NAME as in `sentinel
-    /// monitor`; the Sentinels take the same user and password as Redis);
-    /// redis-cluster://A:7000,B:7001,C:7002 (a Cluster); with TLS, rediss://, rediss-sentinel://
-    /// (to the Sentinels and the primary alike) or rediss-cluster://. Put a password in the
-    /// variable or the config file, or use --redis-password-file: a command line is visible to
-    /// every user.
-    #[arg(
-        long,
-        env = "LEASEHOLD_REDIS",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    redis: String,
-    /// Redlock instead of --redis: independent Redis primaries (an odd number, at least 3),
-    /// comma-separated. A lock is held while a majority holds it; see docs/redis-modes.md.
-    #[arg(
-        long,
-        env = "LEASEHOLD_REDLOCK",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    redlock: Vec<String>,
-    /// A file whose first line is the Redis password (AUTH, or ACL with the URL's user name).
-    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
-    redis_password_file: Option<PathBuf>,
-    /// CA certificates (PEM) to trust for rediss:// instead of the system's.
-    #[arg(long, env = "LEASEHOLD_REDIS_CA")]
-    redis_ca: Option<PathBuf>,
-    /// Longest wait for one Redis command, once sent.
-    #[arg(long, env = "LEASEHOLD_REDIS_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
-    redis_timeout: Duration,
-    /// Redis commands in flight at once; more wait in line (the timeout starts when one is sent).
-    #[arg(long, env = "LEASEHOLD_REDIS_MAX_IN_FLIGHT", default_value_t = DEFAULT_MAX_IN_FLIGHT)]
-    redis_max_in_flight: usize,
-    /// Serve even where a Redis node's maxmemory-policy is not noeviction, which lets Redis evict
-    /// held locks under memory pressure (refused at start with status 78 otherwise); warned of at
-    /// every start.
-    #[arg(long, env = "LEASEHOLD_REDIS_ALLOW_EVICTION")]
-    redis_allow_eviction: bool,
-    /// Address to serve gRPC on.
-    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
-    listen: SocketAddr,
-    /// Prefix of every Redis key the server touches.
-    #[arg(long, env = "LEASEHOLD_KEY_PREFIX", default_value = "leasehold:")]
-    key_prefix: String,
-    /// TLS certificate chain (PEM) for the gRPC listener; with --tls-key.
-    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM) for the gRPC listener; with --tls-cert.
-    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// CA (PEM) that signs client certificates: when given, clients must present one (mTLS).
-    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
-    tls_client_ca: Option<PathBuf>,
-    /// TOML file of grants (hashed bearer tokens or certificate subjects, roles, name
-    /// prefixes); when given, every call must present a granted identity.
-    #[arg(long, env = "LEASEHOLD_AUTH_FILE")]
-    auth_file: Option<PathBuf>,
-    /// Serve Prometheus metrics on this address (GET /metrics); off when not given.
-    #[arg(long, env = "LEASEHOLD_METRICS")]
-    metrics: Option<SocketAddr>,
-    /// Label lease metrics by this lock-name prefix (repeatable, at most 64); others get "".
-    #[arg(long, env = "LEASEHOLD_METRICS_NAME_PREFIX", value_delimiter = ',')]
-    metrics_name_prefix: Vec<String>,
-    /// Log lines as text or as JSON objects (RUST_LOG sets the levels).
-    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", default_value = "text")]
-    log_format: LogFormat,
-    /// How often to ping client connections (e.g. 5s, 500ms).
-    #[arg(long, env = "LEASEHOLD_KEEPALIVE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
-    keepalive_interval: Duration,
-    /// How long a ping may go unanswered before the client's connection is dropped. Its leases
-    /// are then released, or, with a resume grace (every client's default: the TTL), kept for
-    /// that grace for the client to resume: a frozen or vanished client's locks free within
-    /// keepalive-interval + keepalive-timeout + its grace.
-    #[arg(long, env = "LEASEHOLD_KEEPALIVE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
-    keepalive_timeout: Duration,
-    /// Leases one client connection may hold or wait for at once (each Lease and Campaign
-    /// stream, each Session stream and each lease on it); past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_LEASES_PER_CONNECTION", default_value_t = DEFAULT_MAX_LEASES_PER_CONNECTION)]
-    max_leases_per_connection: usize,
-    /// Leases the whole server may hold or wait for at once (each Lease and Campaign stream, each
-    /// Session stream and each lease on it; see docs/operations.md#sizing for the memory they
-    /// take); past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_LEASES", default_value_t = DEFAULT_MAX_LEASES)]
-    max_leases: usize,
-    /// Largest request message in bytes; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_MESSAGE_BYTES", default_value_t = MAX_REQUEST_BYTES)]
-    max_message_bytes: usize,
-    /// Also serve a no-op echo service (leasehold.bench.v1), the transport baseline that
-    /// `leasehold bench` measures leases against.
-    #[arg(long, env = "LEASEHOLD_ECHO")]
-    echo: bool,
-    /// Wake waiters by Redis pub/sub when a lock frees (`false`: waiters poll with backoff).
-    #[arg(long, env = "LEASEHOLD_WAKEUPS", default_value_t = true, action = clap::ArgAction::Set)]
-    wakeups: bool,
-    /// How long the line keeps a waiter whose server stopped vouching for it (crashed).
-    #[arg(long, env = "LEASEHOLD_WAITER_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
-    waiter_ttl: Duration,
-    /// Waiters this server accepts at once; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
-    max_waiters: usize,
-    /// Waiters this server accepts for one lock; past it, RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_LOCK", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
-    max_waiters_per_lock: u32,
-    /// On shutdown, how long to wait for every lease to be handed over or released before
-    /// exiting.
-    #[arg(long, env = "LEASEHOLD_DRAIN", default_value = "10s", value_parser = humantime::parse_duration)]
-    drain: Duration,
-}
-
 /// How the server writes its log lines.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum LogFormat {
@@ -467,6 +360,10 @@ pub async fn main() -> ExitCode {
         Command::Leader(args) => elect::leader(args).await,
         Command::Status(args) => match args.server.options() {
             Ok(connect) => inspect::status(connect, args.names, args.json).await,
+            Err(problem) => usage(problem),
+        },
+        Command::Watch(args) => match args.server.options() {
+            Ok(connect) => watch::watch(connect, args.names, args.json).await,
             Err(problem) => usage(problem),
         },
         Command::Bench(args) => run_bench(args).await,
@@ -534,7 +431,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, elect, leader, status, release, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, elect, leader, status, watch, release, revoke, health or bench (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),

@@ -15,6 +15,7 @@
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
 //! - [`revoke`]: an operator's revocation, and every server's holders of it told at once.
+//! - [`watch`]: a lock's state on every change, read when Redis announces one, to every watcher.
 //!
 //! It uses the store layer below it and nothing above it.
 
@@ -28,3 +29,4 @@ pub mod revoke;
 pub mod scheduler;
 pub mod spec;
 pub mod waiting;
+pub mod watch;

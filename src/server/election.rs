@@ -1,4 +1,4 @@
-//! The `ElectionService`: `Campaign` (through the driver), `Leader`, and `Observe`.
+//! The `ElectionService`: `Campaign` (through the driver), `Leader`, `Observe`, and `List`.
 
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use super::events::ResponseStream;
 use crate::error::{Error, Result};
 use crate::lease::observers::{Observers, Watch};
 use crate::lease::revoke::revoke_leader;
-use crate::lease::spec::LockName;
+use crate::lease::spec::{LockName, MAX_LISTED};
 use crate::pb::{self, election_service_server::ElectionService};
 use crate::store::elections::Snapshot;
 use crate::store::{ElectionKeys, Elections};
@@ -225,8 +225,31 @@ impl ElectionService for ElectionServer {
 
     async fn list(
         &self,
-        _request: Request<pb::ElectionServiceListRequest>,
+        request: Request<pb::ElectionServiceListRequest>,
     ) -> Result<Response<pb::ElectionServiceListResponse>, Status> {
-        Err(Status::unimplemented("List is not built yet"))
+        self.available()?;
+        let caller = Caller::of(&request);
+        // As LockService.List: admins only, and each sees the names under its prefixes.
+        caller.has(Role::Admin)?;
+        let limit = match request.into_inner().limit {
+            0 => MAX_LISTED,
+            limit => usize::try_from(limit).map_or(MAX_LISTED, |l| l.min(MAX_LISTED)),
+        };
+        let (leading, truncated) = self.elections().leading(limit).await?;
+        let elections = leading
+            .into_iter()
+            .filter(|(name, _)| caller.sees(Scope::Election, name))
+            .map(|(election, state)| pb::ElectionState {
+                election,
+                value: state.leader.value.to_vec(),
+                term: state.leader.term,
+                ttl_remaining_ms: state.lease_ttl.map(pb::millis).unwrap_or(u32::MAX),
+                waiting: state.waiting,
+            })
+            .collect();
+        Ok(Response::new(pb::ElectionServiceListResponse {
+            elections,
+            truncated,
+        }))
     }
 }

@@ -16,21 +16,24 @@ use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::revoke::revoke_lock;
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
+use crate::lease::watch::{Watchers, Watching};
 use crate::metrics::Outcome;
 use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::LockState;
+use crate::store::locks::{Described, LockState};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
 pub struct LockServer {
     streams: Arc<Streams>,
+    watchers: Watchers,
 }
 
 impl LockServer {
-    pub fn new(streams: Arc<Streams>) -> Self {
-        LockServer { streams }
+    pub async fn start(streams: Arc<Streams>) -> Result<Self, Error> {
+        let watchers = Watchers::start(&streams.store.locks).await?;
+        Ok(LockServer { streams, watchers })
     }
 
     /// The lock and the token a unary call names, both checked, and the caller allowed to hold
@@ -194,9 +197,13 @@ impl LockService for LockServer {
             warn!(audit = "revoke", who, peer = ?peer, lock = %name, holder = held.holder, fencing_token = held.fencing_token, "lock holding revoked");
         }
         streams.metrics().revoked("lock", ended.len());
-        let revoked = described(LockState::Held {
-            mode: Mode::Exclusive { limit: 1 },
-            holders: ended,
+        let revoked = described(Described {
+            state: LockState::Held {
+                mode: Mode::Exclusive { limit: 1 },
+                holders: ended,
+            },
+            waiting: 0,
+            first_waiter_leaves: None,
         });
         Ok(Response::new(pb::RevokeResponse {
             revoked: revoked.holders,
@@ -207,17 +214,51 @@ impl LockService for LockServer {
 
     async fn watch(
         &self,
-        _request: Request<pb::WatchRequest>,
+        request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("Watch is not built yet"))
+        if self.streams.tasks().is_stopping() {
+            return Err(Error::ShuttingDown.into());
+        }
+        let caller = Caller::of(&request);
+        let name = LockName::parse(request.into_inner().name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
+        let locks = &self.streams.store.locks;
+        let keys = locks.keys(name.as_str());
+        // Redis unreachable is the caller's answer now, not a silent stream.
+        locks.describe(&keys).await?;
+        let watching = self.watchers.watch(&keys).await?;
+        let counted = self.streams.metrics().open_stream("watch");
+        Ok(Response::new(Box::pin(watched(watching, counted))))
     }
+}
+
+/// The states of a watch, pulled by the response stream: a reader that falls behind gets the
+/// newest state next, never a queue. Ends with `SHUTTING_DOWN` when the server stops.
+fn watched<C: Send + 'static>(
+    watching: Watching,
+    counted: C,
+) -> impl tokio_stream::Stream<Item = Result<pb::WatchResponse, Status>> + Send {
+    futures_util::stream::unfold(Some((watching, counted)), |open| async move {
+        let (mut watching, counted) = open?;
+        Some(match watching.next().await {
+            Some(state) => {
+                let state = Some(described(state));
+                (Ok(pb::WatchResponse { state }), Some((watching, counted)))
+            }
+            None => (Err(Error::ShuttingDown.into()), None),
+        })
+    })
 }
 
 /// A lock's state as `Describe` answers it: every holder, and the first in the single-holder
 /// fields that predate semaphores.
-fn described(state: LockState) -> pb::DescribeResponse {
-    let LockState::Held { mode, holders } = state else {
-        return pb::DescribeResponse::default();
+fn described(described: Described) -> pb::DescribeResponse {
+    let waiting = described.waiting;
+    let LockState::Held { mode, holders } = described.state else {
+        return pb::DescribeResponse {
+            waiting,
+            ..Default::default()
+        };
     };
     let holders: Vec<pb::Holder> = holders
         .into_iter()
@@ -241,6 +282,6 @@ fn described(state: LockState) -> pb::DescribeResponse {
         holders,
         limit,
         mode: mode.into(),
-        waiting: 0,
+        waiting,
     }
 }

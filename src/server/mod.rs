@@ -6,6 +6,7 @@
 //! - [`admission`]: how many leases one client connection, and the server, may hold open.
 //! - [`message_size`]: the request size limit, answered as a limit.
 //! - [`health`]: `grpc.health.v1` following Redis; [`exporter`]: Prometheus `/metrics`.
+//! - [`console`]: the web console (`--console`), a page over the services' own calls.
 //! - [`events`]: the non-blocking sending side of a response stream.
 //! - [`driver`]: the one driver of every stream that holds a lease: a translator between its
 //!   messages and the lease's life ([`crate::lease::life`]), which decides every exit.
@@ -19,6 +20,7 @@
 pub mod admission;
 pub mod auth;
 pub mod campaign;
+pub mod console;
 pub mod driver;
 pub mod echo;
 pub mod election;
@@ -69,10 +71,11 @@ const STREAM_HEADROOM: u32 = 256;
 /// Default for how long shutdown waits for leases to let go (they then expire by TTL).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Where the server listens: gRPC, and Prometheus `/metrics` if wanted.
+/// Where the server listens: gRPC, and Prometheus `/metrics` and the web console if wanted.
 pub struct Listeners {
     pub grpc: TcpListener,
     pub metrics: Option<TcpListener>,
+    pub console: Option<TcpListener>,
 }
 
 impl From<TcpListener> for Listeners {
@@ -80,6 +83,7 @@ impl From<TcpListener> for Listeners {
         Listeners {
             grpc,
             metrics: None,
+            console: None,
         }
     }
 }
@@ -167,7 +171,17 @@ pub async fn serve(
     crate::lease::revoke::listen(&store, &streams.scheduler).await?;
     let elections = ElectionServer::start(streams.clone()).await?;
     let sessions = session::SessionServer::new(streams.clone());
-    let locks = LockServer::new(streams);
+    let locks = LockServer::start(streams).await?;
+    let authenticate = Authenticate(config.auth.clone());
+    if let Some(listener) = listeners.console {
+        let services = console::Services {
+            locks: locks.clone(),
+            elections: elections.clone(),
+            authenticate: authenticate.clone(),
+            tasks: tasks.clone(),
+        };
+        console::start(listener, services, tls.clone(), &tasks);
+    }
     // HTTP/2 must let the streams through for our own limit to answer them with a status
     // (hyper would otherwise cap a connection at 200 and make clients queue silently). The
     // headroom carries unary calls and the refusals themselves.
@@ -208,7 +222,6 @@ pub async fn serve(
     if let Some(listener) = listeners.metrics {
         exporter::start(listener, store.connection().metrics().clone(), &tasks);
     }
-    let authenticate = Authenticate(config.auth.clone());
     let limit = NameTheLimit {
         limit: config.max_message_bytes,
     };

@@ -18,6 +18,10 @@ use super::keys::{LockKeys, key_base, lock_keys_at};
 use super::token::Token;
 use crate::error::{Error, Result};
 
+mod listing;
+
+pub use listing::Leading;
+
 /// Elections live under `<prefix>election:`; lock keys start with `<prefix>{`, so the two key
 /// spaces never meet.
 const ELECTION_SPACE: &str = "election:";

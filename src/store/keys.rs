@@ -80,6 +80,14 @@ impl LockKeys {
     pub fn channel(&self) -> String {
         [self.base(), ":wake"].concat()
     }
+
+    /// Marks the name watched while a server watches it (string, with a TTL each watching
+    /// server renews), and is also the sharded channel its change notices go on (same slot): the
+    /// scripts that change the name publish there only while the mark exists (`announce` in
+    /// lease.lua), so a name nobody watches pays one `EXISTS` per change and no message.
+    pub fn watched(&self) -> String {
+        [self.base(), ":watched"].concat()
+    }
 }
 
 const LOCK_SUFFIX: &str = ":lock";

@@ -21,9 +21,9 @@ mod revoke;
 mod scripts;
 mod types;
 
-pub use listing::MAX_SCAN_PAGES;
+pub use super::scan::MAX_SCAN_PAGES;
 use scripts::Scripts;
-pub use types::{AcquireOutcome, HolderState, LockState, Mode, Resumed, Waiter};
+pub use types::{AcquireOutcome, Described, HolderState, LockState, Mode, Resumed, Waiter};
 
 /// The locks under one key prefix. Cheap to clone: one pointer.
 #[derive(Clone)]
@@ -151,6 +151,7 @@ impl Locks {
                         keys.deadlines(),
                         keys.holders(),
                         keys.permits(),
+                        keys.watched(),
                     ],
                     vec![
                         Value::from(token.secret()),
@@ -173,6 +174,7 @@ impl Locks {
                     keys.line(),
                     keys.deadlines(),
                     keys.holders(),
+                    keys.watched(),
                 ],
                 vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
             )
@@ -203,6 +205,7 @@ impl Locks {
                     keys.line(),
                     keys.deadlines(),
                     keys.holders(),
+                    keys.watched(),
                 ],
                 args.clone(),
             )
@@ -303,7 +306,12 @@ impl Locks {
             connection.eval::<i64>(
                 &self.0.scripts.detach,
                 "detach",
-                permit_script_keys(keys),
+                vec![
+                    keys.lock().to_owned(),
+                    keys.holders(),
+                    keys.permits(),
+                    keys.watched(),
+                ],
                 vec![
                     Value::from(token.secret()),
                     Value::from(millis(grace)),

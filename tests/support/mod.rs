@@ -2,6 +2,7 @@
 //! in-process or as a child process, a gRPC client helper and a TCP proxy that can freeze.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod certs;
 pub mod chaos;
 pub mod cluster;

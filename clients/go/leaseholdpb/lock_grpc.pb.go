@@ -113,9 +113,9 @@ type LockServiceClient interface {
 	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
 	// Watch sends a lock's state at once, then again on every change (taken,
 	// released, expired, revoked, a waiter joining or leaving) until the client
-	// cancels. Changes come from Redis pub/sub (the channel the waiters use),
-	// not from polling; an expiry, which Redis does not announce, is read when
-	// the holder's TTL runs out. A state is never sent twice in a row; a
+	// cancels. Changes come from Redis pub/sub (a notice the lock's scripts
+	// publish while the name is watched), not from polling; an expiry, which
+	// Redis does not announce, is read when the holder's TTL runs out. A state is never sent twice in a row; a
 	// watcher that stops reading is sent the newest state, not every one it
 	// missed. Needs the `observe` role on the name.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
@@ -278,9 +278,9 @@ type LockServiceServer interface {
 	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
 	// Watch sends a lock's state at once, then again on every change (taken,
 	// released, expired, revoked, a waiter joining or leaving) until the client
-	// cancels. Changes come from Redis pub/sub (the channel the waiters use),
-	// not from polling; an expiry, which Redis does not announce, is read when
-	// the holder's TTL runs out. A state is never sent twice in a row; a
+	// cancels. Changes come from Redis pub/sub (a notice the lock's scripts
+	// publish while the name is watched), not from polling; an expiry, which
+	// Redis does not announce, is read when the holder's TTL runs out. A state is never sent twice in a row; a
 	// watcher that stops reading is sent the newest state, not every one it
 	// missed. Needs the `observe` role on the name.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error

@@ -6,6 +6,7 @@
 //! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
 //!   a held lease resumes on another server on its own when its stream breaks.
 //! - [`election`]: `campaign`, `leader`; [`observation`]: `observe`.
+//! - [`watch`]: `watch`, a lock's state on every change as a `Stream`.
 //! - [`session`]: many leases and leaderships on one stream.
 //!
 //! A lease and a leadership run on one held-stream core (`stream.rs`: renewals, this process's
@@ -55,6 +56,7 @@ pub mod refusal;
 pub mod replicas;
 pub mod session;
 mod stream;
+pub mod watch;
 
 pub use client::{BearerToken, Client, ConnectOptions, Transport};
 pub use election::{Candidate, Leader};
@@ -65,3 +67,4 @@ pub use observation::Observation;
 pub use refusal::Refusal;
 pub use replicas::Replicas;
 pub use session::{Session, SessionBuilder, SessionLeader, SessionLease};
+pub use watch::Watch;

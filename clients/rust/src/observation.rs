@@ -70,20 +70,30 @@ impl Observation {
                 Ok(None) => {}
             }
             // The stream broke or ended: follow again, on another server if this one is gone.
-            let mut backoff = Duration::from_millis(20);
-            let mut tries = 0;
-            self.responses = loop {
-                match self.client.observation(self.request.clone()).await {
-                    Ok(responses) => break responses,
-                    Err(ClientError::Status(status)) if resumable(&status) && tries < 50 => {
-                        tries += 1;
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(500));
-                    }
-                    Err(error) => return Err(error),
-                }
-            };
+            let (client, request) = (&self.client, &self.request);
+            self.responses = reopen(|| client.observation(request.clone())).await?;
             self.resumed = true;
+        }
+    }
+}
+
+/// Opens a broken follower's stream again (`open`), on another server if its own is gone:
+/// retried with a growing delay while the answer says the service may come back, about 25 s in
+/// all.
+pub(crate) async fn reopen<T, F: Future<Output = Result<T, ClientError>>>(
+    mut open: impl FnMut() -> F,
+) -> Result<T, ClientError> {
+    let mut backoff = Duration::from_millis(20);
+    let mut tries = 0;
+    loop {
+        match open().await {
+            Ok(opened) => return Ok(opened),
+            Err(ClientError::Status(status)) if resumable(&status) && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            Err(error) => return Err(error),
         }
     }
 }

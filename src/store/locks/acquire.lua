@@ -3,6 +3,7 @@
 -- KEYS[1] lock (string, see lease.lua)  KEYS[2] the slot's fencing counter
 -- KEYS[3] line (zset: fair waiter id -> arrival, microseconds)
 -- KEYS[4] deadlines (zset: every waiter id -> ms)  KEYS[5] holders  KEYS[6] permits (permits.lua)
+-- KEYS[7] the watched mark and channel (announce in lease.lua)
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description  ARGV[4] waiter id
 -- ARGV[5] '1' if fair  ARGV[6] '1' to join the line if the lock is taken  ARGV[7] waiter ttl in ms
 -- ARGV[8] wake-up channel  ARGV[9] arrival in microseconds for the line ('' : this Redis's clock)
@@ -26,10 +27,19 @@ for _, waiter in ipairs(dead) do
   redis.call('ZREM', KEYS[3], waiter)
   redis.call('ZREM', KEYS[4], waiter)
 end
+-- Watchers hear of every taking, a waiter joining or leaving, and waiters dropped.
+local changed = #dead > 0
 
 local function leave_line()
   redis.call('ZREM', KEYS[3], me)
   redis.call('ZREM', KEYS[4], me)
+end
+
+local function announced(reply)
+  if changed then
+    announce(KEYS[7])
+  end
+  return reply
 end
 
 -- Ours already: an earlier attempt with this token landed though its answer was lost.
@@ -37,14 +47,14 @@ local fence_held = ours(current, token)
 if fence_held then
   leave_line()
   redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, fence_held}
+  return announced({1, fence_held})
 end
 local permits_held = live_permits(KEYS[5], KEYS[6], now_ms)
 if permit_expiry(KEYS[5], token, now_ms) then
   leave_line()
   redis.call('ZADD', KEYS[5], now_ms + ttl, token)
   expire_permits(KEYS[5], KEYS[6])
-  return {1, redis.call('HGET', KEYS[6], 'f:' .. token) or '0'}
+  return announced({1, redis.call('HGET', KEYS[6], 'f:' .. token) or '0'})
 end
 
 local exclusive_held = current ~= false
@@ -57,7 +67,7 @@ end
 -- Readers and a writer are one read-write lock; any other difference is the caller's mistake.
 local rw = (held_kind == '1' and kind == 'shared') or (held_kind == 'shared' and kind == '1')
 if held_kind and held_kind ~= kind and not rw then
-  return {2, held_kind}
+  return announced({2, held_kind})
 end
 
 local fair = ARGV[5] == '1'
@@ -100,7 +110,8 @@ if may_go and not exclusive_held then
     redis.call('HSET', KEYS[6], 'kind', kind, 'f:' .. token, fence, 'h:' .. token, ARGV[3])
     expire_permits(KEYS[5], KEYS[6])
   end
-  return {1, fence}
+  changed = true
+  return announced({1, fence})
 end
 
 local position = 0
@@ -109,7 +120,9 @@ if ARGV[6] == '1' then
   -- one also has a place in line. NX keeps the first arrival time across retries: that is the
   -- waiter's place. Passed on as a string: Lua would write a number this large with only 14
   -- digits.
-  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[7]), me)
+  if redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[7]), me) == 1 then
+    changed = true
+  end
   if fair then
     local arrival = string.format('%.0f', now_us)
     if ARGV[9] ~= '' then
@@ -135,4 +148,4 @@ if #dead > 0 and not exclusive_held then
   -- The line moved while the lock may be free: wake whoever may go now.
   redis.call('SPUBLISH', ARGV[8], wake_message(KEYS[3], KEYS[5]))
 end
-return {0, remaining, holder, position}
+return announced({0, remaining, holder, position})

@@ -151,6 +151,7 @@ impl Locks {
                         keys.fence(),
                         keys.deadlines(),
                         keys.holders(),
+                        keys.watched(),
                     ],
                     vec![
                         Value::from(token.secret()),
@@ -178,6 +179,7 @@ impl Locks {
                     keys.deadlines(),
                     keys.holders(),
                     keys.permits(),
+                    keys.watched(),
                 ],
                 vec![
                     Value::from(token.secret()),

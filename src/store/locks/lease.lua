@@ -51,3 +51,11 @@ local function expire_line(line, deadlines)
     redis.call('PEXPIREAT', line, last)
   end
 end
+
+-- Tells the name's watchers that its state changed, if any server watches it: `watched` is both
+-- the mark watching servers keep alive (with a TTL) and the sharded channel they listen on.
+local function announce(watched)
+  if redis.call('EXISTS', watched) == 1 then
+    redis.call('SPUBLISH', watched, '')
+  end
+end

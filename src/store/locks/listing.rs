@@ -1,136 +1,131 @@
 //! Reading: who holds a lock (`Describe`), and which locks are held (`List`, by `SCAN`).
 
-use std::collections::HashSet;
+use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::permit_script_keys;
-use super::types::{HolderState, LockState, Mode};
+use super::types::{Described, HolderState, LockState, Mode};
 use super::{Locks, bad_reply, pttl};
 use crate::error::Result;
-use crate::store::connection::Connection;
+use crate::store::connection::{Connection, millis};
 use crate::store::keys::LockKeys;
 use crate::store::keys::{lock_key_pattern, lock_name};
-
-/// Keys asked of Redis per `SCAN` call when listing held locks.
-const SCAN_PAGE: u32 = 1_000;
-/// `SCAN` calls at most per listing: 1,000,000 keys looked at.
-pub const MAX_SCAN_PAGES: usize = 1_000;
+use crate::store::scan::Scan;
 
 impl Locks {
-    /// The locks held under this prefix, at most `limit`, found by `SCAN` (at most
-    /// [`MAX_SCAN_PAGES`] pages of [`SCAN_PAGE`] keys in all, so a huge key space bounds the
-    /// time, not only the answer). On a cluster every primary is scanned, since each holds only
-    /// its own slots' keys. `true`: more locks may be held than returned.
-    pub async fn held(&self, limit: usize) -> Result<(Vec<(String, LockState)>, bool)> {
-        let mut names = Vec::new();
-        let mut pages = 0;
-        let mut complete = true;
+    /// The locks held under this prefix, at most `limit`, found by `SCAN` (bounded in pages, so
+    /// a huge key space bounds the time, not only the answer: see [`Scan`]). `true`: more locks
+    /// may be held than returned.
+    pub async fn held(&self, limit: usize) -> Result<(Vec<(String, Described)>, bool)> {
+        let prefix = &self.0.prefix;
+        let pattern = lock_key_pattern(prefix);
+        let mut scan = Scan::new(&pattern, |key| lock_name(prefix, key), limit);
         for connection in self.0.nodes.all() {
-            let client = connection.client();
-            if client.is_clustered() {
-                let primaries = client
-                    .cached_cluster_state()
-                    .map(|state| state.unique_primary_nodes())
-                    .unwrap_or_default();
-                for primary in primaries {
-                    let node = client.with_cluster_node(primary);
-                    complete &= self.scan(&node, limit, &mut pages, &mut names).await?;
-                }
-            } else {
-                complete &= self.scan(client, limit, &mut pages, &mut names).await?;
-            }
+            scan.node(connection).await?;
         }
-        // Redlock's primaries each hold a copy of every lock.
-        let mut seen = HashSet::new();
-        names.retain(|name| seen.insert(name.clone()));
-        let truncated = !complete || names.len() > limit;
-        let mut held = Vec::with_capacity(names.len().min(limit));
-        for name in names.into_iter().take(limit) {
+        let (names, truncated) = scan.finish();
+        let mut held = Vec::with_capacity(names.len());
+        for name in names {
             // Released since the scan saw it: not held any more, so not listed.
-            if let state @ LockState::Held { .. } = self.describe(&self.keys(&name)).await? {
-                held.push((name, state));
+            let described = self.describe(&self.keys(&name)).await?;
+            if matches!(described.state, LockState::Held { .. }) {
+                held.push((name, described));
             }
         }
         Ok((held, truncated))
     }
 
-    /// Scans one node for lock keys into `names`, counting `pages` against the budget; `true`
-    /// if the node's scan ran to its end.
-    async fn scan(
-        &self,
-        node: &impl KeysInterface,
-        limit: usize,
-        pages: &mut usize,
-        names: &mut Vec<String>,
-    ) -> Result<bool> {
-        let pattern = lock_key_pattern(&self.0.prefix);
-        let mut cursor = "0".to_owned();
-        loop {
-            if *pages >= MAX_SCAN_PAGES || names.len() > limit {
-                return Ok(false);
-            }
-            *pages += 1;
-            let scan = node.scan_page(cursor, pattern.as_str(), Some(SCAN_PAGE), None);
-            let (next, keys): (String, Vec<String>) =
-                self.connection().bounded("scan", scan).await?;
-            names.extend(keys.iter().filter_map(|key| lock_name(&self.0.prefix, key)));
-            cursor = next;
-            if cursor == "0" {
-                return Ok(true);
-            }
-        }
+    /// Reads who holds the lock and how many wait: on Redlock, held when a majority of
+    /// primaries say so (with the highest token among them), free when enough answered to rule
+    /// that out; the most waiters any primary counts.
+    pub async fn describe(&self, keys: &LockKeys) -> Result<Described> {
+        self.read(keys, None).await
     }
 
-    /// Reads who holds the lock: on Redlock, held when a majority of primaries say so (with the
-    /// highest token among them), free when enough answered to rule that out.
-    pub async fn describe(&self, keys: &LockKeys) -> Result<LockState> {
+    /// [`Locks::describe`] for a watcher, which also marks the name watched for `mark_ttl` on
+    /// every node (see [`LockKeys::watched`]): every change after this read is announced.
+    pub async fn read_watched(&self, keys: &LockKeys, mark_ttl: Duration) -> Result<Described> {
+        self.read(keys, Some(mark_ttl)).await
+    }
+
+    async fn read(&self, keys: &LockKeys, mark_ttl: Option<Duration>) -> Result<Described> {
         let answers = self
             .0
             .nodes
             .gather(
-                |_, connection| self.describe_on(connection, keys),
+                |_, connection| self.describe_on(connection, keys, mark_ttl),
                 |_| false,
             )
             .await;
-        let held = answers.count(|state| matches!(state, LockState::Held { .. }));
-        if answers.is_majority(held) {
-            let newest = answers
-                .ok
+        let is_held = |d: &Described| matches!(d.state, LockState::Held { .. });
+        let held = answers.count(is_held);
+        let enough = answers.is_majority(answers.ok.len());
+        let held_by_majority = answers.is_majority(held);
+        if !held_by_majority && !enough {
+            return Err(answers.into_error("describe"));
+        }
+        let answered: Vec<Described> = answers.ok.into_iter().map(|(_, d)| d).collect();
+        let waiting = answered.iter().map(|d| d.waiting).max().unwrap_or(0);
+        let first_waiter_leaves = answered.iter().filter_map(|d| d.first_waiter_leaves).min();
+        let state = if held_by_majority {
+            answered
                 .into_iter()
-                .map(|(_, state)| state)
-                .filter(|state| matches!(state, LockState::Held { .. }))
-                .max_by_key(|state| match state {
+                .filter(is_held)
+                .max_by_key(|d| match &d.state {
                     LockState::Held { holders, .. } => {
                         holders.iter().map(|h| h.fencing_token).max().unwrap_or(0)
                     }
                     LockState::Free => 0,
-                });
-            return Ok(newest.unwrap_or(LockState::Free));
-        }
-        if answers.is_majority(answers.ok.len()) {
-            return Ok(LockState::Free);
-        }
-        Err(answers.into_error("describe"))
+                })
+                .map_or(LockState::Free, |d| d.state)
+        } else {
+            LockState::Free
+        };
+        Ok(Described {
+            state,
+            waiting,
+            first_waiter_leaves,
+        })
     }
 
-    async fn describe_on(&self, connection: &Connection, keys: &LockKeys) -> Result<LockState> {
+    async fn describe_on(
+        &self,
+        connection: &Connection,
+        keys: &LockKeys,
+        mark_ttl: Option<Duration>,
+    ) -> Result<Described> {
         const CONTEXT: &str = "describe";
+        let mut script_keys = vec![
+            keys.lock().to_owned(),
+            keys.holders(),
+            keys.permits(),
+            keys.deadlines(),
+        ];
+        let mut args = Vec::new();
+        if let Some(ttl) = mark_ttl {
+            script_keys.push(keys.watched());
+            args.push(Value::from(millis(ttl)));
+        }
         let reply: Vec<Value> = connection
-            .eval(
-                &self.0.scripts.describe,
-                CONTEXT,
-                permit_script_keys(keys),
-                Vec::<Value>::new(),
-            )
+            .eval(&self.0.scripts.describe, CONTEXT, script_keys, args)
             .await?;
-        let Some((kind, held)) = reply.split_first() else {
-            return Ok(LockState::Free);
+        let [waiting, first_leaves, kind, held @ ..] = reply.as_slice() else {
+            return Err(bad_reply(CONTEXT, &reply));
         };
-        let mode = kind
-            .as_str()
-            .and_then(|kind| Mode::from_kind(&kind))
+        let waiting = waiting
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
             .ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+        let first_waiter_leaves = pttl(first_leaves);
+        let kind = kind.as_str().unwrap_or_default();
+        if kind.is_empty() && held.is_empty() {
+            return Ok(Described {
+                state: LockState::Free,
+                waiting,
+                first_waiter_leaves,
+            });
+        }
+        let mode = Mode::from_kind(&kind).ok_or_else(|| bad_reply(CONTEXT, &reply))?;
         if held.is_empty() || held.len() % 3 != 0 {
             return Err(bad_reply(CONTEXT, &reply));
         }
@@ -143,6 +138,10 @@ impl Locks {
             })
             .collect();
         holders.sort_by_key(|holder| holder.fencing_token);
-        Ok(LockState::Held { mode, holders })
+        Ok(Described {
+            state: LockState::Held { mode, holders },
+            waiting,
+            first_waiter_leaves,
+        })
     }
 }

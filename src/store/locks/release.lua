@@ -1,5 +1,6 @@
 -- Let go of the lock (or of our permit), only if it still holds our token, and wake the waiters.
 -- KEYS[1] lock  KEYS[2] line  KEYS[3] deadlines  KEYS[4] holders  KEYS[5] permits
+-- KEYS[6] the watched mark and channel (announce in lease.lua)
 -- ARGV[1] token  ARGV[2] wake-up channel
 -- Returns 1 when released, 0 when the lock is gone or someone else's.
 local released = 0
@@ -22,5 +23,8 @@ end
 -- (every waiter has a deadline), so a lock nobody waits for pays for no message.
 if released == 1 and redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('SPUBLISH', ARGV[2], wake_message(KEYS[2], KEYS[4]))
+end
+if released == 1 then
+  announce(KEYS[6])
 end
 return released

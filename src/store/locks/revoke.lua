@@ -1,5 +1,6 @@
 -- Revoke holdings of a lock by force: every holder, or the one with a given fencing token.
 -- KEYS[1] lock  KEYS[2] line  KEYS[3] deadlines  KEYS[4] holders  KEYS[5] permits
+-- KEYS[6] the watched mark (announce in lease.lua)
 -- ARGV[1] fencing token ('0': every holder)  ARGV[2] wake-up channel  ARGV[3] revocations channel
 -- Returns {holder, fencing token, remaining ttl ms, ...} for each holding ended; {} if none.
 -- Every server listens on the revocations channel (one per key prefix, plain PUBLISH, which a
@@ -37,5 +38,6 @@ if #ended > 0 then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('SPUBLISH', ARGV[2], wake_message(KEYS[2], KEYS[4]))
   end
+  announce(KEYS[6])
 end
 return ended

@@ -48,6 +48,7 @@ impl Locks {
                             keys.deadlines(),
                             keys.holders(),
                             keys.permits(),
+                            keys.watched(),
                         ],
                         vec![
                             Value::from(fencing_token.to_string()),

@@ -1,12 +1,13 @@
--- A plain lock's common case, for what `SET NX PX` costs and little more: nobody waiting and
--- no permits held (every waiter has a deadline), one EXISTS for those and the lock, the
--- counter's INCR and one SET. Few arguments on purpose: Redis spends more converting a script's arguments than on
+-- A plain lock's common case, for what `SET NX PX` costs and little more: nobody waiting, no
+-- permits held (every waiter has a deadline) and nobody watching; one EXISTS for those and the
+-- lock, the counter's INCR and one SET. Few arguments on purpose: Redis spends more converting a script's arguments than on
 -- most commands in it. Anything else (the lock taken, someone waiting, permits held, the lock
 -- already ours) is acquire.lua's, which the caller runs next.
 -- KEYS[1] lock  KEYS[2] the slot's fencing counter  KEYS[3] deadlines  KEYS[4] holders
+-- KEYS[5] the watched mark (a watched name goes to acquire.lua, which announces the change)
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description
 -- Returns {1, fence} when acquired; {0} when acquire.lua must decide.
-if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4]) ~= 0 then
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) ~= 0 then
   return {0}
 end
 -- The clock is read only when the slot's counter is new (see next_fence in lease.lua).

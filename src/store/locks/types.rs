@@ -60,6 +60,16 @@ pub enum LockState {
     },
 }
 
+/// A lock's state and its waiters, as one read of `describe.lua` sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub state: LockState,
+    /// Waiters whose deadline has not passed (in the fair line or not), on any server.
+    pub waiting: u32,
+    /// When the first of them leaves unless its server vouches for it again.
+    pub first_waiter_leaves: Option<Duration>,
+}
+
 /// One holder of a lock, a permit or a shared hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderState {
