@@ -162,7 +162,7 @@ func (w *watching) next(t *testing.T) *LockState {
 	t.Helper()
 	select {
 	case state := <-w.states:
-		if w.last != nil && reflect.DeepEqual(timeless(*w.last), timeless(*state)) {
+		if w.last != nil && sameState(*w.last, *state) {
 			t.Fatalf("reported twice in a row: %+v", state)
 		}
 		w.last = state
@@ -173,14 +173,4 @@ func (w *watching) next(t *testing.T) *LockState {
 		t.Fatalf("no change reported within 2 s after %+v", w.last)
 	}
 	panic("unreachable")
-}
-
-// timeless is a state without its times to live.
-func timeless(state LockState) LockState {
-	state.TTLRemaining = 0
-	state.Holders = append([]LockHolder(nil), state.Holders...)
-	for i := range state.Holders {
-		state.Holders[i].TTLRemaining = 0
-	}
-	return state
 }

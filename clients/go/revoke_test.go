@@ -3,6 +3,8 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,5 +61,37 @@ func TestASessionLeaseRevokedIsLostAlone(t *testing.T) {
 	}
 	if held, err := other.Release(); !held || err != nil {
 		t.Fatalf("the other lease's release: %v %v", held, err)
+	}
+}
+
+// A watch whose server stops goes on when it is back, without the state it had shown again.
+func TestAWatchGoesOnWhenItsServerComesBack(t *testing.T) {
+	r := startReplicas(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	states := watchInBackground(ctx, dial(t, r.addrs[0]), "job")
+	states.next(t)
+	lease, err := Acquire(ctx, r.conns[1], "job", Options{Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state := states.next(t); state.Holder != "holder-a" {
+		t.Fatalf("held: %+v", state)
+	}
+	r.stop(0, syscall.SIGTERM)
+	r.restart(0)
+	// The watch is back once its server listens for the name's changes again (sharded pub/sub).
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.HasSuffix(redisCli(r.redisPort, "PUBSUB", "SHARDNUMSUB", "leasehold:{job}:watched"), "\n1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch never came back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := lease.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if state := states.next(t); state.Held { // not held by holder-a twice: that is skipped
+		t.Fatalf("after the release: %+v", state)
 	}
 }
