@@ -1,5 +1,8 @@
 package leasehold
 
+// The operator's calls (RevokeLeader, Revoke by fencing token, Watch across a restart) against
+// the real binary; operator_test.go has them against fake servers.
+
 import (
 	"context"
 	"errors"
