@@ -116,8 +116,8 @@ func TestConformance_lost_when_key_deleted(t *testing.T) {
 	redisCli(port, "DEL", lockKey)
 	select {
 	case <-lease.Lost():
-		if !strings.Contains(lease.LostReason(), "deleted or taken") {
-			t.Fatalf("reason: %s", lease.LostReason())
+		if !strings.Contains(lease.LostReason(), "deleted or taken") || !errors.Is(lease.Err(), LostTaken) {
+			t.Fatalf("reason: %s (%v)", lease.LostReason(), lease.Err())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lost() never closed")
@@ -136,8 +136,8 @@ func TestConformance_lost_by_client_clock(t *testing.T) {
 	defer server.Signal(syscall.SIGCONT)
 	select {
 	case <-lease.Lost():
-		if !strings.Contains(lease.LostReason(), "server silent") {
-			t.Fatalf("reason: %s", lease.LostReason())
+		if !strings.Contains(lease.LostReason(), "server silent") || !errors.Is(lease.Err(), LostUnreachable) {
+			t.Fatalf("reason: %s (%v)", lease.LostReason(), lease.Err())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lost() never closed while the server was frozen")
@@ -180,6 +180,80 @@ func TestConformance_election_handover(t *testing.T) {
 	leader, err := CurrentLeader(ctx, conn, "vote")
 	if err != nil || leader == nil || leader.Term != termB || string(leader.Value) != "b" {
 		t.Fatalf("leader: %+v %v", leader, err)
+	}
+}
+
+func TestConformance_revoke_ends_holding(t *testing.T) {
+	r := startReplicas(t, 2)
+	ctx := context.Background()
+	lease, err := Acquire(ctx, r.conns[0], "job", Options{TTL: 5 * time.Second, Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, failed := inBackground(func() (*Lease, error) {
+		return Acquire(ctx, r.conns[1], "job", Options{Wait: 10 * time.Second, Holder: "holder-b"})
+	})
+	waitForLine(t, r.redisPort, "leasehold:{job}:line", "1")
+	revoked, err := Revoke(ctx, r.conns[1], "job", 0)
+	if err != nil || len(revoked) != 1 || revoked[0].Holder != "holder-a" || revoked[0].FencingToken != lease.FencingToken {
+		t.Fatalf("revoked %+v, %v", revoked, err)
+	}
+	within(t, lease.Lost(), "the holder never heard")
+	if err := lease.Err(); !errors.Is(err, LostRevoked) {
+		t.Fatalf("lost, but %v", err)
+	}
+	waiter := awaitHeld(t, got, failed, 2*time.Second, "the waiter never got the lock")
+	if waiter.FencingToken <= lease.FencingToken || lockToken(r.redisPort, lockKey) != waiter.Token {
+		t.Fatalf("the waiter holds fencing token %d after %d", waiter.FencingToken, lease.FencingToken)
+	}
+	if held, _ := lease.Release(); held {
+		t.Fatal("the revoked lease was still held: resumed")
+	}
+	if held, err := waiter.Release(); !held || err != nil {
+		t.Fatalf("the waiter's release: %v %v", held, err)
+	}
+	if revoked, err := Revoke(ctx, r.conns[1], "job", 0); len(revoked) != 0 || err != nil {
+		t.Fatalf("revoked a free name: %+v, %v", revoked, err)
+	}
+}
+
+func TestConformance_watch_reports_changes(t *testing.T) {
+	conn, _ := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	states := watchInBackground(ctx, conn, "job")
+	if state := states.next(t); state.Held {
+		t.Fatalf("a free name reported %+v", state)
+	}
+	a, err := Acquire(ctx, conn, "job", Options{Holder: "holder-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state := states.next(t); !state.Held || state.Holder != "holder-a" || state.FencingToken != a.FencingToken {
+		t.Fatalf("after the acquire: %+v", state)
+	}
+	got, failed := inBackground(func() (*Lease, error) {
+		return Acquire(ctx, conn, "job", Options{Wait: 10 * time.Second, Holder: "holder-b"})
+	})
+	if state := states.next(t); state.Holder != "holder-a" || state.Waiting != 1 {
+		t.Fatalf("with a waiter: %+v", state)
+	}
+	if _, err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+	state := states.next(t)
+	for !state.Held { // the moment between the two holders, which may be seen
+		state = states.next(t)
+	}
+	b := awaitHeld(t, got, failed, 2*time.Second, "the waiter never got the lock")
+	if state.Holder != "holder-b" || state.FencingToken != b.FencingToken || b.FencingToken <= a.FencingToken {
+		t.Fatalf("after the hand-off to fencing token %d: %+v", b.FencingToken, state)
+	}
+	if _, err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if state := states.next(t); state.Held {
+		t.Fatalf("after the last release: %+v", state)
 	}
 }
 

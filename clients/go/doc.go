@@ -6,7 +6,7 @@
 //	if err != nil { ... } // errors.Is(err, leasehold.ErrNotAcquired) when the lock stays taken
 //	defer lease.Release()
 //	select {
-//	case <-lease.Lost(): // stop work: lease.LostReason() says why
+//	case <-lease.Lost(): // stop work: lease.LostReason() says why, lease.Err() for programs
 //	case <-work(lease.FencingToken):
 //	}
 //
@@ -16,7 +16,11 @@
 //
 // Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
 // cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
-// out by this process's clock.
+// out by this process's clock. Err() then is a *LostError whose Reason (LostTaken,
+// LostUnreachable, LostShutdown, LostRevoked) programs branch on with errors.Is.
+//
+// Operators have Revoke and RevokeLeader (end a holding by force; its holder hears LostRevoked)
+// and Watch (a lock's state on every change, as an iterator).
 //
 // A process that holds many locks (one per shard, per customer, per job) holds them on one
 // Session instead, as etcd's concurrency package hangs mutexes and elections on one session:

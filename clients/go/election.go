@@ -103,7 +103,7 @@ func Campaign(ctx context.Context, conn grpc.ClientConnInterface, election strin
 	// confirmed (and the leadership ended by this process's clock) with a grace only.
 	resume := !o.NoResume
 	c.held.init(c, campaignWords, conn, ctx, context.WithoutCancel(ctx), resume, resume && c.graceMs > 0,
-		&belief{lost: make(chan struct{})})
+		&belief{lost: make(chan struct{}), what: "leadership"})
 	streamCtx, streamCancel := context.WithCancel(c.held.streams)
 	stream, opened, err := c.held.dial(streamCtx, c.resumeRequest(""))
 	if err != nil {
@@ -147,10 +147,15 @@ func (c *Candidate) end(how outcome, reason string, err error, wasLeader bool) {
 	c.outcome, c.reason, c.err, c.wasLeader = how, reason, refusal(err), wasLeader
 }
 
-// loseLeadership records a lost leadership.
-func (c *Candidate) loseLeadership(reason string) {
-	c.held.lose(reason)
-	c.end(lost, reason, errors.New("leasehold: leadership lost: "+reason), false)
+// loseLeadership records a lost leadership, for `reason` (the first loss stays).
+func (c *Candidate) loseLeadership(reason LostReason, message string) {
+	c.held.lose(reason, message)
+	c.endLost()
+}
+
+// endLost ends the candidacy as its belief was lost: the error it ends with is the *LostError.
+func (c *Candidate) endLost() {
+	c.end(lost, c.held.LostReason(), c.held.Err(), false)
 }
 
 // staleElected is the message of an `elected` that arrived after the validity it gives had run
@@ -207,7 +212,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 			case heardExtended:
 				h.renewed(att.opened, news)
 			case heardLost:
-				c.loseLeadership(news.reason)
+				c.loseLeadership(news.code, news.reason)
 				return
 			case heardDone:
 				// Elected still reports a cancelled context as such.
@@ -231,7 +236,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 			// A resign waits for the resume: nothing stops it but the validity and the context.
 			next, _ := h.resumeAfter(err, new(<-chan struct{}))
 			if next == nil {
-				c.loseLeadership(h.LostReason())
+				c.endLost() // resumeAfter said why
 				return
 			}
 			att = next
@@ -253,7 +258,7 @@ func (c *Candidate) run(att *heldStream[pb.CampaignRequest, pb.CampaignResponse]
 			c.end(failed, "cancelled; no answer to its resign within the ttl", h.ctx.Err(), false)
 			return
 		case <-h.expiry.C:
-			c.loseLeadership("no renewal confirmed before the leadership ran out (server silent)")
+			c.loseLeadership(LostUnreachable, "no renewal confirmed before the leadership ran out (server silent)")
 			return
 		case request := <-c.requests:
 			// A failed send means a broken stream: failed says so next.
@@ -304,6 +309,28 @@ func (c *Candidate) Lost() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.reason
+}
+
+// Err is nil while the candidacy goes on, and after it resigned; else the error it ended with.
+// For a lost leadership that is a *LostError, whose Reason programs branch on:
+//
+//	<-candidate.Done()
+//	if errors.Is(candidate.Err(), leasehold.LostRevoked) { ... an operator took it away ... }
+//
+// Elected and Proclaim return the same error once the candidacy has ended.
+func (c *Candidate) Err() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	how := c.outcome
+	c.mu.Unlock()
+	if how == resigned {
+		return nil
+	}
+	return c.ended()
 }
 
 // ValidUntil is until when the server last vouched for the leadership, by this process's clock

@@ -68,7 +68,8 @@ func refusal(err error) error {
 		return nil
 	}
 	var already *Refusal
-	if errors.As(err, &already) {
+	var lost *LostError // a loss, which may wrap a status: kept as it is
+	if errors.As(err, &already) || errors.As(err, &lost) {
 		return err
 	}
 	st, ok := status.FromError(err)

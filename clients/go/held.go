@@ -35,8 +35,9 @@ type heard struct {
 	fencingToken uint64 // heardHeld: its fencing token (a leadership's term)
 	validForMs   uint32 // heardHeld, heardExtended: see vouchedUntil
 	validToMs    uint64
-	reason       string // heardLost
-	wasHeld      bool   // heardDone
+	reason       string     // heardLost: why, in words
+	code         LostReason // heardLost: why, for programs
+	wasHeld      bool       // heardDone
 }
 
 type heardKind int
@@ -58,7 +59,7 @@ func hearShared(msg interface {
 		return heard{kind: heardExtended, validForMs: e.ValidForMs, validToMs: e.ValidToMs}
 	}
 	if l := msg.GetLost(); l != nil {
-		return heard{kind: heardLost, reason: l.Reason}
+		return heard{kind: heardLost, reason: l.Reason, code: fromWire(l.Code)}
 	}
 	return heard{}
 }
@@ -97,7 +98,7 @@ type holder[Req, Res any] struct {
 
 	token        string
 	fencingToken uint64
-	*belief      // the holder's: a Lease's own (its Lost, LostReason, ValidUntil)
+	*belief      // the holder's: a Lease's own (its Lost, LostReason, Err, ValidUntil)
 }
 
 // init readies a holder not yet held, believing in it by b.
@@ -114,11 +115,6 @@ type heldStream[Req, Res any] struct {
 	cancel context.CancelFunc
 	opened time.Time // just before the stream was opened: what valid_to_ms counts from
 }
-
-// lostError: the server answered `lost` instead of holding it.
-type lostError string
-
-func (e lostError) Error() string { return string(e) }
 
 // dial opens a stream in ctx and sends `request` on it. The moment before it opened is what
 // valid_to_ms counts from (the server counts from its receipt, which is later).
@@ -138,7 +134,7 @@ func (h *holder[Req, Res]) dial(ctx context.Context, request *Req) (grpc.BidiStr
 // that holds it (until `until`, unless it is zero; the end of h.ctx ends the wait as well),
 // which it returns with the stream, now read by a goroutine of its own. A hold whose validity
 // has already run out when its news arrives is none: the stream is cancelled and the error is a
-// staleError.
+// staleError. A `lost` instead is a *LostError.
 func (h *holder[Req, Res]) attach(ctx context.Context, cancel context.CancelFunc, request *Req, until time.Time) (*heldStream[Req, Res], heard, error) {
 	if !until.IsZero() {
 		// Not a deadline of the stream's context: a resumed stream lives on past it.
@@ -163,7 +159,7 @@ func (h *holder[Req, Res]) attach(ctx context.Context, cancel context.CancelFunc
 			// Cancelling the stream lets go of it (or keeps it only for its grace).
 			err = staleError(h.words.stale)
 		case heardLost:
-			err = lostError(news.reason)
+			err = lostBy(h.words.what, news.code, news.reason)
 		}
 	}
 	cancel()
@@ -222,7 +218,7 @@ func (h *holder[Req, Res]) resumeAfter(cause error, stopAsked *<-chan struct{}) 
 	for {
 		until := h.ValidUntil()
 		if !time.Now().Before(until) {
-			h.lose("could not resume before the " + h.words.what + "'s validity ran out: " + describe(last))
+			h.lose(LostUnreachable, "could not resume before the "+h.words.what+"'s validity ran out: "+describe(last))
 			return nil, resumeLost
 		}
 		type result struct {
@@ -253,7 +249,7 @@ func (h *holder[Req, Res]) resumeAfter(cause error, stopAsked *<-chan struct{}) 
 		if r.err == nil {
 			if r.held.fencingToken != h.fencingToken || r.held.token != h.token {
 				r.att.cancel()
-				h.lose(fmt.Sprintf("resumed with %s %d instead of %d", h.words.fence, r.held.fencingToken, h.fencingToken))
+				h.lose(LostTaken, fmt.Sprintf("resumed with %s %d instead of %d", h.words.fence, r.held.fencingToken, h.fencingToken))
 				return nil, resumeLost
 			}
 			if stopNow {
@@ -265,16 +261,16 @@ func (h *holder[Req, Res]) resumeAfter(cause error, stopAsked *<-chan struct{}) 
 			return nil, resumeStopped
 		}
 		if h.ctx.Err() != nil {
-			h.lose(h.words.stream + " stream ended: " + h.ctx.Err().Error())
+			h.lose(LostUnspecified, h.words.stream+" stream ended: "+h.ctx.Err().Error(), h.ctx.Err())
 			return nil, resumeCancelled
 		}
-		var lost lostError
+		var lost *LostError
 		if errors.As(r.err, &lost) {
-			h.lose(string(lost))
+			h.loseBy(lost)
 			return nil, resumeLost
 		}
 		if !transient(r.err) {
-			h.lose("could not resume the " + h.words.what + ": " + describe(r.err))
+			h.lose(refusedResume(r.err), "could not resume the "+h.words.what+": "+describe(r.err), refusal(r.err))
 			return nil, resumeLost
 		}
 		if time.Now().Before(until) || status.Code(r.err) != codes.Canceled {
@@ -324,7 +320,7 @@ func read[T any](ctx context.Context, recv func() (T, error)) reader[T] {
 // transient tells a stream that broke (resumable) from one that ended for good: an answer such
 // as NOT_FOUND or PERMISSION_DENIED, a `lost`, or news too late to believe.
 func transient(err error) bool {
-	var lost lostError
+	var lost *LostError
 	if errors.As(err, &lost) || errors.Is(err, ErrStale) {
 		return false // the server's answer, or one too late to believe: not a broken stream
 	}

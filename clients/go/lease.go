@@ -41,7 +41,7 @@ type Lease struct {
 	FencingToken uint64
 	Token        string
 
-	belief // Lost, LostReason, ValidUntil
+	belief // Lost, LostReason, Err, ValidUntil
 	// The Lease stream that holds it, resumed when it breaks. Every stream lives under the
 	// caller's context.
 	held holder[pb.LeaseRequest, pb.LeaseResponse]
@@ -69,7 +69,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	grace := resumeGrace(opts.ResumeGrace, opts.TTL, opts.NoResume)
 	ctx, stop := context.WithCancel(ctx)
 	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
-	l := &Lease{belief: newBelief(), stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
+	l := &Lease{belief: newBelief("lease"), stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
 	// Its streams live under ctx; every renewal is confirmed, so it is clocked.
 	l.held.init(kind, leaseWords, conn, ctx, ctx, !opts.NoResume, true, &l.belief)
 	streamCtx, cancel := context.WithCancel(ctx)
@@ -154,7 +154,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 			case heardExtended:
 				l.held.renewed(att.opened, news)
 			case heardLost:
-				l.lose(news.reason)
+				l.lose(news.code, news.reason)
 			case heardDone:
 				l.released(news.wasHeld, nil)
 				return
@@ -175,7 +175,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 					// ends without a release (it cannot tell a cancel from a dead connection).
 					l.releaseBestEffort()
 				}
-				l.lose("lease stream ended: " + describe(err))
+				l.lose(streamEnded(l.held.ctx, err), "lease stream ended: "+describe(err), l.held.ctx.Err(), refusal(err))
 				l.released(false, sendErr)
 				return
 			}
@@ -196,7 +196,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 				sendErr = l.sendRelease(att)
 			}
 		case <-l.held.expiry.C:
-			l.lose("no renewal confirmed before the lease ran out (server silent)")
+			l.lose(LostUnreachable, "no renewal confirmed before the lease ran out (server silent)")
 		case <-releaseAsked:
 			releaseAsked = nil
 			releasing = true

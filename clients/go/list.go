@@ -21,6 +21,7 @@ type HeldLock struct {
 	Holders []LockHolder
 	Limit   uint32 // the limit the holders asked for (1 for a plain lock or shared holders)
 	Shared  bool   // held by readers (Options.Shared), not exclusively
+	Waiting uint32 // how many wait for the name now (0 from a server that predates it)
 }
 
 // LockHolder is one holder of a lock.
@@ -51,18 +52,11 @@ func List(ctx context.Context, conn grpc.ClientConnInterface, limit uint32) (*Li
 	}
 	listing := &Listing{Truncated: answer.Truncated, Locks: make([]HeldLock, 0, len(answer.Locks))}
 	for _, lock := range answer.Locks {
-		held := HeldLock{
+		listing.Locks = append(listing.Locks, HeldLock{
 			Name: lock.Name, Holder: lock.Holder, TTLRemaining: fromMillis(lock.TtlRemainingMs),
-			FencingToken: lock.FencingToken, Limit: lock.Limit,
-			Shared: lock.Mode == pb.LeaseMode_LEASE_MODE_SHARED,
-		}
-		for _, holder := range lock.Holders {
-			held.Holders = append(held.Holders, LockHolder{
-				Holder: holder.Holder, TTLRemaining: fromMillis(holder.TtlRemainingMs),
-				FencingToken: holder.FencingToken,
-			})
-		}
-		listing.Locks = append(listing.Locks, held)
+			FencingToken: lock.FencingToken, Holders: lockHolders(lock.Holders), Limit: lock.Limit,
+			Shared: lock.Mode == pb.LeaseMode_LEASE_MODE_SHARED, Waiting: lock.Waiting,
+		})
 	}
 	return listing, nil
 }

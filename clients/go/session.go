@@ -99,8 +99,9 @@ type Session struct {
 
 // sessionOutcome is how a session ended.
 type sessionOutcome struct {
-	closed bool   // the server confirmed the close
-	reason string // why it was lost (not closed)
+	closed bool       // the server confirmed the close
+	reason string     // why it was lost (not closed)
+	lost   *LostError // why it was lost, told to every lease still held (not closed)
 	err    error
 }
 
@@ -169,6 +170,17 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // not be). LostReason says why.
 func (s *Session) Lost() <-chan struct{} { return s.lost }
 
+// Err is nil until Lost is closed, then a *LostError saying why (for which errors.Is(err,
+// ErrSessionLost) holds), as every call made on the session then returns.
+func (s *Session) Err() error {
+	select {
+	case <-s.lost:
+		return s.ended()
+	default:
+		return nil
+	}
+}
+
 // LostReason says why Lost was closed.
 func (s *Session) LostReason() string {
 	s.mu.Lock()
@@ -225,7 +237,11 @@ func (s *Session) Campaign(ctx context.Context, election string, value []byte) (
 func (s *Session) take(ctx context.Context, e *sessionEntry) (*sessionHold, error) {
 	result := make(chan error, 1)
 	e.result = result
-	e.hold = &sessionHold{session: s, belief: newBelief()}
+	what := "lease"
+	if e.campaign != nil {
+		what = "leadership"
+	}
+	e.hold = &sessionHold{session: s, belief: newBelief(what)}
 	if !s.do(func() { s.add(e) }) {
 		return nil, s.ended()
 	}

@@ -50,14 +50,14 @@ func (s *Session) received(msg *pb.SessionResponse) {
 		s.answerProclaims(e, errors.New("leasehold: resigned"))
 	case *pb.SessionResponse_LeaseLost:
 		if e := s.entries[event.LeaseLost.Id]; e != nil {
-			s.loseEntry(e, event.LeaseLost.Reason, false)
+			s.loseEntry(e, fromWire(event.LeaseLost.Code), event.LeaseLost.Reason, false)
 		}
 	case *pb.SessionResponse_Failed:
 		s.failed(event.Failed)
 	case *pb.SessionResponse_Closed:
 		s.outcome = &sessionOutcome{closed: true, err: ErrSessionClosed}
 	case *pb.SessionResponse_Lost:
-		s.loseSession(event.Lost.Reason, nil)
+		s.loseSession(fromWire(event.Lost.Code), event.Lost.Reason, nil)
 	}
 }
 
@@ -72,7 +72,7 @@ func (s *Session) acquired(acquired *pb.SessionAcquired) {
 	if !until.After(received) {
 		// Held up on its way (a healed partition): it may be someone else's by now.
 		if e.held {
-			s.loseEntry(e, "resumed, but the news arrived after its validity had run out", true)
+			s.loseEntry(e, LostUnreachable, "resumed, but the news arrived after its validity had run out", true)
 			return
 		}
 		delete(s.entries, e.id)
@@ -83,7 +83,7 @@ func (s *Session) acquired(acquired *pb.SessionAcquired) {
 	}
 	if e.held {
 		if acquired.Token != e.token || acquired.FencingToken != e.fencingToken {
-			s.loseEntry(e, fmt.Sprintf("resumed with fencing token %d instead of %d", acquired.FencingToken, e.fencingToken), true)
+			s.loseEntry(e, LostTaken, fmt.Sprintf("resumed with fencing token %d instead of %d", acquired.FencingToken, e.fencingToken), true)
 			return
 		}
 	} else {
@@ -124,7 +124,7 @@ func (s *Session) failed(failed *pb.SessionFailed) {
 			e.result = nil
 		}
 	case !e.confirmed:
-		s.loseEntry(e, "could not resume the lease: "+describe(err), false)
+		s.loseEntry(e, refusedResume(err), "could not resume the lease: "+describe(err), false, err)
 	case len(e.proclaimed) > 0:
 		e.proclaimed[0] <- err
 		e.proclaimed = e.proclaimed[1:]
@@ -145,20 +145,20 @@ func sessionFailure(failed *pb.SessionFailed) error {
 	return refusal(status.FromProto(st).Err())
 }
 
-// loseEntry: one lease is lost. Lost on this side (by its validity, a stale or wrong resume),
-// it is let go on the server too.
-func (s *Session) loseEntry(e *sessionEntry, reason string, letGo bool) {
+// loseEntry: one lease is lost for `reason`, said in `message` (and caused by causes). Lost on
+// this side (by its validity, a stale or wrong resume), it is let go on the server too.
+func (s *Session) loseEntry(e *sessionEntry, reason LostReason, message string, letGo bool, causes ...error) {
 	delete(s.entries, e.id)
 	if letGo {
 		s.sendRelease(e)
 	}
-	err := errors.New("leasehold: lease lost: " + reason)
+	err := lostBy(e.hold.what, reason, message, causes...)
 	if e.result != nil { // a leadership lost as it was won
 		e.result <- err
 		e.result = nil
 	}
 	if e.held {
-		e.hold.lose(reason)
+		e.hold.loseBy(err)
 	}
 	for _, reply := range e.releasing {
 		reply <- releaseResult{}
@@ -193,7 +193,7 @@ func (s *Session) expire() {
 					reason += ": " + describe(s.lastErr)
 				}
 			}
-			s.loseEntry(e, reason, true)
+			s.loseEntry(e, LostUnreachable, reason, true)
 			continue
 		}
 		if next.IsZero() || until.Before(next) {

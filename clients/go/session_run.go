@@ -5,7 +5,6 @@ package leasehold
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -40,7 +39,7 @@ func (s *Session) run() {
 		case <-s.resumeByC:
 			s.resumeByC = nil
 			if s.att == nil {
-				s.loseSession("could not resume the session before its grace ran out: "+describe(s.lastErr), nil)
+				s.loseSession(LostUnreachable, "could not resume the session before its grace ran out: "+describe(s.lastErr), nil)
 			} else {
 				s.resumeBy = time.Time{} // a new stream is open: it says how it goes
 			}
@@ -48,7 +47,7 @@ func (s *Session) run() {
 			ctxDone = nil
 			s.startClose()
 		case <-s.closeByC:
-			s.loseSession("the session's close was not confirmed in time: its leases expire by their TTL", nil)
+			s.loseSession(LostUnreachable, "the session's close was not confirmed in time: its leases expire by their TTL", nil)
 		}
 		s.sendCloseWhenSettled()
 	}
@@ -71,7 +70,7 @@ func (s *Session) finish() {
 			e.result <- o.err
 		}
 		if e.held && !o.closed {
-			e.hold.lose(o.reason)
+			e.hold.loseBy(o.lost)
 		}
 		for _, reply := range e.releasing {
 			reply <- releaseResult{wasHeld: o.closed}
@@ -84,16 +83,14 @@ func (s *Session) finish() {
 	close(s.done)
 }
 
-// loseSession ends the session as lost (once).
-func (s *Session) loseSession(reason string, cause error) {
+// loseSession ends the session as lost (once), for `reason`, saying why in `message`: its error,
+// and every lease's still held, is a *LostError that wraps ErrSessionLost and the cause.
+func (s *Session) loseSession(reason LostReason, message string, cause error) {
 	if s.outcome != nil {
 		return
 	}
-	err := fmt.Errorf("%w: %s", ErrSessionLost, reason)
-	if cause != nil {
-		err = fmt.Errorf("%w: %w", ErrSessionLost, refusal(cause))
-	}
-	s.outcome = &sessionOutcome{reason: reason, err: err}
+	lost := lostBy("session", reason, message, ErrSessionLost, refusal(cause))
+	s.outcome = &sessionOutcome{reason: message, lost: lost, err: lost}
 }
 
 // add gives a new lease its id and asks for it (now, or on the next stream).
@@ -136,8 +133,8 @@ func (s *Session) release(id uint64, reply chan releaseResult) {
 func (s *Session) proclaim(h *sessionHold, value []byte, reply chan error) {
 	e := s.entries[h.id]
 	if e == nil || !e.held || e.campaign == nil {
-		if reason := h.LostReason(); reason != "" {
-			reply <- errors.New("leasehold: leadership lost: " + reason)
+		if err := h.Err(); err != nil {
+			reply <- err
 		} else {
 			reply <- errors.New("leasehold: no longer leading: resigned")
 		}

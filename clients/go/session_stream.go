@@ -27,7 +27,7 @@ func (s *Session) broke(err error) {
 	s.att = nil
 	s.closeSent = false
 	if !s.resume || !transient(err) {
-		s.loseSession("session stream ended: "+describe(err), err)
+		s.loseSession(streamEnded(s.streamCtx, err), "session stream ended: "+describe(err), err)
 		return
 	}
 	s.lastErr = err
@@ -71,7 +71,7 @@ func (s *Session) attempt() {
 func (s *Session) attached(a sessionAttempt) {
 	if a.err != nil {
 		if !transient(a.err) {
-			s.loseSession("could not resume the session: "+describe(a.err), a.err)
+			s.loseSession(refusedResume(a.err), "could not resume the session: "+describe(a.err), a.err)
 			return
 		}
 		s.lastErr = a.err

@@ -3,7 +3,6 @@ package leasehold
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
@@ -268,20 +266,8 @@ func (f *fakeSessions) Session(stream pb.SessionService_SessionServer) error {
 
 // fakeServer serves fakeSessions on a port of its own: a connection to it, and its streams.
 func fakeServer(t *testing.T) (*grpc.ClientConn, chan pb.SessionService_SessionServer) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fake := &fakeSessions{streams: make(chan pb.SessionService_SessionServer, 4)}
-	server := grpc.NewServer()
-	pb.RegisterSessionServiceServer(server, fake)
-	go server.Serve(listener)
-	t.Cleanup(server.Stop)
-	conn, err := grpc.NewClient(listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := serveFake(t, func(server *grpc.Server) { pb.RegisterSessionServiceServer(server, fake) })
 	return conn, fake.streams
 }
 
@@ -369,6 +355,9 @@ func TestSessionKeptAliveVouchesForEarlierLeasesOnly(t *testing.T) {
 	sendEvent(t, stream, acquiredEvent(idB, 2, 300, 0))
 	b := <-leases
 	lostAlone(t, b, a, "server silent", 5*time.Second)
+	if err := b.Err(); !errors.Is(err, LostUnreachable) || errors.Is(err, ErrSessionLost) {
+		t.Fatalf("lost by its clock, but %v", err)
+	}
 	if until := a.ValidUntil(); time.Until(until) < 3*time.Second {
 		t.Fatalf("a is vouched for only until %v from now", time.Until(until))
 	}

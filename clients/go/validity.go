@@ -54,27 +54,42 @@ func resumeGrace(given, ttl time.Duration, noResume bool) time.Duration {
 
 // belief is what this process believes of a lease (or a leadership) it holds: until when the
 // server last vouched for it, and whether, and why, it can no longer be trusted. A Lease, a
-// SessionLease and a SessionLeader each embed one, which gives them Lost, LostReason and
+// SessionLease and a SessionLeader each embed one, which gives them Lost, LostReason, Err and
 // ValidUntil.
 type belief struct {
 	lost chan struct{} // closed once, by lose
+	what string        // "lease", "leadership": how its LostError begins
 
-	mu         sync.Mutex // guards reason and validUntil
-	reason     string
+	mu         sync.Mutex // guards why and validUntil
+	why        *LostError
 	validUntil time.Time
 }
 
-// newBelief is a belief not yet lost, vouched for until nothing.
-func newBelief() belief { return belief{lost: make(chan struct{})} }
+// newBelief is a belief in a `what` not yet lost, vouched for until nothing.
+func newBelief(what string) belief { return belief{lost: make(chan struct{}), what: what} }
 
 // Lost is closed once the lease can no longer be trusted.
 func (b *belief) Lost() <-chan struct{} { return b.lost }
 
-// LostReason says why Lost was closed.
+// LostReason says why Lost was closed, in words (Err gives the reason as a type).
 func (b *belief) LostReason() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.reason
+	if b.why == nil {
+		return ""
+	}
+	return b.why.Message
+}
+
+// Err is nil until Lost is closed, then a *LostError saying why, whose Reason programs branch
+// on: errors.Is(lease.Err(), LostRevoked).
+func (b *belief) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.why == nil {
+		return nil
+	}
+	return b.why
 }
 
 // ValidUntil is how long the server last vouched for the lease (on this process's monotonic
@@ -94,14 +109,20 @@ func (b *belief) vouched(until time.Time) {
 	b.validUntil = until
 }
 
-// lose closes Lost, saying why (the first reason given stays).
-func (b *belief) lose(reason string) {
+// lose closes Lost for `reason`, saying why in `message` (the first loss stays); causes (nil
+// ones left out) are what the LostError wraps besides the reason.
+func (b *belief) lose(reason LostReason, message string, causes ...error) {
+	b.loseBy(lostBy(b.what, reason, message, causes...))
+}
+
+// loseBy closes Lost with why (the first loss stays).
+func (b *belief) loseBy(why *LostError) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
 	case <-b.lost:
 	default:
-		b.reason = reason
+		b.why = why.as(b.what)
 		close(b.lost)
 	}
 }

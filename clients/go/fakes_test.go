@@ -1,0 +1,117 @@
+package leasehold
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdpb"
+)
+
+// fakeLocks is a LockService a test drives by hand: each Lease stream is handed to the test and
+// ends with what the test sends on ends (or when the client goes); Revoke records its request
+// and answers `revoked`; Watch runs the test's watch.
+type fakeLocks struct {
+	pb.UnimplementedLockServiceServer
+	leases  chan pb.LockService_LeaseServer
+	ends    chan error
+	revokes chan *pb.RevokeRequest
+	revoked []*pb.Holder
+	watch   func(*pb.WatchRequest, pb.LockService_WatchServer) error
+}
+
+func (f *fakeLocks) Lease(stream pb.LockService_LeaseServer) error {
+	f.leases <- stream
+	select {
+	case err := <-f.ends:
+		return err
+	case <-stream.Context().Done():
+		return nil
+	}
+}
+
+func (f *fakeLocks) Revoke(_ context.Context, request *pb.RevokeRequest) (*pb.RevokeResponse, error) {
+	f.revokes <- request
+	return &pb.RevokeResponse{Revoked: f.revoked}, nil
+}
+
+func (f *fakeLocks) Watch(request *pb.WatchRequest, stream pb.LockService_WatchServer) error {
+	return f.watch(request, stream)
+}
+
+// fakeElections is an ElectionService a test drives by hand, as fakeLocks.
+type fakeElections struct {
+	pb.UnimplementedElectionServiceServer
+	campaigns chan pb.ElectionService_CampaignServer
+	ends      chan error
+	revokes   chan *pb.ElectionServiceRevokeRequest
+	revoked   *pb.ElectionServiceRevokeResponse
+}
+
+func (f *fakeElections) Campaign(stream pb.ElectionService_CampaignServer) error {
+	f.campaigns <- stream
+	select {
+	case err := <-f.ends:
+		return err
+	case <-stream.Context().Done():
+		return nil
+	}
+}
+
+func (f *fakeElections) Revoke(_ context.Context, request *pb.ElectionServiceRevokeRequest) (*pb.ElectionServiceRevokeResponse, error) {
+	f.revokes <- request
+	return f.revoked, nil
+}
+
+// serveFakes serves a fakeLocks and a fakeElections on a port of their own: a connection to
+// them, and both.
+func serveFakes(t *testing.T) (*grpc.ClientConn, *fakeLocks, *fakeElections) {
+	locks := &fakeLocks{
+		leases: make(chan pb.LockService_LeaseServer, 4), ends: make(chan error, 4),
+		revokes: make(chan *pb.RevokeRequest, 4),
+	}
+	elections := &fakeElections{
+		campaigns: make(chan pb.ElectionService_CampaignServer, 4), ends: make(chan error, 4),
+		revokes: make(chan *pb.ElectionServiceRevokeRequest, 4),
+	}
+	conn := serveFake(t, func(server *grpc.Server) {
+		pb.RegisterLockServiceServer(server, locks)
+		pb.RegisterElectionServiceServer(server, elections)
+	})
+	return conn, locks, elections
+}
+
+// serveFake serves what register registers on a port of its own until the test ends: a
+// connection to it.
+func serveFake(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	register(server)
+	go server.Serve(listener)
+	t.Cleanup(server.Stop)
+	conn, err := grpc.NewClient(listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// within is what arrives on c within 2 s, else the test fails saying `never`.
+func within[T any](t *testing.T, c <-chan T, never string) T {
+	t.Helper()
+	select {
+	case got := <-c:
+		return got
+	case <-time.After(2 * time.Second):
+		t.Fatal(never)
+	}
+	panic("unreachable")
+}
