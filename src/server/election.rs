@@ -201,7 +201,10 @@ impl ElectionService for ElectionServer {
     ) -> Result<Response<pb::ElectionServiceRevokeResponse>, Status> {
         self.available()?;
         let caller = Caller::of(&request);
-        let peer = request.remote_addr();
+        // The address alone, "unknown" when the transport gives none.
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
         let request = request.into_inner();
         let name = LockName::parse_election(request.election)?;
         caller.allow(Scope::Election, name.as_str(), Role::Admin)?;
@@ -214,7 +217,7 @@ impl ElectionService for ElectionServer {
         // The leader's value names it (a candidate has no holder name); its start is enough.
         let value = String::from_utf8_lossy(&leader.value);
         let holder: String = value.chars().take(256).collect();
-        warn!(audit = "revoke", who, peer = ?peer, election = %name, holder, term = leader.term, "leadership revoked");
+        warn!(audit = "revoke", who, peer = %peer, election = %name, holder, term = leader.term, "leadership revoked");
         streams.metrics().revoked("election", 1);
         Ok(Response::new(pb::ElectionServiceRevokeResponse {
             revoked: true,

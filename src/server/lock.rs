@@ -180,7 +180,10 @@ impl LockService for LockServer {
         request: Request<pb::RevokeRequest>,
     ) -> Result<Response<pb::RevokeResponse>, Status> {
         let caller = Caller::of(&request);
-        let peer = request.remote_addr();
+        // The address alone, "unknown" when the transport gives none.
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_owned(), |addr| addr.to_string());
         let request = request.into_inner();
         let name = LockName::parse(request.name)?;
         caller.allow(Scope::Lock, name.as_str(), Role::Admin)?;
@@ -194,7 +197,7 @@ impl LockService for LockServer {
         .await?;
         let who = caller.who();
         for held in &ended {
-            warn!(audit = "revoke", who, peer = ?peer, lock = %name, holder = held.holder, fencing_token = held.fencing_token, "lock holding revoked");
+            warn!(audit = "revoke", who, peer = %peer, lock = %name, holder = held.holder, fencing_token = held.fencing_token, "lock holding revoked");
         }
         streams.metrics().revoked("lock", ended.len());
         let revoked = described(Described {
