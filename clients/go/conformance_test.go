@@ -109,7 +109,7 @@ func TestConformance_fencing_tokens_grow(t *testing.T) {
 
 func TestConformance_lost_when_key_deleted(t *testing.T) {
 	conn, port := start(t)
-	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 300 * time.Millisecond})
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func TestLeaseHoldsExcludesAndReleases(t *testing.T) {
 
 func TestLostClosesWhenTheLockIsTakenAway(t *testing.T) {
 	conn, port := start(t)
-	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 300 * time.Millisecond})
+	lease, err := Acquire(context.Background(), conn, "job", Options{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
