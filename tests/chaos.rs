@@ -474,8 +474,8 @@ async fn replicas_restarted_and_killed_while_a_worker_holds() {
 
 /// An operator revokes the lock's holder by name, then a permit and a shared hold by fencing
 /// token and the leader by term, each through the server its holder is not on. Each holder is
-/// told `REVOKED` at once (within 1 s; its next renewal, within a TTL / 3, would say `TAKEN`),
-/// the next waiter or candidate takes over with a larger token or term, and every history
+/// told at once (within 1 s; `REVOKED`, or `TAKEN` when a renewal beats the revocation message:
+/// see `support::chaos::revoke`), the next waiter or candidate takes over with a larger token or term, and every history
 /// linearizes with each revoked holding ended at its revoke. The revoked holder may still believe
 /// until told, beside the next one: that overlap is the figure, bounded by 1 s, and the fence
 /// refuses its writes meanwhile.
@@ -490,9 +490,9 @@ async fn an_operator_revokes_each_holder_through_the_other_server() {
     chaos.progress(10).await;
     let report = chaos.finish("operator-revoked").await;
 
-    let (told, granted, overlap) = report.assert_revoked(&holder, revoked_at);
+    let (code, [told, granted, overlap]) = report.assert_revoked(&holder, revoked_at);
     println!(
-        "FIGURE fault=operator-revoked revoked_told_ms={} next_granted_ms={} overlap_ms={}",
+        "FIGURE fault=operator-revoked revoked_told_ms={} code={code:?} next_granted_ms={} overlap_ms={}",
         told.as_millis(),
         granted.as_millis(),
         overlap.as_millis()

@@ -287,8 +287,9 @@ pub struct Hold {
     pub valid_until: Instant,
     /// Why, if the lease was lost rather than released.
     pub lost: Option<String>,
-    /// The loss's code, as the client typed it.
-    pub code: Option<LostReason>,
+    /// If lost: the loss's code as its server told it (`Unspecified` for a refusal by the
+    /// fence), and when the worker heard it.
+    pub told: Option<(LostReason, Instant)>,
 }
 
 /// An increment the resource accepted.
@@ -818,10 +819,16 @@ impl Worker {
             // confirmed to it runs out by its own clock, whichever comes first.
             let valid_until = guard.valid_until();
             let believed_until = end.min(valid_until);
-            // A revoked holding's history ends at the revoke (its key deleted then).
-            let code = lost.as_ref().map(|(_, loss)| loss.code);
-            let recorded = self.shared.revokes.ended(token, believed_until, code, end);
             self.shared.current.send_replace(None);
+            // A revoked holding's history ends at the revoke (its key deleted then).
+            let revokes = &self.shared.revokes;
+            let told = revoke::told(revokes, token, lost.as_ref(), guard.loss()).await;
+            let (code, told_at) = (told.map(|(code, _)| code), told.map_or(end, |(_, at)| at));
+            let recorded = revokes.ended(token, believed_until, code, told_at);
+            if revokes.is_revoked(token) {
+                // Struck: its next turns are ordinary ones, so the run ends soon.
+                *lock(&self.shared.hold_until_lost) = None;
+            }
             self.shared.journal().holds.push(Hold {
                 worker: self.id,
                 server: self.server,
@@ -830,7 +837,7 @@ impl Worker {
                 end,
                 valid_until,
                 lost: lost.map(|(_, loss)| loss.reason),
-                code,
+                told,
             });
             let _ = guard.release().await;
             self.history()
