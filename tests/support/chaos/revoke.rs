@@ -27,12 +27,21 @@ pub const TOLD_WITHIN: Duration = Duration::from_secs(1);
 fn told_a_loss(code: LostReason) -> bool {
     matches!(code, LostReason::Revoked | LostReason::Taken)
 }
+
 /// The longest a pinned turn lasts (the revoke comes at once).
 const PINNED_FOR: Duration = Duration::from_secs(5);
 
 /// The holdings of one primitive on now, and the one the test revokes.
 #[derive(Default)]
 pub struct Pins(Mutex<Pinned>);
+
+impl Pinned {
+    fn let_go(&mut self, token: u64) {
+        if let Some(i) = self.held.iter().position(|&(t, _)| t == token) {
+            self.held.remove(i);
+        }
+    }
+}
 
 #[derive(Default)]
 struct Pinned {
@@ -46,23 +55,26 @@ struct Pinned {
     told: Option<(LostReason, Instant)>,
 }
 
-/// A revoked holding as the figures see it.
-#[derive(Clone, Copy, Debug)]
-pub struct Revoked {
-    pub token: u64,
-    pub at: Instant,
-}
-
 impl Pins {
     /// A holding granted (`token`: its fencing token or term) through `server`.
     pub fn held(&self, token: u64, server: usize) {
         lock(&self.0).held.push((token, server));
     }
 
-    /// At the end of a turn: whether the holding must go on (the test pinned it, to revoke it).
+    /// At the end of a turn: whether the holding must go on (the test pinned it, to revoke
+    /// it). One that does not is no longer offered to [`Pins::pin_one`]: it is being let go.
     fn keep(&self, token: u64) -> bool {
-        let pinned = lock(&self.0);
-        pinned.pinned == Some(token)
+        let mut pinned = lock(&self.0);
+        if pinned.pinned == Some(token) {
+            return true;
+        }
+        pinned.let_go(token);
+        false
+    }
+
+    /// A holding lost, or let go as the run stops: no longer offered to [`Pins::pin_one`].
+    fn gone(&self, token: u64) {
+        lock(&self.0).let_go(token);
     }
 
     /// Picks a holding on now and pins it (it keeps its turn until lost), atomically with
@@ -100,9 +112,7 @@ impl Pins {
         told_at: Instant,
     ) -> Instant {
         let mut pinned = lock(&self.0);
-        if let Some(i) = pinned.held.iter().position(|&(t, _)| t == token) {
-            pinned.held.remove(i);
-        }
+        pinned.let_go(token);
         match pinned.revoked {
             Some((revoked, at)) if revoked == token && pinned.told.is_none() => {
                 pinned.told = loss.map(|code| (code, told_at));
@@ -144,9 +154,15 @@ pub async fn turn(
 ) -> Option<(Instant, Loss)> {
     tokio::pin!(loss);
     tokio::select! {
-        loss = &mut loss => return Some((Instant::now(), loss)),
+        loss = &mut loss => {
+            pins.gone(token);
+            return Some((Instant::now(), loss));
+        }
         () = sleep_until(start + turn) => {}
-        () = stop.cancelled() => return None,
+        () = stop.cancelled() => {
+            pins.gone(token);
+            return None;
+        }
     }
     if !pins.keep(token) {
         return None;
