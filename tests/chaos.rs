@@ -471,3 +471,31 @@ async fn replicas_restarted_and_killed_while_a_worker_holds() {
     }
     report.assert_safe(Duration::ZERO);
 }
+
+/// An operator revokes the lock's holder by name, then a permit and a shared hold by fencing
+/// token and the leader by term, each through the server its holder is not on. Each holder is
+/// told at once (within 1 s; `REVOKED`, or `TAKEN` when a renewal beats the revocation message:
+/// see `support::chaos::revoke`), the next waiter or candidate takes over with a larger token or term, and every history
+/// linearizes with each revoked holding ended at its revoke. The revoked holder may still believe
+/// until told, beside the next one: that overlap is the figure, bounded by 1 s, and the fence
+/// refuses its writes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_revokes_each_holder_through_the_other_server() {
+    let chaos = start().await;
+    let operators = support::chaos::revoke::operators(&chaos).await;
+    let holder = chaos.fresh_holder().await;
+    let revoked_at = chaos.revoke_lock_holder(&operators, &holder).await;
+    chaos.handed_over(&holder).await;
+    chaos.revoke_each_primitive(&operators).await;
+    chaos.progress(10).await;
+    let report = chaos.finish("operator-revoked").await;
+
+    let (code, [told, granted, overlap]) = report.assert_revoked(&holder, revoked_at);
+    println!(
+        "FIGURE fault=operator-revoked revoked_told_ms={} code={code:?} next_granted_ms={} overlap_ms={}",
+        told.as_millis(),
+        granted.as_millis(),
+        overlap.as_millis()
+    );
+    report.assert_safe(granted);
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_client::fence::{Fenced, FencedKey};
-use leasehold_client::{Client, LeaseGuard, Session, SessionLease};
+use leasehold_client::{Client, LeaseGuard, Loss, LostReason, Session, SessionLease};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +22,7 @@ use super::sentinel::SentinelsIn;
 use super::{RedisServer, ServerProcess};
 
 mod primitives;
+pub mod revoke;
 use primitives::Primitives;
 
 pub const LOCK: &str = "chaos";
@@ -286,6 +287,9 @@ pub struct Hold {
     pub valid_until: Instant,
     /// Why, if the lease was lost rather than released.
     pub lost: Option<String>,
+    /// If lost: the loss's code as its server told it (`Unspecified` for a refusal by the
+    /// fence), and when the worker heard it.
+    pub told: Option<(LostReason, Instant)>,
 }
 
 /// An increment the resource accepted.
@@ -347,6 +351,8 @@ struct Shared {
     /// every other turn lasts `LONG`.
     losing_data: AtomicBool,
     history: Arc<History>,
+    /// The holder an operator revoked, if any ([`revoke`]).
+    revokes: revoke::Pins,
 }
 
 impl Shared {
@@ -426,6 +432,7 @@ impl Chaos {
             hold_until_lost: Mutex::new(None),
             losing_data: AtomicBool::new(false),
             history: Arc::default(),
+            revokes: revoke::Pins::default(),
         });
         let stop = CancellationToken::new();
         let mut handles = Vec::new();
@@ -813,6 +820,15 @@ impl Worker {
             let valid_until = guard.valid_until();
             let believed_until = end.min(valid_until);
             self.shared.current.send_replace(None);
+            // A revoked holding's history ends at the revoke (its key deleted then).
+            let revokes = &self.shared.revokes;
+            let told = revoke::told(revokes, token, lost.as_ref(), guard.loss()).await;
+            let (code, told_at) = (told.map(|(code, _)| code), told.map_or(end, |(_, at)| at));
+            let recorded = revokes.ended(token, believed_until, code, told_at);
+            if revokes.is_revoked(token) {
+                // Struck: its next turns are ordinary ones, so the run ends soon.
+                *lock(&self.shared.hold_until_lost) = None;
+            }
             self.shared.journal().holds.push(Hold {
                 worker: self.id,
                 server: self.server,
@@ -820,11 +836,12 @@ impl Worker {
                 start,
                 end,
                 valid_until,
-                lost: lost.map(|(_, reason)| reason),
+                lost: lost.map(|(_, loss)| loss.reason),
+                told,
             });
             let _ = guard.release().await;
             self.history()
-                .record_end(self.id, kind, believed_until, Instant::now(), token);
+                .record_end(self.id, kind, recorded, Instant::now(), token);
         }
     }
 
@@ -851,7 +868,7 @@ impl Worker {
 
     /// Increments until the turn is over; returns when and why the lease was lost, if it was.
     /// Never abandons an access midway, so the journal matches what the resource saw.
-    async fn turn(&self, guard: &Guard, token: u64, start: Instant) -> Option<(Instant, String)> {
+    async fn turn(&self, guard: &Guard, token: u64, start: Instant) -> Option<(Instant, Loss)> {
         loop {
             let turn = if *lock(&self.shared.hold_until_lost) == Some(self.id) {
                 MAX_TURN
@@ -864,7 +881,7 @@ impl Worker {
                 break;
             }
             if guard.is_lost() {
-                return Some((Instant::now(), guard.lost().await));
+                return Some((Instant::now(), guard.loss().await));
             }
             let called = Instant::now();
             let value = match self.counter.get(token).await.expect("resource get") {
@@ -912,13 +929,13 @@ impl Worker {
                 sleep(FAULT_FOR).await;
                 proxy.resume();
             } else if guard.is_lost() {
-                return Some((Instant::now(), guard.lost().await));
+                return Some((Instant::now(), guard.loss().await));
             }
             let victim = *lock(&self.shared.hold_until_lost) == Some(self.id);
             if victim && self.shared.losing_data.load(Ordering::SeqCst) {
                 tokio::select! {
                     () = sleep(LONG) => {}
-                    reason = guard.lost() => return Some((Instant::now(), reason)),
+                    loss = guard.loss() => return Some((Instant::now(), loss)),
                 }
             }
             let called = Instant::now();
@@ -954,21 +971,19 @@ impl Worker {
             }
             tokio::select! {
                 () = sleep(OP_GAP) => {}
-                reason = guard.lost() => return Some((Instant::now(), reason)),
+                loss = guard.loss() => return Some((Instant::now(), loss)),
             }
         }
         None
     }
 
-    fn refused(&self, token: u64) -> Option<(Instant, String)> {
+    fn refused(&self, token: u64) -> Option<(Instant, Loss)> {
         self.shared.journal().refused.push(Refused {
             worker: self.id,
             token,
         });
-        Some((
-            Instant::now(),
-            "the resource refused a stale fencing token".into(),
-        ))
+        let reason = "the resource refused a stale fencing token";
+        Some((Instant::now(), revoke::refusal(reason)))
     }
 }
 
@@ -994,9 +1009,13 @@ impl Guard {
     }
 
     async fn lost(&self) -> String {
+        self.loss().await.reason
+    }
+
+    async fn loss(&self) -> Loss {
         match self {
-            Guard::Stream(guard) => guard.lost().await,
-            Guard::Session(lease) => lease.lost().await,
+            Guard::Stream(guard) => guard.loss().await,
+            Guard::Session(lease) => lease.loss().await,
         }
     }
 

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
+use super::revoke::{self, Pins};
 use super::{ELECTION, Guard, TTL, lock};
 use crate::support::RedisServer;
 use crate::support::history::{History, Kind, Outcome};
@@ -31,7 +32,7 @@ const OP_GAP: Duration = Duration::from_millis(10);
 /// `Shared`); every other acquisition is exclusive.
 const SHARED: u64 = 1;
 /// An exclusive hold's weight in the figures' sweep: more than every shared hold together.
-const EXCLUSIVE_WEIGHT: usize = 1_000;
+pub(super) const EXCLUSIVE_WEIGHT: usize = 1_000;
 /// The fewest holds (or leaderships) of each primitive a run must see to judge it.
 const ENOUGH: usize = 3;
 
@@ -53,7 +54,7 @@ struct Belief {
 
 /// One primitive's recorded history and beliefs.
 #[derive(Default)]
-struct Record {
+pub(super) struct Record {
     history: Arc<History>,
     beliefs: Mutex<Vec<Belief>>,
     /// How many beliefs have ended, to await enough work to judge.
@@ -63,6 +64,8 @@ struct Record {
     /// The read-write lock's accepted increments: (token, value written).
     writes: Mutex<Vec<(u64, u64)>>,
     refused: Mutex<usize>,
+    /// Its holdings on now, for the operator's revoke ([`revoke`]).
+    pub(super) pins: Pins,
 }
 
 impl Record {
@@ -91,7 +94,7 @@ impl Record {
 
     /// The longest time nobody held (or led) between two beliefs, and the longest time more
     /// than `capacity` weight was believed at once.
-    fn figures(&self, capacity: usize) -> (usize, Duration, Duration) {
+    pub(super) fn figures(&self, capacity: usize) -> (usize, Duration, Duration) {
         let mut beliefs = lock(&self.beliefs).clone();
         beliefs.sort_by_key(|b| b.start);
         let mut idle = Duration::ZERO;
@@ -126,9 +129,9 @@ impl Record {
 
 /// The other primitives' workers in a chaos run (spawned among its workers, stopped with them).
 pub struct Primitives {
-    semaphore: Option<Arc<Record>>,
-    rwlock: Arc<Record>,
-    election: Option<Arc<Record>>,
+    pub(super) semaphore: Option<Arc<Record>>,
+    pub(super) rwlock: Arc<Record>,
+    pub(super) election: Option<Arc<Record>>,
     /// Every state the observer was shown: the leader's term, if any.
     observed: Arc<Mutex<Vec<Option<u64>>>>,
     /// The observer's last error, for the verdict.
@@ -189,6 +192,7 @@ impl Primitives {
             };
             let worker = Holder {
                 id,
+                server,
                 shape,
                 client: Client::connect(url(server)).await.expect("connect worker"),
                 session: on_session.then_some(None),
@@ -247,6 +251,7 @@ impl Primitives {
     /// lock's fenced counter and the observer's view, and prints a `FIGURE` line for each.
     pub async fn check(&self, run: &str, resource: &RedisServer, data_loss: Option<Duration>) {
         let fault = run;
+        self.assert_revoked(fault);
         if let Some(semaphore) = &self.semaphore {
             semaphore
                 .history
@@ -334,6 +339,8 @@ fn figure(fault: &str, primitive: &str, record: &Record, capacity: usize) {
 struct Holder {
     /// Its client number in its primitive's history.
     id: usize,
+    /// The server its client tries first.
+    server: usize,
     shape: Shape,
     client: Client,
     /// On a session: the session open, if any (opened again once it ends).
@@ -381,9 +388,22 @@ impl Holder {
                 sleep(Duration::from_millis(20)).await;
                 continue;
             };
-            let lost = self.turn(&guard, token, start).await;
+            let pins = &self.record.pins;
+            let (lost, code) = match &self.counter {
+                Some(counter) => (self.turn(counter, &guard, token, start).await, None),
+                None => {
+                    // A permit or a shared hold: the operator's revoke may pin it.
+                    pins.held(token, self.server);
+                    let loss = guard.loss();
+                    let lost = revoke::turn(pins, token, start, TURN, &self.stop, loss).await;
+                    let code = lost.as_ref().map(|(_, loss)| loss.code);
+                    (lost.map(|(at, _)| at), code)
+                }
+            };
             let end = lost.unwrap_or_else(Instant::now);
             let believed_until = end.min(guard.valid_until());
+            // A revoked holding's history ends at the revoke; its belief (the figures) when told.
+            let recorded_until = pins.ended(token, believed_until, code, end);
             let weight = match self.shape {
                 Shape::Exclusive => EXCLUSIVE_WEIGHT,
                 _ => 1,
@@ -401,7 +421,7 @@ impl Holder {
                 self.session.is_some()
             );
             settled(&what, guard.release()).await;
-            history.record_end(self.id, kind, believed_until, Instant::now(), token);
+            history.record_end(self.id, kind, recorded_until, Instant::now(), token);
         }
     }
 
@@ -437,15 +457,15 @@ impl Holder {
         }
     }
 
-    /// Holds for a turn (a writer increments its counter meanwhile); returns when the lease
-    /// was lost (or a stale write refused), if it was.
-    async fn turn(&self, guard: &Guard, token: u64, start: Instant) -> Option<Instant> {
-        let Some(counter) = &self.counter else {
-            return tokio::select! {
-                () = sleep(TURN) => None,
-                _ = guard.lost() => Some(Instant::now()),
-            };
-        };
+    /// A writer's turn: it increments its counter; returns when the lease was lost (or a stale
+    /// write refused), if it was.
+    async fn turn(
+        &self,
+        counter: &FencedKey,
+        guard: &Guard,
+        token: u64,
+        start: Instant,
+    ) -> Option<Instant> {
         let history = &self.record.history;
         while start.elapsed() < TURN {
             if guard.is_lost() {
@@ -561,17 +581,18 @@ impl StreamCandidate {
                 term,
                 0,
             );
-            let lost = tokio::select! {
-                _ = candidate.lost() => true,
-                () = sleep(TURN) => false,
-                () = self.stop.cancelled() => false,
-            };
+            let pins = &self.record.pins;
+            pins.held(term, 0);
+            let loss = candidate.loss();
+            let lost = revoke::turn(pins, term, since, TURN, &self.stop, loss).await;
             let ended = Instant::now();
             self.record.believed(since, ended, 1);
-            if !lost {
+            let code = lost.as_ref().map(|(_, loss)| loss.code);
+            let recorded_until = pins.ended(term, ended, code, ended);
+            if lost.is_none() {
                 settled("resign", candidate.resign()).await;
             }
-            history.record_end(self.id, Kind::Resign, ended, Instant::now(), term);
+            history.record_end(self.id, Kind::Resign, recorded_until, Instant::now(), term);
         }
     }
 }
@@ -633,17 +654,18 @@ impl SessionCandidate {
                 term,
                 0,
             );
-            let lost = tokio::select! {
-                _ = leader.lost() => true,
-                () = sleep(TURN) => false,
-                () = self.stop.cancelled() => false,
-            };
+            let pins = &self.record.pins;
+            pins.held(term, 1);
+            let loss = leader.loss();
+            let lost = revoke::turn(pins, term, since, TURN, &self.stop, loss).await;
             let ended = Instant::now();
             self.record.believed(since, ended, 1);
-            if !lost {
+            let code = lost.as_ref().map(|(_, loss)| loss.code);
+            let recorded_until = pins.ended(term, ended, code, ended);
+            if lost.is_none() {
                 settled("session resign", leader.resign()).await;
             }
-            history.record_end(self.id, Kind::Resign, ended, Instant::now(), term);
+            history.record_end(self.id, Kind::Resign, recorded_until, Instant::now(), term);
         }
     }
 }
