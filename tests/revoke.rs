@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use fred::prelude::{KeysInterface, LuaInterface};
 use leasehold::server::auth::token_digest;
 use leasehold_client::{Client, ClientError, ConnectOptions, LeaseGuard, LostReason};
 use support::certs::TempDir;
@@ -306,4 +307,33 @@ async fn only_an_admin_may_revoke_and_each_revoke_is_audited_and_counted() {
         Some(&1.0),
         "{metrics:?}"
     );
+}
+
+/// A holder whose server missed the revocation's message (its pub/sub connection down, or the
+/// renewal's answer arriving first) is still told REVOKED, at its next renewal: the revoke
+/// leaves the revoked tokens beside the lock for as long as the lease had left, and a renewal
+/// that finds its key gone reads them. A key deleted by anything else is still TAKEN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_server_missed_the_revocation_is_told_revoked_at_its_next_renewal() {
+    let (_redis, _servers, a, _b, direct) = two_servers().await;
+    let ttl = Duration::from_millis(1500);
+    let revoked = a.lease("job").ttl(ttl).acquire().await.unwrap();
+    let deleted = a.lease("other").ttl(ttl).acquire().await.unwrap();
+    // What revoke.lua leaves behind, without its message: the key gone, the token recorded.
+    let script = "redis.call('DEL', KEYS[1]) \
+                  redis.call('SADD', KEYS[2], ARGV[1]) \
+                  redis.call('PEXPIRE', KEYS[2], ARGV[2]) return 1";
+    let _: i64 = direct
+        .eval(
+            script,
+            vec!["leasehold:{job}:lock", "leasehold:{job}:revoked"],
+            vec![revoked.token().to_owned(), ttl.as_millis().to_string()],
+        )
+        .await
+        .unwrap();
+    let _: i64 = direct.del("leasehold:{other}:lock").await.unwrap();
+    let loss = within(EVENT_TIMEOUT, "the revoked holder's loss", revoked.loss()).await;
+    assert_eq!(loss.code, LostReason::Revoked, "{loss:?}");
+    let loss = within(EVENT_TIMEOUT, "the other holder's loss", deleted.loss()).await;
+    assert_eq!(loss.code, LostReason::Taken, "{loss:?}");
 }

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::renewal::drift;
-use super::scheduler::{LostCode, Renewable};
+use super::scheduler::{LostCode, Renewable, revoked_lately};
 use crate::error::Result;
 use crate::store::{LockKeys, Locks, Token};
 
@@ -112,24 +112,36 @@ impl Renewable for RenewalGroup {
                 .collect();
             let answers = renew_all(&round, ttl).await;
             let mut unknown = None;
-            let mut members = self.members();
-            for ((key, lease), answer) in round.into_iter().zip(answers) {
-                // A member released (or replaced under its key) meanwhile is not this one.
-                let current = members
-                    .get_mut(&key)
-                    .filter(|member| Arc::ptr_eq(&member.lease, &lease));
-                match (answer, current) {
-                    (Ok(true), Some(member)) => member.valid_until = sent_at + ttl - drift(ttl),
-                    (Ok(false), Some(_)) => {
-                        lease.not_held();
-                        members.remove(&key);
-                        let _ = self.lost.send((key, self.loss_code(&lease)));
+            let mut gone = Vec::new();
+            {
+                let mut members = self.members();
+                for ((key, lease), answer) in round.into_iter().zip(answers) {
+                    // A member released (or replaced under its key) meanwhile is not this one.
+                    let current = members
+                        .get_mut(&key)
+                        .filter(|member| Arc::ptr_eq(&member.lease, &lease));
+                    match (answer, current) {
+                        (Ok(true), Some(member)) => {
+                            member.valid_until = sent_at + ttl - drift(ttl);
+                        }
+                        (Ok(false), Some(_)) => {
+                            members.remove(&key);
+                            gone.push((key, lease));
+                        }
+                        (Err(error), Some(_)) => unknown = Some(error),
+                        (_, None) => {}
                     }
-                    (Err(error), Some(_)) => unknown = Some(error),
-                    (_, None) => {}
                 }
             }
-            drop(members);
+            // Told outside the lock: whether a member was revoked may take a read.
+            for (key, lease) in gone {
+                lease.not_held();
+                let code = match self.loss_code(&lease) {
+                    LostCode::Taken if revoked_lately(&lease).await => LostCode::Revoked,
+                    code => code,
+                };
+                let _ = self.lost.send((key, code));
+            }
             if unknown.is_none() {
                 // Every member of a revoked lock has answered a round sent after it was heard.
                 self.revocations().retain(|_, heard| *heard > sent_at);

@@ -7,7 +7,9 @@
 //! ([`Scheduler::revoked`]). A revoked lease's renewal answers `0`, so it is lost with
 //! [`LostCode::Revoked`](super::scheduler::LostCode::Revoked) through the one path every loss
 //! takes; a lease of the same name that was not revoked (another permit) renews and goes on. A
-//! server that misses the message learns at the lease's next renewal (told as taken). A
+//! server that misses the message (or whose renewal answers first) learns at the lease's next
+//! renewal, still as revoked: the store records the revoked tokens for as long as their leases
+//! had left, and a renewal that finds its key gone reads that once. A
 //! revoked token can never be resumed: its key is gone.
 
 use super::scheduler::Scheduler;

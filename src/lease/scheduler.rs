@@ -155,6 +155,22 @@ impl Drop for Scheduled {
 /// One renewal's answer: `Err` if validity ended first.
 type Answer = std::result::Result<crate::error::Result<bool>, tokio::time::error::Elapsed>;
 
+/// How long a lease found not held waits, at most, to learn whether it was revoked.
+const REVOKED_READ: Duration = Duration::from_millis(200);
+
+/// Whether `lease`, which a renewal just found no longer held, was revoked: read from the
+/// store's record of revoked tokens, for a renewal that answered before its server heard the
+/// revocation's message (pub/sub and commands travel on different connections). One read, on
+/// the loss path only, bounded by [`REVOKED_READ`]: an unknown answer is not a revocation.
+pub(super) async fn revoked_lately(lease: &Arc<dyn Renewable>) -> bool {
+    let Some((locks, keys, token)) = lease.claim() else {
+        return false;
+    };
+    let (locks, keys, token) = (locks.clone(), keys.clone(), token.clone());
+    let read = tokio::time::timeout(REVOKED_READ, locks.was_revoked(&keys, &token));
+    matches!(read.await, Ok(Ok(true)))
+}
+
 impl Scheduler {
     /// Starts the scheduler's task; it ends with the server. Leases are checked at once after
     /// every reconnection of the store's home connection (Redis may have lost the keys).
@@ -298,8 +314,8 @@ impl Shared {
             let wake_at = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 () = tasks.stopping() => return,
-                Some((id, sent_at, answer)) = in_flight.next(), if !in_flight.is_empty() => {
-                    self.settle(id, sent_at, answer);
+                Some((id, sent_at, answer, revoked)) = in_flight.next(), if !in_flight.is_empty() => {
+                    self.settle(id, sent_at, answer, revoked);
                     continue;
                 }
                 () = sleep_until(wake_at) => {}
@@ -329,15 +345,17 @@ impl Shared {
                 let (lease, ttl) = (entry.lease.clone(), entry.ttl);
                 let valid_until = entry.clock.valid_until();
                 in_flight.push(async move {
-                    let answer = timeout_at(valid_until, lease.renew(ttl)).await;
-                    (id, now, answer)
+                    let answer = timeout_at(valid_until, lease.clone().renew(ttl)).await;
+                    let revoked = matches!(answer, Ok(Ok(false))) && revoked_lately(&lease).await;
+                    (id, now, answer, revoked)
                 });
             }
         }
     }
 
     /// Applies one renewal's answer to its lease, if it is still held.
-    fn settle(&self, id: u64, sent_at: Instant, answer: Answer) {
+    /// `revoked`: the store's record says the lease was revoked (read only when not held).
+    fn settle(&self, id: u64, sent_at: Instant, answer: Answer, revoked: bool) {
         let mut state = self.state();
         let Some(entry) = state.leases.get_mut(&id) else {
             return;
@@ -365,9 +383,10 @@ impl Shared {
             // Never retried into success: someone else may hold the lock now.
             Ok(Ok(false)) => {
                 entry.lease.not_held();
-                match entry.revoked_at {
-                    Some(_) => state.lose(id, "revoked", REVOKED.into(), LostCode::Revoked),
-                    None => state.lose(id, "not_held", NOT_HELD.into(), LostCode::Taken),
+                if entry.revoked_at.is_some() || revoked {
+                    state.lose(id, "revoked", REVOKED.into(), LostCode::Revoked);
+                } else {
+                    state.lose(id, "not_held", NOT_HELD.into(), LostCode::Taken);
                 }
             }
             Ok(Err(error)) => {

@@ -88,6 +88,13 @@ impl LockKeys {
     pub fn watched(&self) -> String {
         [self.base(), ":watched"].concat()
     }
+
+    /// The tokens revoked lately (a set, kept as long as the longest revoked lease had left, so
+    /// nothing stays behind): a renewal that finds its key gone before its server heard the
+    /// revocation's message reads it, and tells its holder REVOKED rather than TAKEN.
+    pub fn revoked(&self) -> String {
+        [self.base(), ":revoked"].concat()
+    }
 }
 
 const LOCK_SUFFIX: &str = ":lock";

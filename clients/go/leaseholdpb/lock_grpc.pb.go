@@ -103,7 +103,7 @@ type LockServiceClient interface {
 	// or only the one with the given fencing token (a permit, a shared hold).
 	// Each revoked holder is told `lost` with code LOST_REASON_REVOKED at once,
 	// on whichever server carries its stream (a server cut off from Redis's
-	// pub/sub learns at its next renewal, with LOST_REASON_TAKEN); its key is
+	// pub/sub learns at its next renewal, still as REVOKED); its key is
 	// deleted, so the next waiter is granted at once with a larger fencing
 	// token; and it cannot be resumed (NOT_FOUND). A revoked holder may act on
 	// its lock until it hears: only the fencing token protects the resource in
@@ -268,7 +268,7 @@ type LockServiceServer interface {
 	// or only the one with the given fencing token (a permit, a shared hold).
 	// Each revoked holder is told `lost` with code LOST_REASON_REVOKED at once,
 	// on whichever server carries its stream (a server cut off from Redis's
-	// pub/sub learns at its next renewal, with LOST_REASON_TAKEN); its key is
+	// pub/sub learns at its next renewal, still as REVOKED); its key is
 	// deleted, so the next waiter is granted at once with a larger fencing
 	// token; and it cannot be resumed (NOT_FOUND). A revoked holder may act on
 	// its lock until it hears: only the fencing token protects the resource in

@@ -17,6 +17,7 @@ use super::types::HolderState;
 use super::{Locks, bad_reply, pttl};
 use crate::error::Result;
 use crate::store::keys::LockKeys;
+use crate::store::token::Token;
 
 /// The channel's name under the key prefix.
 const REVOKED_CHANNEL: &str = "revoked";
@@ -49,6 +50,7 @@ impl Locks {
                             keys.holders(),
                             keys.permits(),
                             keys.watched(),
+                            keys.revoked(),
                         ],
                         vec![
                             Value::from(fencing_token.to_string()),
@@ -78,6 +80,30 @@ impl Locks {
             }
         }
         Ok(ended.into_values().collect())
+    }
+
+    /// Whether `token`'s holding of the lock was revoked lately (any node says so): read only
+    /// when a renewal found the key gone before its server heard of a revocation, to tell the
+    /// holder why.
+    pub async fn was_revoked(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let answers = self
+            .0
+            .nodes
+            .gather(
+                |_, connection| {
+                    let set = keys.revoked();
+                    let ask = connection
+                        .client()
+                        .sismember::<bool, _, _>(set, token.secret());
+                    connection.bounded("was revoked", ask)
+                },
+                |answers| answers.ok.iter().any(|(_, yes)| *yes),
+            )
+            .await;
+        if answers.ok.is_empty() {
+            return Err(answers.into_error("was revoked"));
+        }
+        Ok(answers.ok.iter().any(|(_, yes)| *yes))
     }
 
     /// Calls `revoked` with the lock key of every revocation announced under this prefix, from
