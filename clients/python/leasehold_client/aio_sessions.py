@@ -14,10 +14,9 @@ from leasehold.v1 import session_pb2_grpc
 
 from .aio_channels import own_channel
 from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
-from .lost import LostReason
 from .options import DEFAULT_SERVER, grace
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
-from .views import HeldOnSession, Read
+from .views import HeldOnSession, Read, SessionView
 
 _log = logging.getLogger("leasehold_client")
 
@@ -82,7 +81,7 @@ class AsyncSessionCandidate(HeldOnSession):
         return await self._session._let_go(self._member, timeout)
 
 
-class AsyncSession:
+class AsyncSession(SessionView):
     """Many leases on one Session stream. Use ``session(...)``: as
     ``leasehold_client.Session``, with ``lost`` an ``asyncio.Event``."""
 
@@ -102,23 +101,6 @@ class AsyncSession:
         core = self._core
         core.call = self._stub.Session(requests(core.open_stream()))
         self._watcher = asyncio.get_running_loop().create_task(self._watch(core.call))
-
-    @property
-    def lost(self) -> asyncio.Event:
-        return self._core.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._core.lost_reason
-
-    @property
-    def lost_code(self) -> Optional[LostReason]:
-        """Why the whole session was lost, for programs; None until it is."""
-        return self._core.lost_code
-
-    @property
-    def resumes(self) -> int:
-        return self._core.resumes
 
     @staticmethod
     def _now() -> float:

@@ -16,11 +16,10 @@ from leasehold.v1 import session_pb2_grpc
 
 from .channels import own_channel
 from .errors import Break
-from .lost import LostReason
 from .options import DEFAULT_SERVER, grace
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .threads import Alarm, read_stream, read_streams
-from .views import HeldOnSession, Read
+from .views import HeldOnSession, Read, SessionView
 
 _log = logging.getLogger("leasehold_client")
 
@@ -92,7 +91,7 @@ class SessionCandidate(HeldOnSession):
         return self._session._let_go(self._member, timeout)
 
 
-class Session:
+class Session(SessionView):
     """Many leases on one Session stream, renewed and confirmed together. Use ``session(...)``.
 
     ``lost`` (a ``threading.Event``) and ``lost_reason`` say whether and why the whole session
@@ -116,23 +115,6 @@ class Session:
             core.call = stub.Session(iter(outbox.get, None))
         self._watcher = threading.Thread(target=self._watch, args=(core.call,), daemon=True)
         self._watcher.start()
-
-    @property
-    def lost(self) -> threading.Event:
-        return self._core.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._core.lost_reason
-
-    @property
-    def lost_code(self) -> Optional[LostReason]:
-        """Why the whole session was lost, for programs; None until it is."""
-        return self._core.lost_code
-
-    @property
-    def resumes(self) -> int:
-        return self._core.resumes
 
     def _schedule(self, when: Optional[float]) -> None:
         self._alarm.set(when)

@@ -60,3 +60,16 @@ class HeldOnSession:
     resumes = Read("_member")
     lost_reason = Read("_member")
     lost_code = Read("_member")
+
+
+class SessionView:
+    """What a whole session tells its holder, threaded (``Session``) or asyncio
+    (``AsyncSession``): ``lost`` (an event) and ``lost_reason`` say whether and why every lease
+    on it was lost, ``lost_code`` why for programs (a ``LostReason``, None until it is);
+    ``resumes`` counts the times the session was taken back on a new stream."""
+
+    _core: Any  # a session_core.SessionCore
+    lost = Read("_core")
+    lost_reason = Read("_core")
+    lost_code = Read("_core")
+    resumes = Read("_core")
