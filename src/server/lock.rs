@@ -21,7 +21,7 @@ use crate::metrics::Outcome;
 use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::{Described, LockState};
+use crate::store::locks::{Described, HolderState, LockState};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
@@ -200,16 +200,8 @@ impl LockService for LockServer {
             warn!(audit = "revoke", who, peer = %peer, lock = %name, holder = held.holder, fencing_token = held.fencing_token, "lock holding revoked");
         }
         streams.metrics().revoked("lock", ended.len());
-        let revoked = described(Described {
-            state: LockState::Held {
-                mode: Mode::Exclusive { limit: 1 },
-                holders: ended,
-            },
-            waiting: 0,
-            first_waiter_leaves: None,
-        });
         Ok(Response::new(pb::RevokeResponse {
-            revoked: revoked.holders,
+            revoked: ended.into_iter().map(holder).collect(),
         }))
     }
 
@@ -263,15 +255,7 @@ fn described(described: Described) -> pb::DescribeResponse {
             ..Default::default()
         };
     };
-    let holders: Vec<pb::Holder> = holders
-        .into_iter()
-        .map(|held| pb::Holder {
-            holder: held.holder,
-            // No expiry (a key set by hand): as long as it can say.
-            ttl_remaining_ms: held.ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
-            fencing_token: held.fencing_token,
-        })
-        .collect();
+    let holders: Vec<pb::Holder> = holders.into_iter().map(holder).collect();
     let first = holders.first().cloned().unwrap_or_default();
     let (limit, mode) = match mode {
         Mode::Exclusive { limit } => (limit, pb::LeaseMode::Exclusive),
@@ -286,5 +270,15 @@ fn described(described: Described) -> pb::DescribeResponse {
         limit,
         mode: mode.into(),
         waiting,
+    }
+}
+
+/// One holder as the protocol reports it (Describe, List, Watch, Revoke).
+fn holder(held: HolderState) -> pb::Holder {
+    pb::Holder {
+        holder: held.holder,
+        // No expiry (a key set by hand): as long as it can say.
+        ttl_remaining_ms: held.ttl_remaining.map(pb::millis).unwrap_or(u32::MAX),
+        fencing_token: held.fencing_token,
     }
 }
