@@ -342,6 +342,7 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
             name: "bystander".into(),
             token: String::new(),
             ttl_ms: 1_000,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -352,6 +353,7 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
             name: "bystander".into(),
             token: bystander_token.clone(),
             ttl_ms: 50,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -360,6 +362,7 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
         .release(ReleaseRequest {
             name: "bystander".into(),
             token: "t".repeat(65),
+            ..Default::default()
         })
         .await
         .unwrap_err();

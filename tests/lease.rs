@@ -312,6 +312,7 @@ async fn fencing_tokens_strictly_increase_across_holders() {
             .release(leasehold::pb::ReleaseRequest {
                 name: "fenced".into(),
                 token: unary.token,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -510,6 +510,7 @@ async fn unary_calls_take_extend_and_release_permits() {
         name: SEMAPHORE.into(),
         token: token.into(),
         ttl_ms: 60_000,
+        ..Default::default()
     };
     let extended = raw
         .extend(extend(&tokens[0]))
@@ -541,6 +542,7 @@ async fn unary_calls_take_extend_and_release_permits() {
         let release = pb::ReleaseRequest {
             name: SEMAPHORE.into(),
             token: token.clone(),
+            ..Default::default()
         };
         assert!(
             raw.release(release.clone())

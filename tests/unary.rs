@@ -51,6 +51,7 @@ async fn unary_acquire_extend_describe_release() {
             name: "cron".into(),
             token: got.token.clone(),
             ttl_ms: 60_000,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -63,6 +64,7 @@ async fn unary_acquire_extend_describe_release() {
         .release(ReleaseRequest {
             name: "cron".into(),
             token: got.token.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -84,6 +86,7 @@ async fn unary_acquire_extend_describe_release() {
             name: "cron".into(),
             token: got.token.clone(),
             ttl_ms: 1_000,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -93,6 +96,7 @@ async fn unary_acquire_extend_describe_release() {
         .release(ReleaseRequest {
             name: "cron".into(),
             token: got.token,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -125,6 +129,7 @@ async fn unary_acquire_waits_for_a_release() {
         .release(ReleaseRequest {
             name: "w".into(),
             token: first.token,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -148,6 +153,7 @@ async fn a_wrong_token_answers_false_and_leaves_the_lock_alone() {
             name: "mine".into(),
             token: wrong.clone(),
             ttl_ms: 100,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -157,6 +163,7 @@ async fn a_wrong_token_answers_false_and_leaves_the_lock_alone() {
         .release(ReleaseRequest {
             name: "mine".into(),
             token: wrong,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -84,6 +84,10 @@ impl LockService for LockServer {
                 valid_for_ms: pb::millis(
                     RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
                 ),
+                fences: vec![pb::NameFence {
+                    name: spec.name.as_str().to_owned(),
+                    fencing_token: acquired.fencing_token,
+                }],
             },
             // A taken lock is an answer here, not an error: say who has it.
             Err(Error::LockHeld { holder, .. } | Error::WaitExpired { holder, .. }) => {
@@ -203,6 +207,13 @@ impl LockService for LockServer {
         Ok(Response::new(pb::RevokeResponse {
             revoked: ended.into_iter().map(holder).collect(),
         }))
+    }
+
+    async fn check(
+        &self,
+        _request: Request<pb::CheckRequest>,
+    ) -> Result<Response<pb::CheckResponse>, Status> {
+        Err(Status::unimplemented("Check is being built (issue 41)"))
     }
 
     type WatchStream = ResponseStream<pb::WatchResponse>;

@@ -138,6 +138,10 @@ impl LeaseStream for LockStream {
             ttl_ms: pb::millis(held.spec.ttl),
             valid_for_ms: pb::millis(vouched.valid_for),
             valid_to_ms: pb::millis_u64(vouched.valid_to),
+            fences: vec![pb::NameFence {
+                name: held.spec.name.as_str().to_owned(),
+                fencing_token: held.fencing_token,
+            }],
         }))))
     }
 

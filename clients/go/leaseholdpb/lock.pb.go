@@ -116,6 +116,9 @@ const (
 	LostReason_LOST_REASON_SHUTDOWN LostReason = 3
 	// An operator revoked it (LockService.Revoke, ElectionService.Revoke).
 	LostReason_LOST_REASON_REVOKED LostReason = 4
+	// The lease reached its `max_hold_ms`: the server stopped renewing it. Its
+	// key may hold until its TTL runs out; stop work now.
+	LostReason_LOST_REASON_MAX_HOLD LostReason = 5
 )
 
 // Enum value maps for LostReason.
@@ -126,6 +129,7 @@ var (
 		2: "LOST_REASON_UNREACHABLE",
 		3: "LOST_REASON_SHUTDOWN",
 		4: "LOST_REASON_REVOKED",
+		5: "LOST_REASON_MAX_HOLD",
 	}
 	LostReason_value = map[string]int32{
 		"LOST_REASON_UNSPECIFIED": 0,
@@ -133,6 +137,7 @@ var (
 		"LOST_REASON_UNREACHABLE": 2,
 		"LOST_REASON_SHUTDOWN":    3,
 		"LOST_REASON_REVOKED":     4,
+		"LOST_REASON_MAX_HOLD":    5,
 	}
 )
 
@@ -161,6 +166,63 @@ func (x LostReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use LostReason.Descriptor instead.
 func (LostReason) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+// What a fencing token is to its name now.
+type TokenState int32
+
+const (
+	// A server that predates the answer.
+	TokenState_TOKEN_STATE_UNSPECIFIED TokenState = 0
+	// A live holding of the name has this fencing token.
+	TokenState_TOKEN_STATE_CURRENT TokenState = 1
+	// The name is held, under other fencing tokens only.
+	TokenState_TOKEN_STATE_SUPERSEDED TokenState = 2
+	// Nobody holds the name.
+	TokenState_TOKEN_STATE_FREE TokenState = 3
+)
+
+// Enum value maps for TokenState.
+var (
+	TokenState_name = map[int32]string{
+		0: "TOKEN_STATE_UNSPECIFIED",
+		1: "TOKEN_STATE_CURRENT",
+		2: "TOKEN_STATE_SUPERSEDED",
+		3: "TOKEN_STATE_FREE",
+	}
+	TokenState_value = map[string]int32{
+		"TOKEN_STATE_UNSPECIFIED": 0,
+		"TOKEN_STATE_CURRENT":     1,
+		"TOKEN_STATE_SUPERSEDED":  2,
+		"TOKEN_STATE_FREE":        3,
+	}
+)
+
+func (x TokenState) Enum() *TokenState {
+	p := new(TokenState)
+	*p = x
+	return p
+}
+
+func (x TokenState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TokenState) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_lock_proto_enumTypes[2].Descriptor()
+}
+
+func (TokenState) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_lock_proto_enumTypes[2]
+}
+
+func (x TokenState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TokenState.Descriptor instead.
+func (TokenState) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 // A message from the client on a Lease stream.
@@ -317,6 +379,32 @@ type LeaseAcquire struct {
 	// most the TTL after the last renewal if the server died too). The
 	// project's clients ask for a grace of ttl_ms unless told not to resume.
 	ResumeGraceMs uint32 `protobuf:"varint,9,opt,name=resume_grace_ms,json=resumeGraceMs,proto3" json:"resume_grace_ms,omitempty"`
+	// Further names to hold together with `name`, all or none: the lease is
+	// acquired only when every name is taken, with one token and one fencing
+	// token per name (`Acquired.fences`), renewed together, and lost as a
+	// whole when any of them is lost (the others are then released). Callers
+	// asking for overlapping sets in any order cannot deadlock: the server
+	// takes the names in one canonical order and waits (in the name's line)
+	// only while it holds none of them (docs/primitives.md). Names may live in
+	// different Redis Cluster slots. Only for plain exclusive locks (limit 0
+	// or 1); each name as `name`, no name twice, at most 32 names in all.
+	// A resume (`resume_token`) gives `name` and the same `more_names`.
+	MoreNames []string `protobuf:"bytes,10,rep,name=more_names,json=moreNames,proto3" json:"more_names,omitempty"`
+	// Lock-delay (Chubby; Consul's sessions): when this lease is lost (it
+	// expired, was revoked, or its stream broke and its grace ran out), each
+	// of its names cannot be taken for this many milliseconds more, so that an
+	// unfenced resource is not written by the next holder while the lost one
+	// may still be writing. A clean release (`release`, or a stream end that
+	// releases) frees the name at once. Waiters keep their place in line. 0
+	// (the default): none. At most 1 hour. Only for plain exclusive locks.
+	LockDelayMs uint32 `protobuf:"varint,11,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// A ceiling on the hold, in milliseconds from the acquisition: the server
+	// stops renewing the lease then and tells the holder `lost` with code
+	// LOST_REASON_MAX_HOLD while the key still holds (its `valid_for_ms` never
+	// reaches past the ceiling), so a stuck job cannot hold a lock for ever.
+	// The ceiling lives in Redis with the lease: a resumed lease keeps it. 0
+	// (the default): none. At least ttl_ms when set, at most 7 days.
+	MaxHoldMs     uint32 `protobuf:"varint,12,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +498,27 @@ func (x *LeaseAcquire) GetResumeToken() string {
 func (x *LeaseAcquire) GetResumeGraceMs() uint32 {
 	if x != nil {
 		return x.ResumeGraceMs
+	}
+	return 0
+}
+
+func (x *LeaseAcquire) GetMoreNames() []string {
+	if x != nil {
+		return x.MoreNames
+	}
+	return nil
+}
+
+func (x *LeaseAcquire) GetLockDelayMs() uint32 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *LeaseAcquire) GetMaxHoldMs() uint32 {
+	if x != nil {
+		return x.MaxHoldMs
 	}
 	return 0
 }
@@ -696,7 +805,10 @@ type Acquired struct {
 	// receipt, whichever comes first: this one still holds when the message was
 	// held up on its way (a partition that heals delivers old messages late),
 	// which `valid_for_ms` alone cannot tell.
-	ValidToMs     uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
+	ValidToMs uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
+	// Each name's fencing token, `name` first then `more_names` in the order
+	// asked. `fencing_token` above is the first's.
+	Fences        []*NameFence `protobuf:"bytes,6,rep,name=fences,proto3" json:"fences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +878,68 @@ func (x *Acquired) GetValidToMs() uint64 {
 	return 0
 }
 
+func (x *Acquired) GetFences() []*NameFence {
+	if x != nil {
+		return x.Fences
+	}
+	return nil
+}
+
+// One name of an acquisition and its fencing token.
+type NameFence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its fencing token, as in Acquired.fencing_token.
+	FencingToken  uint64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NameFence) Reset() {
+	*x = NameFence{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NameFence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NameFence) ProtoMessage() {}
+
+func (x *NameFence) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NameFence.ProtoReflect.Descriptor instead.
+func (*NameFence) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NameFence) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NameFence) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
 // The lock was renewed.
 type Extended struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -789,7 +963,7 @@ type Extended struct {
 
 func (x *Extended) Reset() {
 	*x = Extended{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[6]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +975,7 @@ func (x *Extended) String() string {
 func (*Extended) ProtoMessage() {}
 
 func (x *Extended) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[6]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +988,7 @@ func (x *Extended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extended.ProtoReflect.Descriptor instead.
 func (*Extended) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Extended) GetTtlMs() uint32 {
@@ -858,7 +1032,7 @@ type Lost struct {
 
 func (x *Lost) Reset() {
 	*x = Lost{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[7]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1044,7 @@ func (x *Lost) String() string {
 func (*Lost) ProtoMessage() {}
 
 func (x *Lost) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[7]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1057,7 @@ func (x *Lost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lost.ProtoReflect.Descriptor instead.
 func (*Lost) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Lost) GetReason() string {
@@ -914,7 +1088,7 @@ type Released struct {
 
 func (x *Released) Reset() {
 	*x = Released{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[8]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1100,7 @@ func (x *Released) String() string {
 func (*Released) ProtoMessage() {}
 
 func (x *Released) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[8]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1113,7 @@ func (x *Released) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Released.ProtoReflect.Descriptor instead.
 func (*Released) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Released) GetWasHeld() bool {
@@ -965,14 +1139,22 @@ type AcquireRequest struct {
 	// As in LeaseAcquire.limit.
 	Limit uint32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// As in LeaseAcquire.mode.
-	Mode          LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	Mode LeaseMode `protobuf:"varint,7,opt,name=mode,proto3,enum=leasehold.v1.LeaseMode" json:"mode,omitempty"`
+	// As in LeaseAcquire.more_names: Extend and Release then name them too.
+	MoreNames []string `protobuf:"bytes,8,rep,name=more_names,json=moreNames,proto3" json:"more_names,omitempty"`
+	// As in LeaseAcquire.lock_delay_ms: applies when the lease expires
+	// without Release, or is revoked.
+	LockDelayMs uint32 `protobuf:"varint,9,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// As in LeaseAcquire.max_hold_ms: Extend never extends past it, and
+	// answers extended = false once it is reached.
+	MaxHoldMs     uint32 `protobuf:"varint,10,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[9]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1166,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[9]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1179,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -1049,6 +1231,27 @@ func (x *AcquireRequest) GetMode() LeaseMode {
 	return LeaseMode_LEASE_MODE_UNSPECIFIED
 }
 
+func (x *AcquireRequest) GetMoreNames() []string {
+	if x != nil {
+		return x.MoreNames
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetLockDelayMs() uint32 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetMaxHoldMs() uint32 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
 // The result of Acquire. A taken lock is an answer, not an error.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1064,14 +1267,16 @@ type AcquireResponse struct {
 	Holder string `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
 	// How long the caller may rely on the lock, in milliseconds (as in
 	// Acquired.valid_for_ms). 0 if not acquired.
-	ValidForMs    uint32 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs uint32 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// As in Acquired.fences. Empty if not acquired.
+	Fences        []*NameFence `protobuf:"bytes,7,rep,name=fences,proto3" json:"fences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[10]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1288,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[10]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1301,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -1141,6 +1346,13 @@ func (x *AcquireResponse) GetValidForMs() uint32 {
 	return 0
 }
 
+func (x *AcquireResponse) GetFences() []*NameFence {
+	if x != nil {
+		return x.Fences
+	}
+	return nil
+}
+
 // Resets a lock's time to live.
 type ExtendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1149,14 +1361,17 @@ type ExtendRequest struct {
 	// The token returned by Acquire.
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// The new time to live, in milliseconds (100 ..= 3,600,000).
-	TtlMs         uint32 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs uint32 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The acquisition's `more_names`: every name is extended, or none is
+	// (extended = false when the token no longer holds one of them).
+	MoreNames     []string `protobuf:"bytes,4,rep,name=more_names,json=moreNames,proto3" json:"more_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtendRequest) Reset() {
 	*x = ExtendRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[11]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1383,7 @@ func (x *ExtendRequest) String() string {
 func (*ExtendRequest) ProtoMessage() {}
 
 func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[11]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1396,7 @@ func (x *ExtendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendRequest.ProtoReflect.Descriptor instead.
 func (*ExtendRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExtendRequest) GetName() string {
@@ -1205,6 +1420,13 @@ func (x *ExtendRequest) GetTtlMs() uint32 {
 	return 0
 }
 
+func (x *ExtendRequest) GetMoreNames() []string {
+	if x != nil {
+		return x.MoreNames
+	}
+	return nil
+}
+
 // The result of Extend.
 type ExtendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1220,7 +1442,7 @@ type ExtendResponse struct {
 
 func (x *ExtendResponse) Reset() {
 	*x = ExtendResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[12]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1454,7 @@ func (x *ExtendResponse) String() string {
 func (*ExtendResponse) ProtoMessage() {}
 
 func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[12]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1467,7 @@ func (x *ExtendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendResponse.ProtoReflect.Descriptor instead.
 func (*ExtendResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExtendResponse) GetExtended() bool {
@@ -1268,14 +1490,17 @@ type ReleaseRequest struct {
 	// The lock's name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The token returned by Acquire.
-	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The acquisition's `more_names`: each name the token still holds is
+	// released.
+	MoreNames     []string `protobuf:"bytes,3,rep,name=more_names,json=moreNames,proto3" json:"more_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[13]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1512,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[13]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1525,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -1317,6 +1542,13 @@ func (x *ReleaseRequest) GetToken() string {
 	return ""
 }
 
+func (x *ReleaseRequest) GetMoreNames() []string {
+	if x != nil {
+		return x.MoreNames
+	}
+	return nil
+}
+
 // The result of Release.
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1329,7 +1561,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[14]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1573,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[14]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1586,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1375,7 +1607,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[15]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1619,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[15]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1632,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1439,7 +1671,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[16]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1683,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[16]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1696,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeResponse) GetHeld() bool {
@@ -1538,7 +1770,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[17]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1782,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[17]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1795,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Holder) GetHolder() string {
@@ -1598,7 +1830,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[18]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1842,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[18]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1855,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -1646,7 +1878,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[19]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1890,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[19]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1903,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResponse) GetLocks() []*HeldLock {
@@ -1713,7 +1945,7 @@ type HeldLock struct {
 
 func (x *HeldLock) Reset() {
 	*x = HeldLock{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[20]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1957,7 @@ func (x *HeldLock) String() string {
 func (*HeldLock) ProtoMessage() {}
 
 func (x *HeldLock) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[20]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1970,7 @@ func (x *HeldLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLock.ProtoReflect.Descriptor instead.
 func (*HeldLock) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeldLock) GetName() string {
@@ -1810,7 +2042,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2054,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[21]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2067,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeRequest) GetName() string {
@@ -1864,7 +2096,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2108,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[22]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2121,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeResponse) GetRevoked() []*Holder {
@@ -1910,7 +2142,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2154,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[23]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2167,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchRequest) GetName() string {
@@ -1957,7 +2189,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2201,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_lock_proto_msgTypes[24]
+	mi := &file_leasehold_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2214,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchResponse) GetState() *DescribeResponse {
@@ -1990,6 +2222,117 @@ func (x *WatchResponse) GetState() *DescribeResponse {
 		return x.State
 	}
 	return nil
+}
+
+// Asks whether a fencing token is the current holding of a name.
+type CheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The fencing token the writer presents.
+	FencingToken  uint64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CheckRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckRequest) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+// Whether a fencing token is current.
+type CheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answer.
+	State TokenState `protobuf:"varint,1,opt,name=state,proto3,enum=leasehold.v1.TokenState" json:"state,omitempty"`
+	// The current holder's fencing token (the oldest, for several holders) when
+	// SUPERSEDED or CURRENT; 0 when FREE.
+	CurrentFencingToken uint64 `protobuf:"varint,2,opt,name=current_fencing_token,json=currentFencingToken,proto3" json:"current_fencing_token,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_leasehold_v1_lock_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_lock_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_lock_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CheckResponse) GetState() TokenState {
+	if x != nil {
+		return x.State
+	}
+	return TokenState_TOKEN_STATE_UNSPECIFIED
+}
+
+func (x *CheckResponse) GetCurrentFencingToken() uint64 {
+	if x != nil {
+		return x.CurrentFencingToken
+	}
+	return 0
 }
 
 var File_leasehold_v1_lock_proto protoreflect.FileDescriptor
@@ -2000,7 +2343,7 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\fLeaseRequest\x126\n" +
 	"\aacquire\x18\x01 \x01(\v2\x1a.leasehold.v1.LeaseAcquireH\x00R\aacquire\x126\n" +
 	"\arelease\x18\x02 \x01(\v2\x1a.leasehold.v1.LeaseReleaseH\x00R\areleaseB\b\n" +
-	"\x06action\"\x9a\x02\n" +
+	"\x06action\"\xfd\x02\n" +
 	"\fLeaseAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\rR\x05ttlMs\x12\x17\n" +
@@ -2010,7 +2353,12 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12+\n" +
 	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\x12!\n" +
 	"\fresume_token\x18\b \x01(\tR\vresumeToken\x12&\n" +
-	"\x0fresume_grace_ms\x18\t \x01(\rR\rresumeGraceMsB\a\n" +
+	"\x0fresume_grace_ms\x18\t \x01(\rR\rresumeGraceMs\x12\x1d\n" +
+	"\n" +
+	"more_names\x18\n" +
+	" \x03(\tR\tmoreNames\x12\"\n" +
+	"\rlock_delay_ms\x18\v \x01(\rR\vlockDelayMs\x12\x1e\n" +
+	"\vmax_hold_ms\x18\f \x01(\rR\tmaxHoldMsB\a\n" +
 	"\x05_fair\"\x0e\n" +
 	"\fLeaseRelease\"\x97\x02\n" +
 	"\rLeaseResponse\x121\n" +
@@ -2023,14 +2371,18 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\aWaiting\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x125\n" +
 	"\x17holder_ttl_remaining_ms\x18\x02 \x01(\rR\x14holderTtlRemainingMs\x12\x1a\n" +
-	"\bposition\x18\x03 \x01(\rR\bposition\"\x9e\x01\n" +
+	"\bposition\x18\x03 \x01(\rR\bposition\"\xcf\x01\n" +
 	"\bAcquired\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x04 \x01(\rR\n" +
 	"validForMs\x12\x1e\n" +
-	"\vvalid_to_ms\x18\x05 \x01(\x04R\tvalidToMs\"c\n" +
+	"\vvalid_to_ms\x18\x05 \x01(\x04R\tvalidToMs\x12/\n" +
+	"\x06fences\x18\x06 \x03(\v2\x17.leasehold.v1.NameFenceR\x06fences\"D\n" +
+	"\tNameFence\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"c\n" +
 	"\bExtended\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
@@ -2040,7 +2392,7 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12,\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x18.leasehold.v1.LostReasonR\x04code\"%\n" +
 	"\bReleased\x12\x19\n" +
-	"\bwas_held\x18\x01 \x01(\bR\awasHeld\"\xd1\x01\n" +
+	"\bwas_held\x18\x01 \x01(\bR\awasHeld\"\xb4\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\rR\x05ttlMs\x12\x17\n" +
@@ -2048,8 +2400,13 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12\x17\n" +
 	"\x04fair\x18\x05 \x01(\bH\x00R\x04fair\x88\x01\x01\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12+\n" +
-	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04modeB\a\n" +
-	"\x05_fair\"\xb9\x01\n" +
+	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\x12\x1d\n" +
+	"\n" +
+	"more_names\x18\b \x03(\tR\tmoreNames\x12\"\n" +
+	"\rlock_delay_ms\x18\t \x01(\rR\vlockDelayMs\x12\x1e\n" +
+	"\vmax_hold_ms\x18\n" +
+	" \x01(\rR\tmaxHoldMsB\a\n" +
+	"\x05_fair\"\xea\x01\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12#\n" +
@@ -2057,18 +2414,23 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\rR\x05ttlMs\x12\x16\n" +
 	"\x06holder\x18\x05 \x01(\tR\x06holder\x12 \n" +
 	"\fvalid_for_ms\x18\x06 \x01(\rR\n" +
-	"validForMs\"P\n" +
+	"validForMs\x12/\n" +
+	"\x06fences\x18\a \x03(\v2\x17.leasehold.v1.NameFenceR\x06fences\"o\n" +
 	"\rExtendRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"N\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"more_names\x18\x04 \x03(\tR\tmoreNames\"N\n" +
 	"\x0eExtendResponse\x12\x1a\n" +
 	"\bextended\x18\x01 \x01(\bR\bextended\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
-	"validForMs\":\n" +
+	"validForMs\"Y\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"-\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1d\n" +
+	"\n" +
+	"more_names\x18\x03 \x03(\tR\tmoreNames\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"%\n" +
 	"\x0fDescribeRequest\x12\x12\n" +
@@ -2108,18 +2470,31 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\fWatchRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"E\n" +
 	"\rWatchResponse\x124\n" +
-	"\x05state\x18\x01 \x01(\v2\x1e.leasehold.v1.DescribeResponseR\x05state*X\n" +
+	"\x05state\x18\x01 \x01(\v2\x1e.leasehold.v1.DescribeResponseR\x05state\"G\n" +
+	"\fCheckRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x04R\ffencingToken\"s\n" +
+	"\rCheckResponse\x12.\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x18.leasehold.v1.TokenStateR\x05state\x122\n" +
+	"\x15current_fencing_token\x18\x02 \x01(\x04R\x13currentFencingToken*X\n" +
 	"\tLeaseMode\x12\x1a\n" +
 	"\x16LEASE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14LEASE_MODE_EXCLUSIVE\x10\x01\x12\x15\n" +
-	"\x11LEASE_MODE_SHARED\x10\x02*\x90\x01\n" +
+	"\x11LEASE_MODE_SHARED\x10\x02*\xaa\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOST_REASON_TAKEN\x10\x01\x12\x1b\n" +
 	"\x17LOST_REASON_UNREACHABLE\x10\x02\x12\x18\n" +
 	"\x14LOST_REASON_SHUTDOWN\x10\x03\x12\x17\n" +
-	"\x13LOST_REASON_REVOKED\x10\x042\xbb\x04\n" +
+	"\x13LOST_REASON_REVOKED\x10\x04\x12\x18\n" +
+	"\x14LOST_REASON_MAX_HOLD\x10\x05*t\n" +
+	"\n" +
+	"TokenState\x12\x1b\n" +
+	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TOKEN_STATE_CURRENT\x10\x01\x12\x1a\n" +
+	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x14\n" +
+	"\x10TOKEN_STATE_FREE\x10\x032\xfd\x04\n" +
 	"\vLockService\x12D\n" +
 	"\x05Lease\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x01\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12C\n" +
@@ -2128,7 +2503,8 @@ const file_leasehold_v1_lock_proto_rawDesc = "" +
 	"\bDescribe\x12\x1d.leasehold.v1.DescribeRequest\x1a\x1e.leasehold.v1.DescribeResponse\x12=\n" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12C\n" +
 	"\x06Revoke\x12\x1b.leasehold.v1.RevokeRequest\x1a\x1c.leasehold.v1.RevokeResponse\x12B\n" +
-	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01b\x06proto3"
+	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
+	"\x05Check\x12\x1a.leasehold.v1.CheckRequest\x1a\x1b.leasehold.v1.CheckResponseb\x06proto3"
 
 var (
 	file_leasehold_v1_lock_proto_rawDescOnce sync.Once
@@ -2142,76 +2518,85 @@ func file_leasehold_v1_lock_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_lock_proto_rawDescData
 }
 
-var file_leasehold_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_leasehold_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_leasehold_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_leasehold_v1_lock_proto_goTypes = []any{
 	(LeaseMode)(0),           // 0: leasehold.v1.LeaseMode
 	(LostReason)(0),          // 1: leasehold.v1.LostReason
-	(*LeaseRequest)(nil),     // 2: leasehold.v1.LeaseRequest
-	(*LeaseAcquire)(nil),     // 3: leasehold.v1.LeaseAcquire
-	(*LeaseRelease)(nil),     // 4: leasehold.v1.LeaseRelease
-	(*LeaseResponse)(nil),    // 5: leasehold.v1.LeaseResponse
-	(*Waiting)(nil),          // 6: leasehold.v1.Waiting
-	(*Acquired)(nil),         // 7: leasehold.v1.Acquired
-	(*Extended)(nil),         // 8: leasehold.v1.Extended
-	(*Lost)(nil),             // 9: leasehold.v1.Lost
-	(*Released)(nil),         // 10: leasehold.v1.Released
-	(*AcquireRequest)(nil),   // 11: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),  // 12: leasehold.v1.AcquireResponse
-	(*ExtendRequest)(nil),    // 13: leasehold.v1.ExtendRequest
-	(*ExtendResponse)(nil),   // 14: leasehold.v1.ExtendResponse
-	(*ReleaseRequest)(nil),   // 15: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 16: leasehold.v1.ReleaseResponse
-	(*DescribeRequest)(nil),  // 17: leasehold.v1.DescribeRequest
-	(*DescribeResponse)(nil), // 18: leasehold.v1.DescribeResponse
-	(*Holder)(nil),           // 19: leasehold.v1.Holder
-	(*ListRequest)(nil),      // 20: leasehold.v1.ListRequest
-	(*ListResponse)(nil),     // 21: leasehold.v1.ListResponse
-	(*HeldLock)(nil),         // 22: leasehold.v1.HeldLock
-	(*RevokeRequest)(nil),    // 23: leasehold.v1.RevokeRequest
-	(*RevokeResponse)(nil),   // 24: leasehold.v1.RevokeResponse
-	(*WatchRequest)(nil),     // 25: leasehold.v1.WatchRequest
-	(*WatchResponse)(nil),    // 26: leasehold.v1.WatchResponse
+	(TokenState)(0),          // 2: leasehold.v1.TokenState
+	(*LeaseRequest)(nil),     // 3: leasehold.v1.LeaseRequest
+	(*LeaseAcquire)(nil),     // 4: leasehold.v1.LeaseAcquire
+	(*LeaseRelease)(nil),     // 5: leasehold.v1.LeaseRelease
+	(*LeaseResponse)(nil),    // 6: leasehold.v1.LeaseResponse
+	(*Waiting)(nil),          // 7: leasehold.v1.Waiting
+	(*Acquired)(nil),         // 8: leasehold.v1.Acquired
+	(*NameFence)(nil),        // 9: leasehold.v1.NameFence
+	(*Extended)(nil),         // 10: leasehold.v1.Extended
+	(*Lost)(nil),             // 11: leasehold.v1.Lost
+	(*Released)(nil),         // 12: leasehold.v1.Released
+	(*AcquireRequest)(nil),   // 13: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),  // 14: leasehold.v1.AcquireResponse
+	(*ExtendRequest)(nil),    // 15: leasehold.v1.ExtendRequest
+	(*ExtendResponse)(nil),   // 16: leasehold.v1.ExtendResponse
+	(*ReleaseRequest)(nil),   // 17: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),  // 18: leasehold.v1.ReleaseResponse
+	(*DescribeRequest)(nil),  // 19: leasehold.v1.DescribeRequest
+	(*DescribeResponse)(nil), // 20: leasehold.v1.DescribeResponse
+	(*Holder)(nil),           // 21: leasehold.v1.Holder
+	(*ListRequest)(nil),      // 22: leasehold.v1.ListRequest
+	(*ListResponse)(nil),     // 23: leasehold.v1.ListResponse
+	(*HeldLock)(nil),         // 24: leasehold.v1.HeldLock
+	(*RevokeRequest)(nil),    // 25: leasehold.v1.RevokeRequest
+	(*RevokeResponse)(nil),   // 26: leasehold.v1.RevokeResponse
+	(*WatchRequest)(nil),     // 27: leasehold.v1.WatchRequest
+	(*WatchResponse)(nil),    // 28: leasehold.v1.WatchResponse
+	(*CheckRequest)(nil),     // 29: leasehold.v1.CheckRequest
+	(*CheckResponse)(nil),    // 30: leasehold.v1.CheckResponse
 }
 var file_leasehold_v1_lock_proto_depIdxs = []int32{
-	3,  // 0: leasehold.v1.LeaseRequest.acquire:type_name -> leasehold.v1.LeaseAcquire
-	4,  // 1: leasehold.v1.LeaseRequest.release:type_name -> leasehold.v1.LeaseRelease
+	4,  // 0: leasehold.v1.LeaseRequest.acquire:type_name -> leasehold.v1.LeaseAcquire
+	5,  // 1: leasehold.v1.LeaseRequest.release:type_name -> leasehold.v1.LeaseRelease
 	0,  // 2: leasehold.v1.LeaseAcquire.mode:type_name -> leasehold.v1.LeaseMode
-	6,  // 3: leasehold.v1.LeaseResponse.waiting:type_name -> leasehold.v1.Waiting
-	7,  // 4: leasehold.v1.LeaseResponse.acquired:type_name -> leasehold.v1.Acquired
-	8,  // 5: leasehold.v1.LeaseResponse.extended:type_name -> leasehold.v1.Extended
-	9,  // 6: leasehold.v1.LeaseResponse.lost:type_name -> leasehold.v1.Lost
-	10, // 7: leasehold.v1.LeaseResponse.released:type_name -> leasehold.v1.Released
-	1,  // 8: leasehold.v1.Lost.code:type_name -> leasehold.v1.LostReason
-	0,  // 9: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LeaseMode
-	19, // 10: leasehold.v1.DescribeResponse.holders:type_name -> leasehold.v1.Holder
-	0,  // 11: leasehold.v1.DescribeResponse.mode:type_name -> leasehold.v1.LeaseMode
-	22, // 12: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.HeldLock
-	19, // 13: leasehold.v1.HeldLock.holders:type_name -> leasehold.v1.Holder
-	0,  // 14: leasehold.v1.HeldLock.mode:type_name -> leasehold.v1.LeaseMode
-	19, // 15: leasehold.v1.RevokeResponse.revoked:type_name -> leasehold.v1.Holder
-	18, // 16: leasehold.v1.WatchResponse.state:type_name -> leasehold.v1.DescribeResponse
-	2,  // 17: leasehold.v1.LockService.Lease:input_type -> leasehold.v1.LeaseRequest
-	11, // 18: leasehold.v1.LockService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	13, // 19: leasehold.v1.LockService.Extend:input_type -> leasehold.v1.ExtendRequest
-	15, // 20: leasehold.v1.LockService.Release:input_type -> leasehold.v1.ReleaseRequest
-	17, // 21: leasehold.v1.LockService.Describe:input_type -> leasehold.v1.DescribeRequest
-	20, // 22: leasehold.v1.LockService.List:input_type -> leasehold.v1.ListRequest
-	23, // 23: leasehold.v1.LockService.Revoke:input_type -> leasehold.v1.RevokeRequest
-	25, // 24: leasehold.v1.LockService.Watch:input_type -> leasehold.v1.WatchRequest
-	5,  // 25: leasehold.v1.LockService.Lease:output_type -> leasehold.v1.LeaseResponse
-	12, // 26: leasehold.v1.LockService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	14, // 27: leasehold.v1.LockService.Extend:output_type -> leasehold.v1.ExtendResponse
-	16, // 28: leasehold.v1.LockService.Release:output_type -> leasehold.v1.ReleaseResponse
-	18, // 29: leasehold.v1.LockService.Describe:output_type -> leasehold.v1.DescribeResponse
-	21, // 30: leasehold.v1.LockService.List:output_type -> leasehold.v1.ListResponse
-	24, // 31: leasehold.v1.LockService.Revoke:output_type -> leasehold.v1.RevokeResponse
-	26, // 32: leasehold.v1.LockService.Watch:output_type -> leasehold.v1.WatchResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	7,  // 3: leasehold.v1.LeaseResponse.waiting:type_name -> leasehold.v1.Waiting
+	8,  // 4: leasehold.v1.LeaseResponse.acquired:type_name -> leasehold.v1.Acquired
+	10, // 5: leasehold.v1.LeaseResponse.extended:type_name -> leasehold.v1.Extended
+	11, // 6: leasehold.v1.LeaseResponse.lost:type_name -> leasehold.v1.Lost
+	12, // 7: leasehold.v1.LeaseResponse.released:type_name -> leasehold.v1.Released
+	9,  // 8: leasehold.v1.Acquired.fences:type_name -> leasehold.v1.NameFence
+	1,  // 9: leasehold.v1.Lost.code:type_name -> leasehold.v1.LostReason
+	0,  // 10: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LeaseMode
+	9,  // 11: leasehold.v1.AcquireResponse.fences:type_name -> leasehold.v1.NameFence
+	21, // 12: leasehold.v1.DescribeResponse.holders:type_name -> leasehold.v1.Holder
+	0,  // 13: leasehold.v1.DescribeResponse.mode:type_name -> leasehold.v1.LeaseMode
+	24, // 14: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.HeldLock
+	21, // 15: leasehold.v1.HeldLock.holders:type_name -> leasehold.v1.Holder
+	0,  // 16: leasehold.v1.HeldLock.mode:type_name -> leasehold.v1.LeaseMode
+	21, // 17: leasehold.v1.RevokeResponse.revoked:type_name -> leasehold.v1.Holder
+	20, // 18: leasehold.v1.WatchResponse.state:type_name -> leasehold.v1.DescribeResponse
+	2,  // 19: leasehold.v1.CheckResponse.state:type_name -> leasehold.v1.TokenState
+	3,  // 20: leasehold.v1.LockService.Lease:input_type -> leasehold.v1.LeaseRequest
+	13, // 21: leasehold.v1.LockService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	15, // 22: leasehold.v1.LockService.Extend:input_type -> leasehold.v1.ExtendRequest
+	17, // 23: leasehold.v1.LockService.Release:input_type -> leasehold.v1.ReleaseRequest
+	19, // 24: leasehold.v1.LockService.Describe:input_type -> leasehold.v1.DescribeRequest
+	22, // 25: leasehold.v1.LockService.List:input_type -> leasehold.v1.ListRequest
+	25, // 26: leasehold.v1.LockService.Revoke:input_type -> leasehold.v1.RevokeRequest
+	27, // 27: leasehold.v1.LockService.Watch:input_type -> leasehold.v1.WatchRequest
+	29, // 28: leasehold.v1.LockService.Check:input_type -> leasehold.v1.CheckRequest
+	6,  // 29: leasehold.v1.LockService.Lease:output_type -> leasehold.v1.LeaseResponse
+	14, // 30: leasehold.v1.LockService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	16, // 31: leasehold.v1.LockService.Extend:output_type -> leasehold.v1.ExtendResponse
+	18, // 32: leasehold.v1.LockService.Release:output_type -> leasehold.v1.ReleaseResponse
+	20, // 33: leasehold.v1.LockService.Describe:output_type -> leasehold.v1.DescribeResponse
+	23, // 34: leasehold.v1.LockService.List:output_type -> leasehold.v1.ListResponse
+	26, // 35: leasehold.v1.LockService.Revoke:output_type -> leasehold.v1.RevokeResponse
+	28, // 36: leasehold.v1.LockService.Watch:output_type -> leasehold.v1.WatchResponse
+	30, // 37: leasehold.v1.LockService.Check:output_type -> leasehold.v1.CheckResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_lock_proto_init() }
@@ -2231,14 +2616,14 @@ func file_leasehold_v1_lock_proto_init() {
 		(*LeaseResponse_Lost)(nil),
 		(*LeaseResponse_Released)(nil),
 	}
-	file_leasehold_v1_lock_proto_msgTypes[9].OneofWrappers = []any{}
+	file_leasehold_v1_lock_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_lock_proto_rawDesc), len(file_leasehold_v1_lock_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   25,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

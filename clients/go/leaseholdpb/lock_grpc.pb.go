@@ -54,6 +54,7 @@ const (
 	LockService_List_FullMethodName     = "/leasehold.v1.LockService/List"
 	LockService_Revoke_FullMethodName   = "/leasehold.v1.LockService/Revoke"
 	LockService_Watch_FullMethodName    = "/leasehold.v1.LockService/Watch"
+	LockService_Check_FullMethodName    = "/leasehold.v1.LockService/Check"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -119,6 +120,15 @@ type LockServiceClient interface {
 	// watcher that stops reading is sent the newest state, not every one it
 	// missed. Needs the `observe` role on the name.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// Check answers whether a fencing token is the current holding of a name:
+	// CURRENT (a live holding of the name has it), SUPERSEDED (the name is held
+	// under other fencing tokens; the current one is returned) or FREE. One
+	// Redis read, for the protected resource to call before each write
+	// (Chubby's CheckSequencer). A check is not a conditional write: the
+	// holding can end between the answer and the write, so a resource that
+	// must never take a stale write fences itself (see docs/contract.md).
+	// Needs the `observe` role on the name.
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
 
 type lockServiceClient struct {
@@ -221,6 +231,16 @@ func (c *lockServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *lockServiceClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, LockService_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -284,6 +304,15 @@ type LockServiceServer interface {
 	// watcher that stops reading is sent the newest state, not every one it
 	// missed. Needs the `observe` role on the name.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// Check answers whether a fencing token is the current holding of a name:
+	// CURRENT (a live holding of the name has it), SUPERSEDED (the name is held
+	// under other fencing tokens; the current one is returned) or FREE. One
+	// Redis read, for the protected resource to call before each write
+	// (Chubby's CheckSequencer). A check is not a conditional write: the
+	// holding can end between the answer and the write, so a resource that
+	// must never take a stale write fences itself (see docs/contract.md).
+	// Needs the `observe` role on the name.
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -317,6 +346,9 @@ func (UnimplementedLockServiceServer) Revoke(context.Context, *RevokeRequest) (*
 }
 func (UnimplementedLockServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLockServiceServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -465,6 +497,24 @@ func _LockService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LockService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _LockService_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -495,6 +545,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Revoke",
 			Handler:    _LockService_Revoke_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _LockService_Check_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -300,7 +300,14 @@ type SessionAcquire struct {
 	// As in LeaseAcquire.resume_token: the token of this lease's `acquired`
 	// on the session that broke. `wait_ms`, `holder`, `fair`, `limit` and
 	// `mode` are then ignored.
-	ResumeToken   string `protobuf:"bytes,8,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	ResumeToken string `protobuf:"bytes,8,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	// As in LeaseAcquire.more_names.
+	MoreNames []string `protobuf:"bytes,9,rep,name=more_names,json=moreNames,proto3" json:"more_names,omitempty"`
+	// As in LeaseAcquire.lock_delay_ms.
+	LockDelayMs uint32 `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// As in LeaseAcquire.max_hold_ms: at the ceiling this lease alone is
+	// `lease_lost` with code LOST_REASON_MAX_HOLD.
+	MaxHoldMs     uint32 `protobuf:"varint,11,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +396,27 @@ func (x *SessionAcquire) GetResumeToken() string {
 		return x.ResumeToken
 	}
 	return ""
+}
+
+func (x *SessionAcquire) GetMoreNames() []string {
+	if x != nil {
+		return x.MoreNames
+	}
+	return nil
+}
+
+func (x *SessionAcquire) GetLockDelayMs() uint32 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *SessionAcquire) GetMaxHoldMs() uint32 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
 }
 
 // Runs for leader on the session: as `CampaignStart`, with the session's TTL
@@ -904,7 +932,9 @@ type SessionAcquired struct {
 	ValidForMs uint32 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	// As in Acquired.valid_to_ms, counted from the moment the session's call
 	// reached the server (a client counts from before it started the call).
-	ValidToMs     uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
+	ValidToMs uint64 `protobuf:"varint,5,opt,name=valid_to_ms,json=validToMs,proto3" json:"valid_to_ms,omitempty"`
+	// As in Acquired.fences.
+	Fences        []*NameFence `protobuf:"bytes,6,rep,name=fences,proto3" json:"fences,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,6 +1002,13 @@ func (x *SessionAcquired) GetValidToMs() uint64 {
 		return x.ValidToMs
 	}
 	return 0
+}
+
+func (x *SessionAcquired) GetFences() []*NameFence {
+	if x != nil {
+		return x.Fences
+	}
+	return nil
 }
 
 // The session's leases were renewed.
@@ -1355,7 +1392,7 @@ const file_leasehold_v1_session_proto_rawDesc = "" +
 	"\vSessionOpen\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\rR\x05ttlMs\x12&\n" +
 	"\x0fresume_grace_ms\x18\x02 \x01(\rR\rresumeGraceMs\x12\x16\n" +
-	"\x06holder\x18\x03 \x01(\tR\x06holder\"\xed\x01\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\"\xd0\x02\n" +
 	"\x0eSessionAcquire\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
@@ -1364,7 +1401,12 @@ const file_leasehold_v1_session_proto_rawDesc = "" +
 	"\x04fair\x18\x05 \x01(\bH\x00R\x04fair\x88\x01\x01\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12+\n" +
 	"\x04mode\x18\a \x01(\x0e2\x17.leasehold.v1.LeaseModeR\x04mode\x12!\n" +
-	"\fresume_token\x18\b \x01(\tR\vresumeTokenB\a\n" +
+	"\fresume_token\x18\b \x01(\tR\vresumeToken\x12\x1d\n" +
+	"\n" +
+	"more_names\x18\t \x03(\tR\tmoreNames\x12\"\n" +
+	"\rlock_delay_ms\x18\n" +
+	" \x01(\rR\vlockDelayMs\x12\x1e\n" +
+	"\vmax_hold_ms\x18\v \x01(\rR\tmaxHoldMsB\a\n" +
 	"\x05_fair\"v\n" +
 	"\x0fSessionCampaign\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
@@ -1396,14 +1438,15 @@ const file_leasehold_v1_session_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x125\n" +
 	"\x17holder_ttl_remaining_ms\x18\x03 \x01(\rR\x14holderTtlRemainingMs\x12\x1a\n" +
-	"\bposition\x18\x04 \x01(\rR\bposition\"\x9e\x01\n" +
+	"\bposition\x18\x04 \x01(\rR\bposition\"\xcf\x01\n" +
 	"\x0fSessionAcquired\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12 \n" +
 	"\fvalid_for_ms\x18\x04 \x01(\rR\n" +
 	"validForMs\x12\x1e\n" +
-	"\vvalid_to_ms\x18\x05 \x01(\x04R\tvalidToMs\"k\n" +
+	"\vvalid_to_ms\x18\x05 \x01(\x04R\tvalidToMs\x12/\n" +
+	"\x06fences\x18\x06 \x03(\v2\x17.leasehold.v1.NameFenceR\x06fences\"k\n" +
 	"\x10SessionKeptAlive\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\rR\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x02 \x01(\rR\n" +
@@ -1461,7 +1504,8 @@ var file_leasehold_v1_session_proto_goTypes = []any{
 	(*SessionClosed)(nil),     // 15: leasehold.v1.SessionClosed
 	(LeaseMode)(0),            // 16: leasehold.v1.LeaseMode
 	(*Lost)(nil),              // 17: leasehold.v1.Lost
-	(LostReason)(0),           // 18: leasehold.v1.LostReason
+	(*NameFence)(nil),         // 18: leasehold.v1.NameFence
+	(LostReason)(0),           // 19: leasehold.v1.LostReason
 }
 var file_leasehold_v1_session_proto_depIdxs = []int32{
 	1,  // 0: leasehold.v1.SessionRequest.open:type_name -> leasehold.v1.SessionOpen
@@ -1480,14 +1524,15 @@ var file_leasehold_v1_session_proto_depIdxs = []int32{
 	14, // 13: leasehold.v1.SessionResponse.failed:type_name -> leasehold.v1.SessionFailed
 	15, // 14: leasehold.v1.SessionResponse.closed:type_name -> leasehold.v1.SessionClosed
 	17, // 15: leasehold.v1.SessionResponse.lost:type_name -> leasehold.v1.Lost
-	18, // 16: leasehold.v1.SessionLeaseLost.code:type_name -> leasehold.v1.LostReason
-	0,  // 17: leasehold.v1.SessionService.Session:input_type -> leasehold.v1.SessionRequest
-	7,  // 18: leasehold.v1.SessionService.Session:output_type -> leasehold.v1.SessionResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 16: leasehold.v1.SessionAcquired.fences:type_name -> leasehold.v1.NameFence
+	19, // 17: leasehold.v1.SessionLeaseLost.code:type_name -> leasehold.v1.LostReason
+	0,  // 18: leasehold.v1.SessionService.Session:input_type -> leasehold.v1.SessionRequest
+	7,  // 19: leasehold.v1.SessionService.Session:output_type -> leasehold.v1.SessionResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_session_proto_init() }

@@ -210,6 +210,7 @@ impl Client {
         let request = pb::ReleaseRequest {
             name: name.into(),
             token: token.into(),
+            ..Default::default()
         };
         let answer = self
             .idempotent(|transport| {

@@ -322,6 +322,8 @@ impl Session {
             fencing_token,
             valid_for_ms: pb::millis(vouched.valid_for),
             valid_to_ms: pb::millis_u64(vouched.valid_to),
+            // Filled in by multi-name acquisitions (issue 41).
+            fences: Vec::new(),
         }))
         .await;
     }
