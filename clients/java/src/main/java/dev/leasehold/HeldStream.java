@@ -51,6 +51,8 @@ abstract class HeldStream<Req, Resp> extends Holding {
   private ScheduledFuture<?> retry;
   Resumption resumption;
   private String lastError = "";
+  /** The max hold's ceiling on the validity, fixed when first held. */
+  private MaxHold maxHold = MaxHold.NONE;
 
   HeldStream(ManagedChannel channel, ScheduledExecutorService clock, boolean autoResume,
       String what, String streamName, String subject) {
@@ -102,6 +104,14 @@ abstract class HeldStream<Req, Resp> extends Holding {
           + ", not " + this.fencingToken + ")";
     }
     return null;
+  }
+
+  /**
+   * The max hold asked for, in milliseconds (the proto's uint32 {@code max_hold_ms}; 0: none): the
+   * validity never reaches past the moment the first request was sent plus this.
+   */
+  int maxHoldMs() {
+    return 0;
   }
 
   /** Held again on {@code on} after a break. */
@@ -235,6 +245,7 @@ abstract class HeldStream<Req, Resp> extends Holding {
       this.fencingToken = fencingToken;
       state = State.HELD;
       resumption = null;
+      maxHold = MaxHold.of(from.openedNanos, maxHoldMs()); // Sent as the stream opened.
       arm(until);
       onHeld(event);
     } else if (state == State.RESUMING && stale) {
@@ -269,8 +280,13 @@ abstract class HeldStream<Req, Resp> extends Holding {
 
   private void arm(long validUntilNanos) {
     if (clocked()) {
-      validity.arm(validUntilNanos);
+      validity.arm(maxHold.cap(validUntilNanos));
     }
+  }
+
+  /** Whether the validity ran out at the max hold's ceiling: lost for good, as MAX_HOLD. */
+  private boolean atCeiling() {
+    return maxHold.reachedBy(validity.validUntilNanos());
   }
 
   // ---- What happens on its own: attempts, the validity's end, the stream's end. ----
@@ -296,14 +312,18 @@ abstract class HeldStream<Req, Resp> extends Holding {
       }
       switch (state) {
         case HELD, STOPPING -> // The stream stays; it may still end well.
-            tell(lossOf("no renewal confirmed before the " + what + " ran out (server silent)",
-                LostReason.UNREACHABLE));
+            tell(atCeiling()
+                ? lossOf(MaxHold.REACHED, LostReason.MAX_HOLD)
+                : lossOf("no renewal confirmed before the " + what + " ran out (server silent)",
+                    LostReason.UNREACHABLE));
         case RESUMING -> {
           if (stream != null) {
             stream.cancel("the " + what + "'s validity ran out while resuming");
             stream = null;
           }
-          String loss = fail(tooLate(), LostReason.UNREACHABLE, null);
+          String loss = atCeiling()
+              ? fail(MaxHold.REACHED, LostReason.MAX_HOLD, null)
+              : fail(tooLate(), LostReason.UNREACHABLE, null);
           warn(loss);
           tell(loss);
         }

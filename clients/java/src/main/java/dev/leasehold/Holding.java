@@ -1,9 +1,14 @@
 package dev.leasehold;
 
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import leasehold.v1.Lock.NameFence;
 
 /**
  * What every held thing shares, on its own stream ({@link Lease}, {@link Candidate}) or on a
@@ -19,6 +24,8 @@ abstract class Holding {
   String token;
   /** Its fencing token (a leadership's term); 0 until held. */
   long fencingToken;
+  /** Each name's fencing token, in the order asked (the first's is {@link #fencingToken}). */
+  Map<String, Long> fences = Map.of();
   /** Known to be lost (told or not): it is never resumed or vouched for again. */
   boolean lostKnown;
   /** The user let go (release, resign, close): a loss from now on is not news to anyone. */
@@ -45,6 +52,22 @@ abstract class Holding {
       lostCode = code;
     }
     return reason;
+  }
+
+  /**
+   * Each name's fencing token from an acquisition's {@code fences} (the first name, then the
+   * others in the order asked), unmodifiable and in that order; from a server that predates them
+   * (no fences), {@code name} alone with {@code fencingToken}.
+   */
+  static Map<String, Long> fences(List<NameFence> fences, String name, long fencingToken) {
+    if (fences.isEmpty()) {
+      return Map.of(name, fencingToken);
+    }
+    Map<String, Long> ordered = new LinkedHashMap<>();
+    for (NameFence fence : fences) {
+      ordered.put(fence.getName(), fence.getFencingToken());
+    }
+    return Collections.unmodifiableMap(ordered);
   }
 
   /**

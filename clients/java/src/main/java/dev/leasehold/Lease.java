@@ -6,6 +6,7 @@ import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -86,6 +87,14 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
   /** The fencing token of this acquisition: pass it to the resource the lock protects. */
   public synchronized long fencingToken() {
     return fencingToken;
+  }
+
+  /**
+   * Each name's fencing token, in the order asked (the builder's name first, then {@link
+   * LeaseholdClient.LeaseBuilder#names}): unmodifiable. {@link #fencingToken()} is the first's.
+   */
+  public synchronized Map<String, Long> fences() {
+    return fences;
   }
 
   /** The acquisition's secret, for the unary Extend and Release calls. Never log it. */
@@ -223,7 +232,13 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
   }
 
   @Override
+  int maxHoldMs() {
+    return request.getMaxHoldMs();
+  }
+
+  @Override
   void onHeld(LeaseResponse event) {
+    fences = fences(event.getAcquired().getFencesList(), request.getName(), fencingToken);
     completions.later(() -> acquired.complete(event));
   }
 
@@ -293,7 +308,8 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
    */
   private void releaseUnary(Stream attempt) {
     ReleaseRequest ask = ReleaseRequest.newBuilder()
-        .setName(request.getName()).setToken(token()).build();
+        .setName(request.getName()).addAllMoreNames(request.getMoreNamesList())
+        .setToken(token()).build();
     StreamObserver<ReleaseResponse> answer = new StreamObserver<>() {
       @Override
       public void onNext(ReleaseResponse response) {
@@ -329,6 +345,11 @@ public final class Lease extends HeldStream<LeaseRequest, LeaseResponse> impleme
     } catch (RuntimeException e) {
       answer.onError(e);
     }
+  }
+
+  /** {@code duration} in milliseconds for a uint32 field (past its range: the largest). */
+  static int millis(Duration duration, String what) {
+    return (int) Math.min(0xFFFF_FFFFL, positive(duration, what).toMillis());
   }
 
   static Duration positive(Duration duration, String what) {

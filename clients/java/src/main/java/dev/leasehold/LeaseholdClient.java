@@ -29,6 +29,7 @@ import leasehold.v1.Election.LeaderResponse;
 import leasehold.v1.Election.ObserveRequest;
 import leasehold.v1.Election.ObserveResponse;
 import leasehold.v1.ElectionServiceGrpc;
+import leasehold.v1.Lock.CheckRequest;
 import leasehold.v1.Lock.Holder;
 import leasehold.v1.Lock.LeaseAcquire;
 import leasehold.v1.Lock.LeaseMode;
@@ -71,6 +72,7 @@ public final class LeaseholdClient implements AutoCloseable {
               Map.of("service", "leasehold.v1.LockService", "method", "Release"),
               Map.of("service", "leasehold.v1.LockService", "method", "Describe"),
               Map.of("service", "leasehold.v1.LockService", "method", "List"),
+              Map.of("service", "leasehold.v1.LockService", "method", "Check"),
               Map.of("service", "leasehold.v1.ElectionService", "method", "Leader")),
           "retryPolicy", Map.of(
               "maxAttempts", 5.0,
@@ -320,6 +322,22 @@ public final class LeaseholdClient implements AutoCloseable {
   }
 
   /**
+   * Whether {@code fencingToken} is the current holding of lock {@code name}, for the resource the
+   * lock protects to ask before each write (Chubby's CheckSequencer; one Redis read): {@link
+   * TokenState#CURRENT}, {@link TokenState#SUPERSEDED} (the name is held under other fencing
+   * tokens) or {@link TokenState#FREE}, with the current holding's fencing token (0 when free).
+   *
+   * <p>A check is not a conditional write: the holding can end between the answer and the write,
+   * so a resource that must never take a stale write fences itself (see docs/contract.md). Needs
+   * the {@code observe} role on the name when the server checks tokens. Being a read, the call is
+   * retried on another server when one is unavailable.
+   */
+  public TokenCheck check(String name, long fencingToken) {
+    return TokenCheck.of(LockServiceGrpc.newBlockingStub(channel).check(CheckRequest.newBuilder()
+        .setName(name).setFencingToken(fencingToken).build()));
+  }
+
+  /**
    * Follows lock {@code name}: its state now, then one on every change (taken, released,
    * expired, revoked, a waiter joining or leaving), until the returned watch is closed. See {@link
    * LockWatch}. Needs the {@code observe} role on the name when the server checks tokens.
@@ -442,6 +460,40 @@ public final class LeaseholdClient implements AutoCloseable {
      */
     public LeaseBuilder resumeGrace(Duration grace) {
       request.setResumeGraceMs((int) Lease.positive(grace, "resume grace").toMillis());
+      return this;
+    }
+
+    /**
+     * Holds these names too, with the builder's name first, all or none: the lease is acquired
+     * only when every name is taken (one fencing token per name, {@link Lease#fences()}), renewed
+     * together, and lost as a whole. Callers asking for overlapping sets in any order cannot
+     * deadlock (the server takes names in one canonical order and holds none while it waits).
+     * Only for plain exclusive locks; at most 32 names in all, no name twice.
+     */
+    public LeaseBuilder names(String... more) {
+      request.clearMoreNames().addAllMoreNames(List.of(more));
+      return this;
+    }
+
+    /**
+     * Lock-delay (Chubby's; Consul's sessions): when this lease is lost (it expired, was revoked,
+     * or its stream broke and its grace ran out), none of its names can be taken for this long
+     * more, so that an unfenced resource is not written by the next holder while this one may
+     * still be writing. A clean release frees them at once. Default: none.
+     */
+    public LeaseBuilder lockDelay(Duration delay) {
+      request.setLockDelayMs(Lease.millis(delay, "lock delay"));
+      return this;
+    }
+
+    /**
+     * A ceiling on the hold, from the acquisition: the server stops renewing the lease then and
+     * {@link Lease#lost()} completes with {@link LostReason#MAX_HOLD} (final, never resumed), at
+     * the latest when the acquire was sent plus {@code maxHold} by this process's clock. At least
+     * the TTL, at most 7 days. Default: none.
+     */
+    public LeaseBuilder maxHold(Duration maxHold) {
+      request.setMaxHoldMs(Lease.millis(maxHold, "max hold"));
       return this;
     }
 

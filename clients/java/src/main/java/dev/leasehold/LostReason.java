@@ -29,6 +29,12 @@ public enum LostReason {
    * token.
    */
   REVOKED,
+  /**
+   * It reached the {@code maxHold} it was acquired with: the server stopped renewing it (its key
+   * may hold until its TTL runs out) and the client stopped believing, at the latest when its
+   * acquire was sent plus the max hold. Final: it is not resumed.
+   */
+  MAX_HOLD,
   /** A server that predates the code, a code this client does not know, or a refusal. */
   UNKNOWN;
 
@@ -39,6 +45,7 @@ public enum LostReason {
       case LOST_REASON_UNREACHABLE -> UNREACHABLE;
       case LOST_REASON_SHUTDOWN -> SHUTDOWN;
       case LOST_REASON_REVOKED -> REVOKED;
+      case LOST_REASON_MAX_HOLD -> MAX_HOLD;
       case LOST_REASON_UNSPECIFIED, UNRECOGNIZED -> UNKNOWN;
     };
   }

@@ -4,6 +4,7 @@ import com.google.protobuf.ByteString;
 import io.grpc.ManagedChannel;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -56,6 +57,9 @@ public final class Session implements AutoCloseable {
     private Boolean fair;
     private int limit;
     private boolean shared;
+    private List<String> more = List.of();
+    private Duration lockDelay = Duration.ZERO;
+    private Duration maxHold = Duration.ZERO;
 
     /** Fail at once if the lock is taken, exclusive, the session's holder: the defaults. */
     public AcquireOptions() {}
@@ -96,11 +100,42 @@ public final class Session implements AutoCloseable {
       return this;
     }
 
+    /**
+     * Holds these names too, with the acquired name first, all or none (one fencing token per
+     * name, {@link SessionLease#fences()}), as {@link LeaseholdClient.LeaseBuilder#names}.
+     */
+    public AcquireOptions names(String... more) {
+      this.more = List.of(more);
+      return this;
+    }
+
+    /**
+     * When this lease is lost (not released), its names cannot be taken for this long more, as
+     * {@link LeaseholdClient.LeaseBuilder#lockDelay}. Default: none.
+     */
+    public AcquireOptions lockDelay(Duration delay) {
+      this.lockDelay = Lease.positive(delay, "lock delay");
+      return this;
+    }
+
+    /**
+     * A ceiling on the hold: this lease alone is lost with {@link LostReason#MAX_HOLD} then, at
+     * the latest when its acquire was sent plus {@code maxHold}, as {@link
+     * LeaseholdClient.LeaseBuilder#maxHold}. Default: none.
+     */
+    public AcquireOptions maxHold(Duration maxHold) {
+      this.maxHold = Lease.positive(maxHold, "max hold");
+      return this;
+    }
+
     SessionAcquire.Builder request(String name) {
       SessionAcquire.Builder request = SessionAcquire.newBuilder()
           .setName(name)
+          .addAllMoreNames(more)
           .setHolder(holder)
-          .setLimit(limit);
+          .setLimit(limit)
+          .setLockDelayMs(Lease.millis(lockDelay, "lock delay"))
+          .setMaxHoldMs(Lease.millis(maxHold, "max hold"));
       if (fair != null) {
         request.setFair(fair);
       }

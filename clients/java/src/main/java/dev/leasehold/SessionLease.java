@@ -1,5 +1,6 @@
 package dev.leasehold;
 
+import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 
@@ -25,6 +26,16 @@ public final class SessionLease implements AutoCloseable {
   public long fencingToken() {
     synchronized (member.lock()) {
       return member.fencingToken;
+    }
+  }
+
+  /**
+   * Each name's fencing token, in the order asked (its name first, then {@link
+   * Session.AcquireOptions#names}): unmodifiable. {@link #fencingToken()} is the first's.
+   */
+  public Map<String, Long> fences() {
+    synchronized (member.lock()) {
+      return member.fences;
     }
   }
 
