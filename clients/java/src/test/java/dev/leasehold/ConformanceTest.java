@@ -548,4 +548,26 @@ class ConformanceTest {
       assertFalse(states.next(within).getHeld(), "the waiter's release not reported free");
     }
   }
+
+  // Issue 41's scenarios run from here by name; their bodies are in HoldingScenarios.
+
+  @Test
+  void conformance_all_or_none() throws Exception {
+    HoldingScenarios.allOrNone();
+  }
+
+  @Test
+  void conformance_lock_delay_after_loss() throws Exception {
+    HoldingScenarios.lockDelayAfterLoss();
+  }
+
+  @Test
+  void conformance_max_hold_ends_lease() throws Exception {
+    HoldingScenarios.maxHoldEndsLease();
+  }
+
+  @Test
+  void conformance_token_check() throws Exception {
+    HoldingScenarios.tokenCheck();
+  }
 }

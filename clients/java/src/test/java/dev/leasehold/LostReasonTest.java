@@ -16,6 +16,8 @@ class LostReasonTest {
         LostReason.of(leasehold.v1.Lock.LostReason.LOST_REASON_SHUTDOWN));
     assertEquals(LostReason.REVOKED,
         LostReason.of(leasehold.v1.Lock.LostReason.LOST_REASON_REVOKED));
+    assertEquals(LostReason.MAX_HOLD,
+        LostReason.of(leasehold.v1.Lock.LostReason.LOST_REASON_MAX_HOLD));
   }
 
   @Test
