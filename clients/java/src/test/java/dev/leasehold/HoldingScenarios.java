@@ -132,7 +132,8 @@ final class HoldingScenarios {
       long sent = System.nanoTime();
       Lease lease = client.lease("job").ttl(Duration.ofSeconds(3))
           .maxHold(Duration.ofSeconds(1)).acquire();
-      long ceiling = sent + 1000 * MS;
+      // Sent between the two readings: its ceiling is no later than the second plus 1 s.
+      long ceiling = System.nanoTime() + 1000 * MS;
       // Read while held (each renewal re-arms it) until the loss: never past the ceiling.
       while (true) {
         assertTrue(lease.validUntilNanos() - ceiling <= 0,
