@@ -80,7 +80,10 @@ async fn a_refusal_or_a_wait_leaves_nothing_half_taken() {
     let mut refused = open(&mut client, &["h-a", "h-b", "h-c"], 5_000, 0, "all").await;
     let status = refused.status().await;
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
-    assert!(status.message().contains("held by \"blocker\""), "{status:?}");
+    assert!(
+        status.message().contains("held by \"blocker\""),
+        "{status:?}"
+    );
     assert_eq!(tokens(&direct, &["h-a", "h-c"]).await, vec![None, None]);
     // Asked with a wait: in h-b's line, told its holder, holding nothing meanwhile.
     let mut waiting = open(&mut client, &["h-c", "h-b", "h-a"], 5_000, 5_000, "all").await;
@@ -138,11 +141,15 @@ async fn overlapping_sets_asked_in_any_order_all_complete_one_holder_per_name() 
             }
         }));
     }
-    within(Duration::from_secs(60), "every round of every client", async {
-        for worker in workers {
-            worker.await.expect("worker");
-        }
-    })
+    within(
+        Duration::from_secs(60),
+        "every round of every client",
+        async {
+            for worker in workers {
+                worker.await.expect("worker");
+            }
+        },
+    )
     .await;
 }
 
@@ -234,14 +241,28 @@ async fn unary_acquire_extend_and_release_name_every_name() {
         ttl_ms: 9_000,
         more_names,
     };
-    assert!(client.extend(extend(more.clone())).await.unwrap().into_inner().extended);
+    assert!(
+        client
+            .extend(extend(more.clone()))
+            .await
+            .unwrap()
+            .into_inner()
+            .extended
+    );
     for name in ["u-a", "u-b", "u-c"] {
         let pttl: i64 = direct.pttl(lock_key(name)).await.unwrap();
         assert!(pttl > 5_000, "{name} extended: {pttl}");
     }
     // One name no longer ours: extended = false.
     let _: i64 = direct.del(lock_key("u-c")).await.unwrap();
-    assert!(!client.extend(extend(more.clone())).await.unwrap().into_inner().extended);
+    assert!(
+        !client
+            .extend(extend(more.clone()))
+            .await
+            .unwrap()
+            .into_inner()
+            .extended
+    );
     let release = pb::ReleaseRequest {
         name: "u-a".into(),
         token: acquired.token.clone(),
@@ -311,7 +332,10 @@ async fn names_on_different_cluster_slots_are_held_and_waited_for_together() {
     assert!(first.release().await);
     let taken = second.acquired().await;
     for fence in &taken.fences {
-        assert_eq!(get(&direct, &lock_key(&fence.name)).await, Some(taken.token.clone()));
+        assert_eq!(
+            get(&direct, &lock_key(&fence.name)).await,
+            Some(taken.token.clone())
+        );
     }
     assert!(second.release().await);
 }

@@ -90,7 +90,15 @@ pub async fn acquire(
     if lock.more.is_some() {
         return super::several::acquire_all(lock, lease.token(), spec, room, on_waiting).await;
     }
-    acquire_one(&lock.locks, &lock.keys, lease.token(), spec, room, on_waiting).await
+    acquire_one(
+        &lock.locks,
+        &lock.keys,
+        lease.token(),
+        spec,
+        room,
+        on_waiting,
+    )
+    .await
 }
 
 /// Tries to take the one lock of `keys` for `token`, as [`acquire`] says.

@@ -176,7 +176,10 @@ impl<H: Holding> Renewable for Claim<H> {
     }
 
     fn revoked(&self, lock: &str) -> bool {
-        self.holding.lock().all_keys().any(|keys| keys.lock() == lock)
+        self.holding
+            .lock()
+            .all_keys()
+            .any(|keys| keys.lock() == lock)
     }
 }
 

@@ -93,7 +93,12 @@ pub async fn acquire_all(
     let names: Vec<&LockName> = spec.names().collect();
     let keys: Vec<&LockKeys> = lock.all_keys().collect();
     let mut order: Vec<usize> = (0..names.len()).collect();
-    order.sort_by(|&a, &b| names[a].as_str().as_bytes().cmp(names[b].as_str().as_bytes()));
+    order.sort_by(|&a, &b| {
+        names[a]
+            .as_str()
+            .as_bytes()
+            .cmp(names[b].as_str().as_bytes())
+    });
     let started = Instant::now();
     let deadline = started + spec.wait;
     // Each name's fencing token and when its winning command left, once taken.
@@ -159,7 +164,11 @@ pub async fn acquire_all(
 /// Every name's fencing token, the first's in its own field; valid from the earliest send.
 fn acquisition(taken: &[Option<(u64, Instant)>]) -> Acquisition {
     let held: Vec<(u64, Instant)> = taken.iter().flatten().copied().collect();
-    let sent_at = held.iter().map(|&(_, at)| at).min().unwrap_or_else(Instant::now);
+    let sent_at = held
+        .iter()
+        .map(|&(_, at)| at)
+        .min()
+        .unwrap_or_else(Instant::now);
     let fencing_token = held.first().map_or(0, |&(fence, _)| fence);
     Acquisition {
         fencing_token,
@@ -239,14 +248,23 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
 /// (remembered, to say which), whatever the others answered; `Err` if an answer is unknown.
 /// Each extend joins its node's renewal batch.
 pub async fn extend_all(lock: &Lock, token: &Token, ttl: Duration) -> Result<bool> {
-    let answers = join_all(lock.all_keys().map(|keys| lock.locks.extend(keys, token, ttl))).await;
-    if let Some(index) = answers.iter().position(|answer| matches!(answer, Ok(false))) {
+    let answers = join_all(
+        lock.all_keys()
+            .map(|keys| lock.locks.extend(keys, token, ttl)),
+    )
+    .await;
+    if let Some(index) = answers
+        .iter()
+        .position(|answer| matches!(answer, Ok(false)))
+    {
         if let Some(more) = &lock.more {
             more.lost_at(index);
         }
         return Ok(false);
     }
-    answers.into_iter().try_fold(true, |all, answer| Ok(all && answer?))
+    answers
+        .into_iter()
+        .try_fold(true, |all, answer| Ok(all && answer?))
 }
 
 /// Releases every name `token` still holds: `Ok(true)` if any was.

@@ -160,7 +160,8 @@ pub fn more_names(first: &LockName, more: Vec<String>, mode: Mode) -> Result<Vec
         let name = LockName::parse_as(name, &format!("more_names[{index}]"))?;
         if name == *first || names.contains(&name) {
             return Err(Error::invalid(format!(
-                "lock name {name:?} is asked twice (name and more_names must all differ): one lease holds each name once"
+                "lock name {:?} is asked twice (name and more_names must all differ): one lease holds each name once",
+                name.as_str()
             )));
         }
         names.push(name);
@@ -267,14 +268,23 @@ mod tests {
     fn more_names_at_the_limits() {
         let first = LockName::parse("a".into()).unwrap();
         let many = |n: usize| (1..n).map(|i| format!("n{i}")).collect::<Vec<_>>();
-        assert_eq!(more_names(&first, many(MAX_NAMES), Mode::LOCK).unwrap().len(), MAX_NAMES - 1);
+        assert_eq!(
+            more_names(&first, many(MAX_NAMES), Mode::LOCK)
+                .unwrap()
+                .len(),
+            MAX_NAMES - 1
+        );
         assert!(more_names(&first, many(MAX_NAMES + 1), Mode::LOCK).is_err());
         assert!(more_names(&first, vec!["b".into(), "b".into()], Mode::LOCK).is_err());
         assert!(more_names(&first, vec!["a".into()], Mode::LOCK).is_err());
         assert!(more_names(&first, vec![String::new()], Mode::LOCK).is_err());
         assert!(more_names(&first, vec!["b".into()], Mode::Shared).is_err());
         assert!(more_names(&first, vec!["b".into()], Mode::Exclusive { limit: 2 }).is_err());
-        assert!(more_names(&first, Vec::new(), Mode::Shared).unwrap().is_empty());
+        assert!(
+            more_names(&first, Vec::new(), Mode::Shared)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
