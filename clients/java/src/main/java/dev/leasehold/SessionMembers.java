@@ -88,7 +88,7 @@ final class SessionMembers {
     for (SessionMember member : byId.values()) {
       if (member.vouched() && member.on == from
           && member.state != SessionMember.State.RESUMING) {
-        member.vouch(until);
+        member.validUntilNanos = until;
       }
     }
   }

@@ -4,6 +4,7 @@ import static dev.leasehold.Checks.awaitTrue;
 import static dev.leasehold.Checks.lockKey;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
@@ -14,7 +15,7 @@ import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
 /**
- * Several names and a max hold beyond the conformance scenarios: a lease on two names resumed on
+ * Several names and lock-delay beyond the conformance scenarios: a lease on two names resumed on
  * another server (it asks for both again), and both options on a session.
  */
 class HoldingOptionsTest {
@@ -39,26 +40,32 @@ class HoldingOptionsTest {
   }
 
   @Test
-  void aSessionLeaseHoldsTwoNamesAndEndsAloneAtItsMaxHold() throws Exception {
+  void aSessionLeaseHoldsTwoNamesAndItsLockDelayFollowsItsLossAlone() throws Exception {
     try (Servers servers = new Servers();
         LeaseholdClient client = LeaseholdClient.connect(servers.target);
-        Session session = client.session(new SessionOptions().ttl(Duration.ofSeconds(1)))) {
-      long sent = System.nanoTime();
-      SessionLease both = session.acquire("a",
-          new Session.AcquireOptions().names("b").maxHold(Duration.ofSeconds(1)));
+        Session session = client.session()) {
+      Session.AcquireOptions delayed =
+          new Session.AcquireOptions().names("b").lockDelay(Duration.ofSeconds(30));
+      SessionLease both = session.acquire("a", delayed);
       assertEquals(List.of("a", "b"), List.copyOf(both.fences().keySet()));
       assertEquals(both.fencingToken(), both.fences().get("a"));
       for (String name : List.of("a", "b")) {
         assertEquals(both.token(), servers.lockToken(lockKey(name)), name + "'s key");
       }
       try (SessionLease other = session.acquire("c")) {
-        String reason = both.lost().get(3, TimeUnit.SECONDS);
-        long lostMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - sent);
-        assertEquals(Optional.of(LostReason.MAX_HOLD), both.lostCode(), reason);
-        assertTrue(lostMs >= 1000, "lost " + lostMs + " ms after the acquire");
+        assertEquals(1, client.revoke("a").size());
+        String reason = both.lost().get(2, TimeUnit.SECONDS);
+        assertEquals(Optional.of(LostReason.REVOKED), both.lostCode(), reason);
+        for (String name : List.of("a", "b")) { // Lost as a whole, each name delayed.
+          assertThrows(NotAcquiredException.class, () -> client.lease(name).acquire(), name);
+        }
         assertFalse(session.isLost(), () -> "session lost: " + session.lost().getNow(""));
         assertFalse(other.isLost(), () -> "other lost: " + other.lost().getNow(""));
-        assertTrue(other.release());
+      }
+      assertTrue(session.acquire("d", new Session.AcquireOptions().lockDelay(
+          Duration.ofSeconds(30))).release());
+      try (Lease free = client.lease("d").acquire()) { // No delay after a clean release.
+        assertEquals(free.token(), servers.lockToken(lockKey("d")));
       }
     }
   }
