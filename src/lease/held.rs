@@ -83,13 +83,12 @@ impl Holding for Lock {
     /// One name: nothing, what is still ours expires by its TTL. Several: a lease lost on one
     /// name is lost as a whole, and the names still ours are released (the holder is told
     /// Lost as this starts), so its set never stays half-held.
-    fn after_loss(
-        &self,
-        token: &Token,
-    ) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
-        self.more.as_ref()?;
-        let (lock, token) = (self.clone(), token.clone());
-        Some(async move { several::release_all(&lock, &token).await.map(drop) })
+    /// Nothing, even for a lease over several names whose other names still hold: its holder
+    /// believes in them until it hears `lost` (or its validity runs out), so releasing them now
+    /// would let the next holder in while it may still be writing. They expire by their TTL,
+    /// no longer renewed (and their lock-delay, if any, follows).
+    fn after_loss(&self, _: &Token) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+        None::<std::future::Ready<Result<()>>>
     }
 }
 
