@@ -21,7 +21,7 @@ use crate::metrics::Outcome;
 use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::{Described, HolderState, LockState};
+use crate::store::locks::{Described, HolderState, LockState, TokenState};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
@@ -211,9 +211,27 @@ impl LockService for LockServer {
 
     async fn check(
         &self,
-        _request: Request<pb::CheckRequest>,
+        request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
-        Err(Status::unimplemented("Check is being built (issue 41)"))
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
+        if request.fencing_token == 0 {
+            return Err(Error::invalid("fencing token is 0").into());
+        }
+        let locks = &self.streams.store.locks;
+        let keys = locks.keys(name.as_str());
+        let (state, current_fencing_token) = match locks.check(&keys, request.fencing_token).await?
+        {
+            TokenState::Current => (pb::TokenState::Current, request.fencing_token),
+            TokenState::Superseded { current } => (pb::TokenState::Superseded, current),
+            TokenState::Free => (pb::TokenState::Free, 0),
+        };
+        Ok(Response::new(pb::CheckResponse {
+            state: state.into(),
+            current_fencing_token,
+        }))
     }
 
     type WatchStream = ResponseStream<pb::WatchResponse>;

@@ -23,7 +23,9 @@ mod types;
 
 pub use super::scan::MAX_SCAN_PAGES;
 use scripts::Scripts;
-pub use types::{AcquireOutcome, Described, HolderState, LockState, Mode, Resumed, Waiter};
+pub use types::{
+    AcquireOutcome, Described, HolderState, LockState, Mode, Resumed, TokenState, Waiter,
+};
 
 /// The locks under one key prefix. Cheap to clone: one pointer.
 #[derive(Clone)]

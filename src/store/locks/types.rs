@@ -87,3 +87,15 @@ pub struct Resumed {
     /// may shorten it to its grace when its stream breaks.
     pub attachment: u64,
 }
+
+/// What a fencing token is to its name now (`Check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenState {
+    /// A live holding of the name has it.
+    Current,
+    /// The name is held under other fencing tokens: the oldest holder's.
+    Superseded {
+        current: u64,
+    },
+    Free,
+}
