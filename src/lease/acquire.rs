@@ -33,6 +33,10 @@ pub struct Acquisition {
     pub sent_at: Instant,
     /// Which attachment of the lease this is: 0 when just taken, more when resumed.
     pub attachment: u64,
+    /// What is left of its max-hold from `sent_at` (its whole max-hold when just taken).
+    pub ceiling: Option<Duration>,
+    /// Whether it has a lock-delay key, renewed with it.
+    pub delayed: bool,
 }
 
 /// What a waiter knows about the lock it waits for.
@@ -117,6 +121,7 @@ pub async fn acquire(
             ttl: waiter_ttl,
             arrival_us,
             mode: spec.mode,
+            limits: spec.limits,
             first_attempt: std::mem::take(&mut first_attempt),
         };
         let outcome = match store
@@ -159,6 +164,8 @@ pub async fn acquire(
                     fencing_token,
                     sent_at,
                     attachment: 0,
+                    ceiling: spec.limits.max_hold,
+                    delayed: spec.limits.lock_delay.is_some(),
                 });
             }
             AcquireOutcome::Held {
@@ -248,6 +255,8 @@ pub async fn resume(lease: &HeldLease<impl Holding>, spec: &LeaseSpec) -> Result
             fencing_token: resumed.fencing_token,
             sent_at,
             attachment: resumed.attachment,
+            ceiling: resumed.ceiling,
+            delayed: resumed.delayed,
         }),
         None => Err(Error::NotResumable {
             name: spec.name.to_string(),

@@ -27,6 +27,7 @@ pub trait Holding: Clone + Send + Sync + 'static {
     fn at(store: &Store, name: &LockName) -> Self;
     /// The lock behind the lease: what is acquired and renewed.
     fn lock(&self) -> &Lock;
+    fn lock_mut(&mut self) -> &mut Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
     /// What is left to do once the lease is lost, if anything: never a release (see
@@ -49,6 +50,10 @@ impl Holding for Lock {
     }
 
     fn lock(&self) -> &Lock {
+        self
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
         self
     }
 
@@ -86,6 +91,10 @@ impl Holding for Leadership {
 
     fn lock(&self) -> &Lock {
         &self.lease
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.lease
     }
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
@@ -160,6 +169,17 @@ impl<H: Holding> HeldLease<H> {
         HeldLease {
             claim: Arc::new(Claim { holding, token }),
             armed: false,
+        }
+    }
+
+    /// Taken with a lock-delay (or resumed with one): its delay key is renewed with it, to
+    /// outlive it by the delay. Called before it is renewed by anyone (the claim is not shared
+    /// yet; if it were, the delay key would still expire the delay after the lease's last TTL
+    /// it was set to, only earlier than the lease's renewed one).
+    pub fn keep_lock_delay(&mut self) {
+        if let Some(claim) = Arc::get_mut(&mut self.claim) {
+            let keys = &mut claim.holding.lock_mut().keys;
+            keys.kept_with = Some(keys.delay());
         }
     }
 

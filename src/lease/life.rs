@@ -295,7 +295,11 @@ impl<H: Holding> Life<H> {
             self.lease.arm();
             self.metrics().moved("resumed");
         }
+        if acquisition.delayed {
+            self.lease.keep_lock_delay();
+        }
         RenewalClock::resumable(self.ttl, self.grace, acquisition.sent_at)
+            .with_ceiling(acquisition.ceiling, acquisition.sent_at)
     }
 
     /// Its holder was told: renewed by `scheduler` on `clock` from now on, `on_renewed`

@@ -60,6 +60,8 @@ pub enum LostCode {
     Shutdown,
     /// An operator revoked it.
     Revoked,
+    /// It reached its max-hold: the server stopped renewing it (its key expires by its TTL).
+    MaxHold,
 }
 
 /// Why a lease whose renewal answered `0` is lost.
@@ -78,6 +80,10 @@ pub struct Lost {
     /// Why the renewal that found it was due.
     pub due: RenewalDue,
 }
+
+/// Why a lease that reached its max-hold is lost.
+pub const MAX_HOLD: &str = "the lease reached its max hold (max_hold_ms from its acquisition): \
+     the server stopped renewing it; its key expires by its TTL";
 
 /// Why a lease whose key an operator revoked is lost.
 pub const REVOKED: &str =
@@ -330,6 +336,10 @@ impl Shared {
                 };
                 if entry.in_flight || entry.clock.next_renewal() > now {
                     continue; // A stale place in the queue.
+                }
+                if entry.clock.at_ceiling(now) {
+                    state.lose(id, "max_hold", MAX_HOLD.into(), LostCode::MaxHold);
+                    continue;
                 }
                 if entry.clock.expired(now) {
                     self.metrics.renewal(false);

@@ -82,7 +82,9 @@ impl LockService for LockServer {
                 ttl_ms: pb::millis(spec.ttl),
                 holder: String::new(),
                 valid_for_ms: pb::millis(
-                    RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
+                    RenewalClock::new(spec.ttl, acquired.sent_at)
+                        .with_ceiling(acquired.ceiling, acquired.sent_at)
+                        .valid_for(Instant::now()),
                 ),
                 fences: vec![pb::NameFence {
                     name: spec.name.as_str().to_owned(),
@@ -112,14 +114,13 @@ impl LockService for LockServer {
         let (lock, token) = self.named(&caller, request.name, request.token)?;
         let ttl = spec::ttl(request.ttl_ms)?;
         let sent_at = Instant::now();
-        let extended = lock.locks.extend(&lock.keys, &token, ttl).await?;
-        let valid_for_ms = if extended {
-            pb::millis(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
-        } else {
-            0
-        };
+        // Never past the lease's max-hold: near it, a shorter TTL is set (and vouched for).
+        let set = lock.locks.extend_capped(&lock.keys, &token, ttl).await?;
+        let valid_for_ms = set.map_or(0, |set| {
+            pb::millis(RenewalClock::new(set, sent_at).valid_for(Instant::now()))
+        });
         Ok(Response::new(pb::ExtendResponse {
-            extended,
+            extended: set.is_some(),
             valid_for_ms,
         }))
     }

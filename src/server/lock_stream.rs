@@ -22,6 +22,8 @@ pub struct LockAsk {
     pub limit: u32,
     pub mode: i32,
     pub resume_token: String,
+    pub lock_delay_ms: u32,
+    pub max_hold_ms: u32,
 }
 
 impl LockAsk {
@@ -42,15 +44,20 @@ impl LockAsk {
             token if token.is_empty() => None,
             token => Some(spec::token(token)?),
         };
+        let mode = spec::mode(self.limit, shared)?;
         Ok(LeaseSpec {
             name: LockName::parse(self.name)?,
             ttl,
             wait: spec::wait(self.wait_ms)?,
             holder: spec::holder(self.holder)?,
             fair: self.fair.unwrap_or(true),
-            mode: spec::mode(self.limit, shared)?,
+            mode,
             resume_grace: resume_grace?,
             resume,
+            limits: spec::HoldLimits {
+                lock_delay: spec::lock_delay(self.lock_delay_ms, mode)?,
+                max_hold: spec::max_hold(self.max_hold_ms, ttl)?,
+            },
         })
     }
 }
@@ -68,6 +75,8 @@ impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
             limit: request.limit,
             mode: request.mode,
             resume_token: request.resume_token,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
         };
         ask.spec(ttl, spec::resume_grace(request.resume_grace_ms, ttl))
     }
@@ -86,6 +95,8 @@ impl TryFrom<pb::AcquireRequest> for LeaseSpec {
             fair: request.fair,
             limit: request.limit,
             mode: request.mode,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
             ..Default::default()
         })
     }

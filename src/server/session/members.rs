@@ -166,8 +166,17 @@ impl Session {
             limit: acquire.limit,
             mode: acquire.mode,
             resume_token: acquire.resume_token,
+            lock_delay_ms: acquire.lock_delay_ms,
+            max_hold_ms: acquire.max_hold_ms,
         };
         let spec = ask.spec(terms.ttl, Ok(terms.grace))?;
+        if spec.limits.max_hold.is_some() {
+            // A session's leases are renewed as one group, which vouches for them all at once:
+            // a member's ceiling is not kept by it yet, so none is accepted rather than ignored.
+            return Err(Error::FailedPrecondition(
+                "max_hold_ms is not offered on a session's leases yet; use a Lease stream".into(),
+            ));
+        }
         self.caller
             .allow(Scope::Lock, spec.name.as_str(), Role::Hold)?;
         let life = Life::claim(Lock::at(&self.streams.store, &spec.name), &spec);
@@ -404,6 +413,7 @@ impl Session {
         if let Some(Slot::Held(mut member)) = self.leases.remove(&id) {
             let (cause, reason) = match code {
                 LostCode::Revoked => ("revoked", REVOKED),
+                LostCode::MaxHold => ("max_hold", crate::lease::scheduler::MAX_HOLD),
                 _ => ("not_held", NOT_HELD),
             };
             let reason = reason.to_owned();
