@@ -166,3 +166,250 @@ async fn check_refuses_bad_input_and_callers_without_the_observe_role() {
         zero.message()
     );
 }
+
+/// A unary `Acquire` of `name` with a lock-delay and a max-hold (0: none).
+fn limited(
+    name: &str,
+    ttl_ms: u32,
+    lock_delay_ms: u32,
+    max_hold_ms: u32,
+) -> leasehold::pb::AcquireRequest {
+    leasehold::pb::AcquireRequest {
+        lock_delay_ms,
+        max_hold_ms,
+        ..unary_acquire(name, ttl_ms, 0, "limited")
+    }
+}
+
+/// A Lease stream's `acquire` with a lock-delay, a max-hold and a resume grace.
+fn limited_stream(
+    name: &str,
+    ttl_ms: u32,
+    lock_delay_ms: u32,
+    max_hold_ms: u32,
+    resume_grace_ms: u32,
+) -> leasehold::pb::LeaseRequest {
+    let mut request = acquire_request(name, ttl_ms, 0, "limited");
+    if let Some(leasehold::pb::lease_request::Action::Acquire(acquire)) = request.action.as_mut() {
+        acquire.lock_delay_ms = lock_delay_ms;
+        acquire.max_hold_ms = max_hold_ms;
+        acquire.resume_grace_ms = resume_grace_ms;
+    }
+    request
+}
+
+/// Whether a unary `Acquire` of `name` (no wait) gets it now; released at once if it does.
+async fn free_now(client: &mut LockServiceClient<Channel>, name: &str) -> bool {
+    let got = client
+        .acquire(unary_acquire(name, 1_000, 0, "prober"))
+        .await
+        .unwrap()
+        .into_inner();
+    if got.acquired {
+        release_unary(client, name, &got.token).await;
+    }
+    got.acquired
+}
+
+/// Every key of `name` but the fence counters, as Redis has them now.
+async fn keys_of(direct: &fred::prelude::Client, name: &str) -> Vec<String> {
+    use fred::prelude::ClientLike;
+    direct
+        .custom(fred::cmd!("KEYS"), vec![format!("leasehold:{{{name}}}:*")])
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_follows_a_loss_never_a_clean_release_and_a_waiter_gets_the_name_just_after() {
+    use fred::prelude::KeysInterface;
+    let (_redis, _server, direct, mut client) = setup().await;
+
+    // A clean release frees the name at once.
+    let got = client
+        .acquire(limited("delay/clean", 5_000, 5_000, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.acquired);
+    release_unary(&mut client, "delay/clean", &got.token).await;
+    assert!(free_now(&mut client, "delay/clean").await);
+    assert!(keys_of(&direct, "delay/clean").await.is_empty());
+
+    // Expiry: a unary lease never extended expires after its TTL; a waiter in line gets the
+    // name only once the delay has run after that, and promptly then.
+    let taken = std::time::Instant::now();
+    let got = client
+        .acquire(limited("delay/expired", 200, 600, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.acquired);
+    let mut waiter =
+        LeaseStream::acquire(&mut client, "delay/expired", 5_000, 5_000, "waiter").await;
+    let waiting = waiter.waiting().await;
+    assert_eq!(waiting.holder, "limited");
+    let acquired = waiter.acquired().await;
+    let after = taken.elapsed();
+    assert!(acquired.fencing_token > got.fencing_token);
+    assert!(
+        after >= Duration::from_millis(780),
+        "taken {after:?} after: the delay was ignored"
+    );
+    assert!(
+        after < Duration::from_millis(800 + 300),
+        "taken {after:?} after: not promptly"
+    );
+    assert!(waiter.release().await);
+    assert!(
+        keys_of(&direct, "delay/expired").await.is_empty(),
+        "leftovers"
+    );
+
+    // Revoked: the delay runs from the revocation.
+    let got = client
+        .acquire(limited("delay/revoked", 5_000, 500, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.acquired);
+    let revoked = std::time::Instant::now();
+    client
+        .revoke(leasehold::pb::RevokeRequest {
+            name: "delay/revoked".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        !free_now(&mut client, "delay/revoked").await,
+        "free at once after a revoke"
+    );
+    within(Duration::from_secs(3), "the delay after a revoke", async {
+        while !free_now(&mut client, "delay/revoked").await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(revoked.elapsed() >= Duration::from_millis(480));
+
+    // A broken stream whose grace runs out: the lock lasts the grace, the delay after it.
+    let mut stream = LeaseStream::open(
+        &mut client,
+        limited_stream("delay/broken", 3_000, 600, 0, 300),
+    )
+    .await;
+    stream.acquired().await;
+    drop(stream);
+    let broken = std::time::Instant::now();
+    wait_until_gone(&direct, &lock_key("delay/broken"), Duration::from_secs(2)).await;
+    let pttl: i64 = direct.pttl("leasehold:{delay/broken}:delay").await.unwrap();
+    assert!(
+        pttl > 300 && pttl <= 600,
+        "delay key's TTL when the grace ran out: {pttl}"
+    );
+    assert!(
+        !free_now(&mut client, "delay/broken").await,
+        "free when the grace ran out"
+    );
+    within(Duration::from_secs(3), "the delay after the grace", async {
+        while !free_now(&mut client, "delay/broken").await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(broken.elapsed() >= Duration::from_millis(850));
+    assert!(
+        keys_of(&direct, "delay/broken").await.is_empty(),
+        "leftovers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_refused_where_they_do_not_apply() {
+    let (_redis, _server, _direct, mut client) = setup().await;
+    let mut semaphore = limited("refused", 1_000, 500, 0);
+    semaphore.limit = 2;
+    let mut shared = limited("refused", 1_000, 500, 0);
+    shared.mode = leasehold::pb::LeaseMode::Shared.into();
+    for (request, what) in [
+        (semaphore, "lock_delay_ms"),
+        (shared, "lock_delay_ms"),
+        (limited("refused", 1_000, 3_600_001, 0), "lock_delay_ms"),
+        (limited("refused", 1_000, 0, 999), "max_hold_ms"),
+        (
+            limited("refused", 1_000, 0, 7 * 24 * 3_600_000 + 1),
+            "max_hold_ms",
+        ),
+    ] {
+        let refused = client.acquire(request).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(refused.message().contains(what), "{}", refused.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_ends_a_stream_while_its_key_holds_and_caps_unary_extends() {
+    use fred::prelude::KeysInterface;
+    use leasehold::pb::lease_response::Event;
+    let (_redis, _server, direct, mut client) = setup().await;
+
+    let started = std::time::Instant::now();
+    let mut stream =
+        LeaseStream::open(&mut client, limited_stream("hold/stream", 300, 0, 1_000, 0)).await;
+    let acquired = stream.acquired().await;
+    let ceiling = Duration::from_millis(1_000);
+    assert!(Duration::from_millis(acquired.valid_for_ms.into()) <= ceiling);
+    let lost = within(Duration::from_secs(3), "lost at the max-hold", async {
+        loop {
+            match stream.next().await {
+                Ok(Some(Event::Extended(extended))) => {
+                    let vouched =
+                        started.elapsed() + Duration::from_millis(extended.valid_for_ms.into());
+                    assert!(
+                        vouched <= ceiling + Duration::from_millis(20),
+                        "vouched to {vouched:?}"
+                    );
+                }
+                Ok(Some(Event::Lost(lost))) => return lost,
+                other => panic!("expected Extended or Lost, got {other:?}"),
+            }
+        }
+    })
+    .await;
+    let value = get(&direct, &lock_key("hold/stream")).await;
+    assert_eq!(
+        value.as_deref(),
+        Some(acquired.token.as_str()),
+        "the key no longer held"
+    );
+    assert_eq!(lost.code(), leasehold::pb::LostReason::MaxHold);
+    assert!(lost.reason.contains("max hold"), "{}", lost.reason);
+    let at = started.elapsed();
+    assert!(
+        at >= Duration::from_millis(950) && at < Duration::from_millis(1_300),
+        "{at:?}"
+    );
+
+    // Unary: Extend sets no TTL past the ceiling, and is refused once it is reached.
+    let got = client
+        .acquire(limited("hold/unary", 300, 0, 600))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.acquired);
+    let extend = leasehold::pb::ExtendRequest {
+        name: "hold/unary".into(),
+        token: got.token.clone(),
+        ttl_ms: 5_000,
+        ..Default::default()
+    };
+    let extended = client.extend(extend.clone()).await.unwrap().into_inner();
+    assert!(extended.extended);
+    assert!(extended.valid_for_ms <= 600, "{}", extended.valid_for_ms);
+    let pttl: i64 = direct.pttl(lock_key("hold/unary")).await.unwrap();
+    assert!(pttl <= 600, "TTL past the ceiling: {pttl}");
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let refused = client.extend(extend).await.unwrap().into_inner();
+    assert!(!refused.extended);
+}
