@@ -76,7 +76,7 @@ async fn check_answers_current_superseded_or_free_for_a_lock_and_a_permit() {
     );
 
     // A semaphore's permits: each holder's token is current; another is superseded by the oldest.
-    let mut permit = |holder: &'static str| {
+    let permit = |holder: &'static str| {
         let mut request = unary_acquire("check/sem", 5_000, 0, holder);
         request.limit = 2;
         request
