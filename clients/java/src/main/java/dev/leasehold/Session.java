@@ -59,6 +59,7 @@ public final class Session implements AutoCloseable {
     private boolean shared;
     private List<String> more = List.of();
     private Duration lockDelay = Duration.ZERO;
+    private Duration maxHold = Duration.ZERO;
 
     /** Fail at once if the lock is taken, exclusive, the session's holder: the defaults. */
     public AcquireOptions() {}
@@ -117,13 +118,24 @@ public final class Session implements AutoCloseable {
       return this;
     }
 
+    /**
+     * A ceiling on the hold: this lease alone is lost with {@link LostReason#MAX_HOLD} then, at
+     * the latest when its acquire was sent plus {@code maxHold}, as {@link
+     * LeaseholdClient.LeaseBuilder#maxHold}. Default: none.
+     */
+    public AcquireOptions maxHold(Duration maxHold) {
+      this.maxHold = Lease.positive(maxHold, "max hold");
+      return this;
+    }
+
     SessionAcquire.Builder request(String name) {
       SessionAcquire.Builder request = SessionAcquire.newBuilder()
           .setName(name)
           .addAllMoreNames(more)
           .setHolder(holder)
           .setLimit(limit)
-          .setLockDelayMs(Lease.millis(lockDelay, "lock delay"));
+          .setLockDelayMs(Lease.millis(lockDelay, "lock delay"))
+          .setMaxHoldMs(Lease.millis(maxHold, "max hold"));
       if (fair != null) {
         request.setFair(fair);
       }

@@ -58,6 +58,10 @@ final class SessionMember extends Holding {
   /** The stream its last request went on; null while it waits for the next stream. */
   SessionLink.Stream on;
   long validUntilNanos;
+  /** When ({@link System#nanoTime()}) its last fresh acquire was sent. */
+  private long sentNanos;
+  /** The max hold's ceiling on {@link #validUntilNanos}, fixed when held. */
+  private MaxHold maxHold = MaxHold.NONE;
   /** A leadership's value now, and the one being published. */
   ByteString value;
   private ByteString proclaiming;
@@ -142,6 +146,7 @@ final class SessionMember extends Holding {
       // A lease asked again on a new stream waits what is left of its wait.
       long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startedNanos);
       long leftMs = Math.max(0, waitMs - elapsedMs);
+      sentNanos = System.nanoTime();
       request.setAcquire(acquire.clone()
           .setId(id).setWaitMs((int) Math.min(Integer.MAX_VALUE, leftMs)));
     }
@@ -172,7 +177,10 @@ final class SessionMember extends Holding {
         token = answer.getToken();
         fencingToken = answer.getFencingToken();
         fences = fences(answer.getFencesList(), name, fencingToken);
-        validUntilNanos = until;
+        if (!campaign) {
+          maxHold = MaxHold.of(sentNanos, acquire.getMaxHoldMs());
+        }
+        vouch(until);
         if (stale) {
           lostKnown = true; // Never reported: the caller hears it as a failure.
           sendRelease();
@@ -204,9 +212,17 @@ final class SessionMember extends Holding {
     }
   }
 
+  /**
+   * Holds the link. The server vouches for it until {@code until}: its validity, never past its
+   * max hold's ceiling.
+   */
+  void vouch(long until) {
+    validUntilNanos = maxHold.cap(until);
+  }
+
   private void resumed(long until) {
     state = State.HELD;
-    validUntilNanos = until;
+    vouch(until);
     resumes++;
     LOG.log(Level.DEBUG, "session lease {0}: resumed (fencing token {1})", name, fencingToken);
     if (campaign && proclaiming != null && proclaiming.equals(sentValue)) { // Published by it.
@@ -295,7 +311,13 @@ final class SessionMember extends Holding {
 
   /** Its validity ran out by this process's clock; {@code lastError} broke the stream, if any. */
   void expire(String lastError) {
-    if (state == State.RESUMING) {
+    if (maxHold.reachedBy(validUntilNanos)) {
+      // Final: the server lets it go too (lease_lost), or it is not asked back.
+      lose(MaxHold.REACHED, LostReason.MAX_HOLD);
+      if (state == State.RESUMING && on == null) {
+        end(false);
+      }
+    } else if (state == State.RESUMING) {
       lose("could not resume before the lease's validity ran out: " + lastError,
           LostReason.UNREACHABLE);
       LOG.log(Level.WARNING, "session lease {0}: could not resume before its validity ran out",

@@ -88,7 +88,7 @@ final class SessionMembers {
     for (SessionMember member : byId.values()) {
       if (member.vouched() && member.on == from
           && member.state != SessionMember.State.RESUMING) {
-        member.validUntilNanos = until;
+        member.vouch(until);
       }
     }
   }

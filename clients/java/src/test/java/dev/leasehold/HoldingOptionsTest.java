@@ -15,8 +15,8 @@ import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
 /**
- * Several names and lock-delay beyond the conformance scenarios: a lease on two names resumed on
- * another server (it asks for both again), and both options on a session.
+ * Several names, lock-delay and max-hold beyond the conformance scenarios: a lease on two names
+ * resumed on another server (it asks for both again), and each option on a session.
  */
 class HoldingOptionsTest {
   @Test
@@ -66,6 +66,27 @@ class HoldingOptionsTest {
           Duration.ofSeconds(30))).release());
       try (Lease free = client.lease("d").acquire()) { // No delay after a clean release.
         assertEquals(free.token(), servers.lockToken(lockKey("d")));
+      }
+    }
+  }
+
+  @Test
+  void aSessionLeaseEndsAloneAtItsMaxHold() throws Exception {
+    try (Servers servers = new Servers();
+        LeaseholdClient client = LeaseholdClient.connect(servers.target);
+        Session session = client.session(new SessionOptions().ttl(Duration.ofSeconds(1)))) {
+      long sent = System.nanoTime();
+      SessionLease capped = session.acquire("job",
+          new Session.AcquireOptions().maxHold(Duration.ofSeconds(1)));
+      try (SessionLease other = session.acquire("other")) {
+        String reason = capped.lost().get(3, TimeUnit.SECONDS);
+        long lostMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - sent);
+        assertEquals(Optional.of(LostReason.MAX_HOLD), capped.lostCode(), reason);
+        assertTrue(lostMs >= 1000, "lost " + lostMs + " ms after the acquire");
+        assertEquals(0, capped.resumes());
+        assertFalse(session.isLost(), () -> "session lost: " + session.lost().getNow(""));
+        assertFalse(other.isLost(), () -> "other lost: " + other.lost().getNow(""));
+        assertTrue(other.release());
       }
     }
   }
