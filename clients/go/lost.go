@@ -40,11 +40,14 @@ const (
 	LostShutdown LostReason = LostReason(pb.LostReason_LOST_REASON_SHUTDOWN)
 	// LostRevoked: an operator revoked it (Revoke, RevokeLeader). It is not resumed.
 	LostRevoked LostReason = LostReason(pb.LostReason_LOST_REASON_REVOKED)
+	// LostMaxHold: it reached its max hold (Options.MaxHold): the server stopped renewing it,
+	// or this process's clock reached the ceiling first. It is not resumed.
+	LostMaxHold LostReason = LostReason(pb.LostReason_LOST_REASON_MAX_HOLD)
 )
 
 var lostReasonNames = map[LostReason]string{
 	LostUnspecified: "unspecified", LostTaken: "taken", LostUnreachable: "unreachable",
-	LostShutdown: "shutdown", LostRevoked: "revoked",
+	LostShutdown: "shutdown", LostRevoked: "revoked", LostMaxHold: "max_hold",
 }
 
 func (r LostReason) String() string {
