@@ -14,7 +14,7 @@ import (
 
 // fakeLocks is a LockService a test drives by hand: each Lease stream is handed to the test and
 // ends with what the test sends on ends (or when the client goes); Revoke records its request
-// and answers `revoked`; Watch runs the test's watch.
+// and answers `revoked`; Watch runs the test's watch, Check the test's check.
 type fakeLocks struct {
 	pb.UnimplementedLockServiceServer
 	leases  chan pb.LockService_LeaseServer
@@ -22,6 +22,7 @@ type fakeLocks struct {
 	revokes chan *pb.RevokeRequest
 	revoked []*pb.Holder
 	watch   func(*pb.WatchRequest, pb.LockService_WatchServer) error
+	check   func(*pb.CheckRequest) (*pb.CheckResponse, error)
 }
 
 func (f *fakeLocks) Lease(stream pb.LockService_LeaseServer) error {
@@ -41,6 +42,10 @@ func (f *fakeLocks) Revoke(_ context.Context, request *pb.RevokeRequest) (*pb.Re
 
 func (f *fakeLocks) Watch(request *pb.WatchRequest, stream pb.LockService_WatchServer) error {
 	return f.watch(request, stream)
+}
+
+func (f *fakeLocks) Check(_ context.Context, request *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return f.check(request)
 }
 
 // fakeElections is an ElectionService a test drives by hand, as fakeLocks.
