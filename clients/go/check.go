@@ -4,7 +4,6 @@ package leasehold
 
 import (
 	"context"
-	"strconv"
 
 	"google.golang.org/grpc"
 
@@ -30,12 +29,7 @@ var tokenStateNames = map[TokenState]string{
 	TokenUnspecified: "unspecified", TokenCurrent: "current", TokenSuperseded: "superseded", TokenFree: "free",
 }
 
-func (s TokenState) String() string {
-	if name, ok := tokenStateNames[s]; ok {
-		return name
-	}
-	return "TokenState(" + strconv.Itoa(int(s)) + ")"
-}
+func (s TokenState) String() string { return nameOf(tokenStateNames, s, "TokenState") }
 
 // TokenCheck is Check's answer.
 type TokenCheck struct {

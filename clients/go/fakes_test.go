@@ -109,6 +109,34 @@ func serveFake(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 	return conn
 }
 
+// heldOnFake acquires "job" with opts from the fake locks, which answer `acquired` (fencing
+// token 7, valid for 10 s): the lease, and its stream on the fake.
+func heldOnFake(t *testing.T, conn *grpc.ClientConn, locks *fakeLocks, opts Options) (*Lease, pb.LockService_LeaseServer) {
+	t.Helper()
+	leases, failed := inBackground(func() (*Lease, error) {
+		return Acquire(context.Background(), conn, "job", opts)
+	})
+	stream := within(t, locks.leases, "no Lease stream")
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Acquired{Acquired: &pb.Acquired{
+		Token: "token", FencingToken: 7, TtlMs: 10_000, ValidForMs: 10_000,
+	}}})
+	return awaitHeld(t, leases, failed, 2*time.Second, "not acquired"), stream
+}
+
+// notResumed fails if a second Lease stream was opened. Called once the lease's goroutine has
+// ended (Release waits for it), which a resume would have done first.
+func notResumed(t *testing.T, locks *fakeLocks) {
+	t.Helper()
+	select {
+	case <-locks.leases:
+		t.Fatal("a lost lease was resumed")
+	default:
+	}
+}
+
 // within is what arrives on c within 2 s, else the test fails saying `never`.
 func within[T any](t *testing.T, c <-chan T, never string) T {
 	t.Helper()

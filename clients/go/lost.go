@@ -50,11 +50,15 @@ var lostReasonNames = map[LostReason]string{
 	LostShutdown: "shutdown", LostRevoked: "revoked", LostMaxHold: "max_hold",
 }
 
-func (r LostReason) String() string {
-	if name, ok := lostReasonNames[r]; ok {
+func (r LostReason) String() string { return nameOf(lostReasonNames, r, "LostReason") }
+
+// nameOf is a wire enum's value v by its name, else `kind(number)`: a value this package does
+// not know yet (from a newer server) keeps its number.
+func nameOf[T ~int32](names map[T]string, v T, kind string) string {
+	if name, ok := names[v]; ok {
 		return name
 	}
-	return "LostReason(" + strconv.Itoa(int(r)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Error makes a LostReason a target of errors.Is.

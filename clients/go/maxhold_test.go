@@ -42,17 +42,7 @@ func TestALeaseAtItsMaxHoldIsLostByItsOwnClock(t *testing.T) {
 	conn, locks, _ := serveFakes(t)
 	sent := time.Now()
 	maxHold := 300 * time.Millisecond
-	leases, failed := inBackground(func() (*Lease, error) {
-		return Acquire(context.Background(), conn, "job", Options{TTL: 10 * time.Second, MaxHold: maxHold})
-	})
-	stream := within(t, locks.leases, "no Lease stream")
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Acquired{Acquired: &pb.Acquired{
-		Token: "token", FencingToken: 7, TtlMs: 10_000, ValidForMs: 10_000,
-	}}})
-	lease := awaitHeld(t, leases, failed, 2*time.Second, "not acquired")
+	lease, _ := heldOnFake(t, conn, locks, Options{TTL: 10 * time.Second, MaxHold: maxHold})
 	acquired := time.Now()
 	if until := lease.ValidUntil(); until.After(acquired.Add(maxHold)) || until.Before(sent.Add(maxHold)) {
 		t.Fatalf("believed until %v after the acquire was sent", until.Sub(sent))
@@ -65,41 +55,7 @@ func TestALeaseAtItsMaxHoldIsLostByItsOwnClock(t *testing.T) {
 	if held, _ := lease.Release(); held {
 		t.Fatal("released a lease that was lost")
 	}
-	select {
-	case <-locks.leases:
-		t.Fatal("a lease past its max hold was resumed")
-	default:
-	}
-}
-
-// A lease the server says `lost` with code MAX_HOLD is lost with LostMaxHold, and not resumed.
-func TestALeaseToldMaxHoldIsLostAndNotResumed(t *testing.T) {
-	conn, locks, _ := serveFakes(t)
-	leases, failed := inBackground(func() (*Lease, error) {
-		return Acquire(context.Background(), conn, "job", Options{TTL: 10 * time.Second, MaxHold: time.Minute})
-	})
-	stream := within(t, locks.leases, "no Lease stream")
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Acquired{Acquired: &pb.Acquired{
-		Token: "token", FencingToken: 7, TtlMs: 10_000, ValidForMs: 10_000,
-	}}})
-	lease := awaitHeld(t, leases, failed, 2*time.Second, "not acquired")
-	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Lost{Lost: &pb.Lost{
-		Reason: "the lease reached its max hold", Code: pb.LostReason_LOST_REASON_MAX_HOLD,
-	}}})
-	locks.ends <- nil
-	within(t, lease.Lost(), "Lost() never closed")
-	if err := lease.Err(); !errors.Is(err, LostMaxHold) || lease.LostReason() != "the lease reached its max hold" {
-		t.Fatalf("Err: %v", err)
-	}
-	lease.Release()
-	select {
-	case <-locks.leases:
-		t.Fatal("a lease past its max hold was resumed")
-	default:
-	}
+	notResumed(t, locks)
 }
 
 // A session's lease at its max hold is lost alone, for MAX_HOLD, by this process's clock, and
