@@ -964,18 +964,18 @@ func TestHelperFrozenLeader(t *testing.T) {
 // keyOf is the lock key of `name`.
 func keyOf(name string) string { return "leasehold:{" + name + "}:lock" }
 
-// holdsAll fails unless lease holds each of `names`, in that order, with a fencing token each:
-// every name's key holds its token and that fencing token, and a wait-0 acquire of any name is
-// refused.
-func holdsAll(t *testing.T, conn *grpc.ClientConn, port int, lease *Lease, names ...string) {
+// holdsAll fails unless the holding of `token` with `fences` holds each of `names`, in that
+// order, with a fencing token each: every name's key holds the token and that fencing token,
+// and a wait-0 acquire of any name is refused.
+func holdsAll(t *testing.T, conn *grpc.ClientConn, port int, token string, fences []Fence, names ...string) {
 	t.Helper()
-	if len(lease.Fences) != len(names) || lease.Fences[0].FencingToken != lease.FencingToken {
-		t.Fatalf("fences %+v for %v (fencing token %d)", lease.Fences, names, lease.FencingToken)
+	if len(fences) != len(names) {
+		t.Fatalf("fences %+v for %v", fences, names)
 	}
 	for i, name := range names {
-		fence := lease.Fences[i]
+		fence := fences[i]
 		value := strings.SplitN(redisCli(port, "GET", keyOf(name)), ":", 3)
-		if fence.Name != name || fence.FencingToken == 0 || len(value) < 2 || value[0] != lease.Token ||
+		if fence.Name != name || fence.FencingToken == 0 || len(value) < 2 || value[0] != token ||
 			value[1] != strconv.FormatUint(fence.FencingToken, 10) {
 			t.Fatalf("%s: fence %+v, key %v", name, fence, value)
 		}
@@ -1029,7 +1029,10 @@ func TestConformance_all_or_none(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("no pair within 5 s: deadlock")
 		}
-		holdsAll(t, conn, port, lease, names...)
+		if lease.Fences[0].FencingToken != lease.FencingToken {
+			t.Fatalf("fencing token %d, fences %+v", lease.FencingToken, lease.Fences)
+		}
+		holdsAll(t, conn, port, lease.Token, lease.Fences, names...)
 		if held, err := lease.Release(); !held || err != nil {
 			t.Fatalf("release of %v: %v %v", names, held, err)
 		}
@@ -1083,16 +1086,22 @@ func TestConformance_lock_delay_after_loss(t *testing.T) {
 	next.Release()
 }
 
+// The scenario's TTL and max hold.
+const (
+	maxHoldScenarioTTL = 3 * time.Second
+	maxHoldScenario    = time.Second
+)
+
 func TestConformance_max_hold_ends_lease(t *testing.T) {
 	conn, port := start(t)
 	ctx := context.Background()
 	sent := time.Now()
-	lease, err := Acquire(ctx, conn, "job", Options{TTL: 3 * time.Second, MaxHold: time.Second})
+	lease, err := Acquire(ctx, conn, "job", Options{TTL: maxHoldScenarioTTL, MaxHold: maxHoldScenario})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The client counts from a moment just after `sent` (when it sends): a few ms of slack.
-	ceiling := sent.Add(time.Second + 25*time.Millisecond)
+	ceiling := sent.Add(maxHoldScenario + 25*time.Millisecond)
 	// The validity, watched until the loss (every change seen within 5 ms), never passes the
 	// ceiling.
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -1110,7 +1119,7 @@ func TestConformance_max_hold_ends_lease(t *testing.T) {
 			t.Fatal("not lost within 3 s of the acquire")
 		}
 	}
-	if after := time.Since(sent); after < time.Second || !errors.Is(lease.Err(), LostMaxHold) {
+	if after := time.Since(sent); after < maxHoldScenario || !errors.Is(lease.Err(), LostMaxHold) {
 		t.Fatalf("lost %v after the acquire: %v", after, lease.Err())
 	}
 	if got := lockToken(port, lockKey); got != lease.Token {
@@ -1119,8 +1128,8 @@ func TestConformance_max_hold_ends_lease(t *testing.T) {
 	if _, err := Acquire(ctx, conn, "job", Options{}); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("a wait-0 acquire just after the loss: %v", err)
 	}
-	// No resume: nobody renews the key, which expires by its TTL (3 s from the last renewal).
-	expired := time.Now().Add(5 * time.Second)
+	// No resume: nobody renews the key, which expires by its TTL from the last renewal.
+	expired := time.Now().Add(maxHoldScenarioTTL + 2*time.Second)
 	for redisCli(port, "EXISTS", lockKey) != "0" {
 		if time.Now().After(expired) {
 			t.Fatal("the key was still renewed after the loss")

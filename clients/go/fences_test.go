@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -89,5 +90,23 @@ func TestASessionLeaseOfSeveralNamesKnowsEachFence(t *testing.T) {
 	lease := awaitHeld(t, leases, failed, 2*time.Second, "not acquired")
 	if want := []Fence{{"a", 4}, {"b", 9}}; !slices.Equal(lease.Fences, want) || lease.FencingToken != 4 {
 		t.Fatalf("fences %+v, fencing token %d", lease.Fences, lease.FencingToken)
+	}
+}
+
+// Against the server: a session's lease of two names holds both, a fencing token each, and at
+// its max hold is lost alone, for MAX_HOLD, while the session and its other lease go on.
+func TestASessionLeaseOfTwoNamesHoldsBothUntilItsMaxHold(t *testing.T) {
+	conn, port := start(t)
+	session := newSession(t, conn, SessionOptions{TTL: time.Second})
+	other := holdLock(t, session, "c")
+	sent := time.Now()
+	lease, err := session.Acquire(context.Background(), "a", LockOptions{MoreNames: []string{"b"}, MaxHold: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdsAll(t, conn, port, lease.Token, lease.Fences, "a", "b")
+	lostAlone(t, lease, other, "", 3*time.Second)
+	if !errors.Is(lease.Err(), LostMaxHold) || time.Since(sent) < time.Second || session.Err() != nil {
+		t.Fatalf("lost %v after the acquire was sent: %v (the session's %v)", time.Since(sent), lease.Err(), session.Err())
 	}
 }

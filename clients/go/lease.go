@@ -36,8 +36,9 @@ type Options struct {
 	NoResume bool
 	// MoreNames are further names held with `name`, all or none (plain exclusive locks only):
 	// the lease is acquired when every name is taken, with a fencing token each (Lease.Fences),
-	// and lost as a whole when any is. Callers asking for overlapping sets in any order cannot
-	// deadlock (the server takes them in one order, holding none while it waits).
+	// and lost as a whole when any is (the others then expire by their TTL, not released while
+	// this process may still believe in them). Callers asking for overlapping sets in any order
+	// cannot deadlock (the server takes them in one order, holding none while it waits).
 	MoreNames []string
 	// LockDelay keeps each name from being taken for that long after the lease is lost (it
 	// expired, was revoked, or its stream broke past its grace), so that an unfenced resource is
