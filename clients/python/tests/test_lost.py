@@ -109,7 +109,7 @@ def acquired(member_id):
 def test_a_session_lease_lost_alone_and_a_lost_session_keep_the_servers_code():
     core = session_core()
     core.open_stream()
-    a, b = core.acquire("a", 0, "", True, 1, False), core.acquire("b", 0, "", True, 1, False)
+    a, b = core.acquire(["a"], 0, "", True, 1, False), core.acquire(["b"], 0, "", True, 1, False)
     core.hear(acquired(a.id))
     core.hear(acquired(b.id))
     core.hear(session_pb2.SessionResponse(lease_lost=session_pb2.SessionLeaseLost(
