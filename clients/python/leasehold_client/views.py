@@ -50,10 +50,11 @@ class HeldLease:
 
 class HeldOnSession:
     """What a lease on a session tells its holder, threaded or asyncio: ``fencing_token``,
-    ``token``, ``names`` and ``fences`` as for a ``Lease``; ``lost_reason`` says why this lease alone was lost, and
-    ``lost_code`` why for programs (a ``LostReason``: ``REVOKED`` when an operator ended it);
-    ``resumes`` counts the times it was taken back on a new stream; ``valid_until`` is when the
-    validity last confirmed for it runs out (the driver's clock). A candidate's ``term`` too."""
+    ``token``, ``names`` and ``fences`` as for a ``Lease``; ``lost_reason`` says why this lease
+    alone was lost, and ``lost_code`` why for programs (a ``LostReason``: ``REVOKED`` when an
+    operator ended it); ``resumes`` counts the times it was taken back on a new stream;
+    ``valid_until`` is when the validity last confirmed for it runs out (the driver's clock),
+    never past its ``max_hold``. A candidate's ``term`` too."""
 
     _member: Any  # a session_core.Member
     id = Read("_member")
