@@ -17,17 +17,10 @@ from leasehold_client.options import acquire_request, lock_names
 from leasehold_client.session_core import SessionCore
 from leasehold_client.validity import MAX_HOLD_REACHED
 
+from conftest import Clock
+from test_validity import LateStub
+
 NAMES = ("b", "a", "c")  # the order asked, not the server's canonical one
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-        self.alarm = None
-
-    def model(self):
-        return dict(lost=threading.Event(), now=lambda: self.now,
-                    schedule=lambda when: setattr(self, "alarm", when))
 
 
 def request(names=NAMES, max_hold=None, lock_delay=0.0):
@@ -106,32 +99,9 @@ def test_a_resume_with_other_fences_is_another_lease():
     assert lease.lost.is_set() and "other fencing tokens" in lease.reason
 
 
-class StubCall:
-    """A threaded Lease stream that answers one ``acquired``, then stays open until cancelled."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.cancelled = threading.Event()
-
-    def __iter__(self):
-        yield lock_pb2.LeaseResponse(acquired=self.answer)
-        self.cancelled.wait(10)
-
-    def cancel(self):
-        self.cancelled.set()
-        return True
-
-
-class StubLocks:
-    def __init__(self, answer):
-        self.call = StubCall(answer)
-
-    def Lease(self, requests, **_):
-        return self.call
-
-
 def test_a_lease_whose_answer_misses_a_name_is_not_acquired_and_its_stream_cancelled():
-    stub = StubLocks(lock_pb2.Acquired(token="t", fencing_token=7, valid_for_ms=5000))
+    stub = LateStub(lock_pb2.LeaseResponse(acquired=lock_pb2.Acquired(
+        token="t", fencing_token=7, valid_for_ms=5000)))
     with pytest.raises(NotAcquired, match="every name") as refused:
         Lease(stub, request(), auto_resume=True)
     assert refused.value.reason is None
