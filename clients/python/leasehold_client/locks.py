@@ -164,7 +164,8 @@ def check(name: str, fencing_token: int, *, server: str = DEFAULT_SERVER,
     """Whether ``fencing_token`` is the current holding of lock ``name``: a ``TokenCheck``, its
     ``state`` ``TokenState.CURRENT``, ``SUPERSEDED`` (held under other fencing tokens:
     ``current_fencing_token`` is the holder's) or ``FREE``. One Redis read on the server, for a
-    protected resource to call before each write; needs the ``observe`` role when auth is on.
+    protected resource to call before each write (give it ``channel=connect(...)``, opened
+    once, rather than a new connection per call); needs the ``observe`` role when auth is on.
 
     A check is not a conditional write: the holding can end between the answer and the write,
     so a resource that must never take a stale write fences itself (docs/contract.md).
