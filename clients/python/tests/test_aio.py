@@ -254,11 +254,11 @@ def test_async_several_names_a_ceiling_and_a_check(server, redis_port):
                 assert answer.state is aio.TokenState.CURRENT and answer.current
         assert (await aio.check("a", pair.fences["a"], server=server)).state is \
             aio.TokenState.FREE
-        async with aio.session(server=server, ttl=2) as session:
+        async with aio.session(server=server, ttl=1) as session:
             async with session.lock(names=["c", "d"]) as held:
                 assert list(held.fences) == ["c", "d"]
                 assert lock_token(redis_port, key("d")) == held.token
-            capped = await session.acquire("e", max_hold=2)
+            capped = await session.acquire("e", max_hold=1)
             await asyncio.wait_for(capped.lost.wait(), 5)
             assert capped.lost_code is aio.LostReason.MAX_HOLD, capped.lost_reason
             assert not session.lost.is_set()
