@@ -515,7 +515,7 @@ def test_conformance_all_or_none(server, redis_port):
         except queue.Empty:
             raise AssertionError("a waiting pair did not get its names within 5 s") from None
         held = pair.held
-        assert list(held.fences) == held.names and len(held.names) == 2, held.fences
+        assert tuple(held.fences) == held.names and len(held.names) == 2, held.fences
         assert all(fence > 0 for fence in held.fences.values()), held.fences
         assert held.fencing_token == held.fences[held.names[0]]
         for name in ("a", "b"):
