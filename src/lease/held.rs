@@ -32,6 +32,7 @@ pub trait Holding: Clone + Send + Sync + 'static {
     }
     /// The lock behind the lease: what is acquired and renewed.
     fn lock(&self) -> &Lock;
+    fn lock_mut(&mut self) -> &mut Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
     /// What is left to do once the lease of `token` is lost, if anything: never a release of
@@ -73,6 +74,10 @@ impl Holding for Lock {
         self
     }
 
+    fn lock_mut(&mut self) -> &mut Lock {
+        self
+    }
+
     async fn release(&self, token: &Token) -> Result<bool> {
         match &self.more {
             None => self.locks.release(&self.keys, token).await,
@@ -83,13 +88,12 @@ impl Holding for Lock {
     /// One name: nothing, what is still ours expires by its TTL. Several: a lease lost on one
     /// name is lost as a whole, and the names still ours are released (the holder is told
     /// Lost as this starts), so its set never stays half-held.
-    fn after_loss(
-        &self,
-        token: &Token,
-    ) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
-        self.more.as_ref()?;
-        let (lock, token) = (self.clone(), token.clone());
-        Some(async move { several::release_all(&lock, &token).await.map(drop) })
+    /// Nothing, even for a lease over several names whose other names still hold: its holder
+    /// believes in them until it hears `lost` (or its validity runs out), so releasing them now
+    /// would let the next holder in while it may still be writing. They expire by their TTL,
+    /// no longer renewed (and their lock-delay, if any, follows).
+    fn after_loss(&self, _: &Token) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+        None::<std::future::Ready<Result<()>>>
     }
 }
 
@@ -118,6 +122,10 @@ impl Holding for Leadership {
 
     fn lock(&self) -> &Lock {
         &self.lease
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.lease
     }
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
@@ -223,6 +231,23 @@ impl<H: Holding> HeldLease<H> {
         HeldLease {
             claim: Arc::new(Claim { holding, token }),
             armed: false,
+        }
+    }
+
+    /// Taken with a lock-delay (or resumed with one): its delay key is renewed with it, to
+    /// outlive it by the delay. Called before it is renewed by anyone (the claim is not shared
+    /// yet; if it were, the delay key would still expire the delay after the lease's last TTL
+    /// it was set to, only earlier than the lease's renewed one).
+    pub fn keep_lock_delay(&mut self) {
+        if let Some(claim) = Arc::get_mut(&mut self.claim) {
+            let lock = claim.holding.lock_mut();
+            lock.keys.kept_with = Some(lock.keys.delay());
+            // Every name of a lease over several has its own delay key, renewed with its name.
+            if let Some(more) = lock.more.as_mut().and_then(Arc::get_mut) {
+                for keys in &mut more.keys {
+                    keys.kept_with = Some(keys.delay());
+                }
+            }
         }
     }
 
