@@ -1088,7 +1088,7 @@ func TestConformance_lock_delay_after_loss(t *testing.T) {
 
 // The scenario's TTL and max hold.
 const (
-	maxHoldScenarioTTL = 3 * time.Second
+	maxHoldScenarioTTL = time.Second
 	maxHoldScenario    = time.Second
 )
 
