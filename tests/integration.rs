@@ -33,6 +33,7 @@ mod scripts_model;
 mod semaphore;
 mod sentinel;
 mod session;
+mod several;
 mod unary;
 mod waiting;
 mod watch;

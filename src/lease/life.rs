@@ -319,7 +319,11 @@ impl<H: Holding> Life<H> {
     /// reports those). Cancel-safe.
     pub async fn lost(&mut self) -> Lost {
         match &mut self.renewals {
-            Renewals::Own(scheduled) => scheduled.lost().await,
+            Renewals::Own(scheduled) => {
+                let lost = scheduled.lost().await;
+                let reason = self.lease.holding().lock().lost_reason(lost.reason);
+                Lost { reason, ..lost }
+            }
             Renewals::None | Renewals::Group(..) => std::future::pending().await,
         }
     }

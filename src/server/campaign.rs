@@ -42,6 +42,7 @@ impl Campaign {
         resume_grace: Result<Option<Duration>>,
     ) -> Result<(LeaseSpec, Self)> {
         let spec = LeaseSpec {
+            more_names: Vec::new(),
             name: LockName::parse_election(election)?,
             ttl,
             wait: MAX_WAIT,
