@@ -156,6 +156,16 @@ broken revocation-record-ignored revoke::a_holder_whose_server_missed_the_revoca
   src/lease/scheduler.rs \
   "matches!(read.await, Ok(Ok(true)))" \
   "{ drop(read); false }"
+# Acquire ignores a lost holder's lock-delay: the next holder writes while the lost one may.
+broken lock-delay-ignored limits::lock_delay_follows_a_loss_never_a_clean_release_and_a_waiter_gets_the_name_just_after test \
+  src/store/locks/acquire.lua \
+  "if delay_left == -2 then" \
+  "if true then"
+# The server keeps renewing past the max-hold ceiling: a stuck job holds the lock for ever.
+broken max-hold-unenforced limits::max_hold_ends_a_stream_while_its_key_holds_and_caps_unary_extends test \
+  src/lease/scheduler.rs \
+  "if entry.clock.at_ceiling(now) {" \
+  "if false {"
 # `elect` never hears its leadership lost: the command runs on while another leads.
 broken elect-ignores-loss elect_cli::a_lost_leadership_stops_the_command_and_exits_76 test \
   src/cli/elect.rs \

@@ -759,7 +759,7 @@ async fn a_killed_run_leaves_no_process_of_its_command_past_the_lease() {
     let server = TestServer::start(&redis).await;
     let ttl = Duration::from_secs(2);
     let args = ["--ttl", "2s", "--grace", "60s", "tree-job"];
-    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let script = "(trap '' TERM; exec sh -c 'echo $$ > {pids}; exec sleep 300') & wait";
     let (mut run, pids) = run_tree(&server, "tree-kill", &args, script);
     let grandchild = pid_in(&pids).await;
 
@@ -785,7 +785,7 @@ async fn a_grandchild_ignoring_sigterm_gets_sigkill_after_the_grace() {
     let server = TestServer::start(&redis).await;
     let grace = Duration::from_secs(1);
     let args = ["--grace", "1s", "tree-job"];
-    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let script = "(trap '' TERM; exec sh -c 'echo $$ > {pids}; exec sleep 300') & wait";
     let (mut run, pids) = run_tree(&server, "tree-stubborn", &args, script);
     let grandchild = pid_in(&pids).await;
 
@@ -827,7 +827,7 @@ async fn without_resuming_a_killed_runs_command_is_killed_at_once() {
     let redis = RedisServer::start();
     let server = TestServer::start(&redis).await;
     let args = ["--no-resume", "--ttl", "30s", "--grace", "60s", "tree-job"];
-    let script = "(trap '' TERM; exec sleep 300) & echo $! > {pids}; wait";
+    let script = "(trap '' TERM; exec sh -c 'echo $$ > {pids}; exec sleep 300') & wait";
     let (mut run, pids) = run_tree(&server, "tree-no-resume", &args, script);
     let grandchild = pid_in(&pids).await;
 

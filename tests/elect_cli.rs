@@ -229,7 +229,7 @@ async fn a_killed_elect_leaves_no_process_of_its_command_past_the_leadership() {
     let (_redis, server, _, _) = setup().await;
     let pids = temp_file("elect-kill");
     let script = format!(
-        "(trap '' TERM; exec sleep 300) & echo $! > {}; wait",
+        "(trap '' TERM; exec sh -c 'echo $$ > {}; exec sleep 300') & wait",
         pids.display()
     );
     let ttl = Duration::from_secs(2);

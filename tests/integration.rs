@@ -26,6 +26,7 @@ mod layout;
 mod lease;
 mod leftovers;
 mod lifecycle;
+mod limits;
 mod operations;
 mod redlock;
 mod revoke;

@@ -35,6 +35,10 @@ pub struct Acquisition {
     pub attachment: u64,
     /// The fencing token of each of `more_names`, in the order asked (empty for one name).
     pub more_fences: Vec<u64>,
+    /// What is left of its max-hold from `sent_at` (its whole max-hold when just taken).
+    pub ceiling: Option<Duration>,
+    /// Whether it has a lock-delay key, renewed with it.
+    pub delayed: bool,
 }
 
 /// What a waiter knows about the lock it waits for.
@@ -142,6 +146,7 @@ pub(super) async fn acquire_one(
             ttl: waiter_ttl,
             arrival_us,
             mode: spec.mode,
+            limits: spec.limits,
             first_attempt: std::mem::take(&mut first_attempt),
         };
         let outcome = match store
@@ -185,6 +190,8 @@ pub(super) async fn acquire_one(
                     sent_at,
                     attachment: 0,
                     more_fences: Vec::new(),
+                    ceiling: spec.limits.max_hold,
+                    delayed: spec.limits.lock_delay.is_some(),
                 });
             }
             AcquireOutcome::Held {
@@ -281,6 +288,8 @@ pub async fn resume(lease: &HeldLease<impl Holding>, spec: &LeaseSpec) -> Result
             sent_at,
             attachment: resumed.attachment,
             more_fences: Vec::new(),
+            ceiling: resumed.ceiling,
+            delayed: resumed.delayed,
         }),
         None => Err(Error::NotResumable {
             name: spec.name.to_string(),

@@ -32,6 +32,7 @@ pub trait Holding: Clone + Send + Sync + 'static {
     }
     /// The lock behind the lease: what is acquired and renewed.
     fn lock(&self) -> &Lock;
+    fn lock_mut(&mut self) -> &mut Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
     /// What is left to do once the lease of `token` is lost, if anything: never a release of
@@ -70,6 +71,10 @@ impl Holding for Lock {
     }
 
     fn lock(&self) -> &Lock {
+        self
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
         self
     }
 
@@ -117,6 +122,10 @@ impl Holding for Leadership {
 
     fn lock(&self) -> &Lock {
         &self.lease
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.lease
     }
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
@@ -222,6 +231,23 @@ impl<H: Holding> HeldLease<H> {
         HeldLease {
             claim: Arc::new(Claim { holding, token }),
             armed: false,
+        }
+    }
+
+    /// Taken with a lock-delay (or resumed with one): its delay key is renewed with it, to
+    /// outlive it by the delay. Called before it is renewed by anyone (the claim is not shared
+    /// yet; if it were, the delay key would still expire the delay after the lease's last TTL
+    /// it was set to, only earlier than the lease's renewed one).
+    pub fn keep_lock_delay(&mut self) {
+        if let Some(claim) = Arc::get_mut(&mut self.claim) {
+            let lock = claim.holding.lock_mut();
+            lock.keys.kept_with = Some(lock.keys.delay());
+            // Every name of a lease over several has its own delay key, renewed with its name.
+            if let Some(more) = lock.more.as_mut().and_then(Arc::get_mut) {
+                for keys in &mut more.keys {
+                    keys.kept_with = Some(keys.delay());
+                }
+            }
         }
     }
 

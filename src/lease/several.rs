@@ -137,7 +137,7 @@ pub async fn acquire_all(
             }
         }
         let Some((blocked, refusal)) = refused else {
-            return Ok(acquisition(&taken));
+            return Ok(acquisition(&taken, spec));
         };
         // Never wait holding a name: that is what makes waiting deadlock-free.
         let_go(lock, token, &keys, &mut taken).await?;
@@ -162,7 +162,7 @@ pub async fn acquire_all(
 }
 
 /// Every name's fencing token, the first's in its own field; valid from the earliest send.
-fn acquisition(taken: &[Option<(u64, Instant)>]) -> Acquisition {
+fn acquisition(taken: &[Option<(u64, Instant)>], spec: &LeaseSpec) -> Acquisition {
     let held: Vec<(u64, Instant)> = taken.iter().flatten().copied().collect();
     let sent_at = held
         .iter()
@@ -175,6 +175,9 @@ fn acquisition(taken: &[Option<(u64, Instant)>]) -> Acquisition {
         sent_at,
         attachment: 0,
         more_fences: held.iter().skip(1).map(|&(fence, _)| fence).collect(),
+        // From the earliest send, so never later than any name's own ceiling in Redis.
+        ceiling: spec.limits.max_hold,
+        delayed: spec.limits.lock_delay.is_some(),
     }
 }
 
@@ -219,6 +222,7 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
     let sent_at = Instant::now();
     let mut fences = Vec::new();
     let mut attachment = 0;
+    let (mut ceiling, mut delayed) = (None::<Duration>, false);
     let keys: Vec<&LockKeys> = lock.all_keys().collect();
     for (name, name_keys) in spec.names().zip(&keys) {
         let resumed = lock.locks.resume(name_keys, token, spec.ttl).await?;
@@ -226,6 +230,12 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
             Some(resumed) => {
                 attachment = attachment.max(resumed.attachment);
                 fences.push(resumed.fencing_token);
+                // The earliest ceiling of any name is the lease's.
+                ceiling = match (ceiling, resumed.ceiling) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                delayed |= resumed.delayed;
             }
             None => {
                 let back = &keys[..fences.len()];
@@ -241,6 +251,8 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
         sent_at,
         attachment,
         more_fences: fences.split_off(1.min(fences.len())),
+        ceiling,
+        delayed,
     })
 }
 
@@ -265,6 +277,24 @@ pub async fn extend_all(lock: &Lock, token: &Token, ttl: Duration) -> Result<boo
     answers
         .into_iter()
         .try_fold(true, |all, answer| Ok(all && answer?))
+}
+
+/// A unary `Extend` of every name, each never past its max-hold ceiling
+/// ([`crate::store::locks::Locks::extend_capped`]): the shortest TTL set when every name is still
+/// ours; `None` if any is not, or a ceiling is reached (the names extended meanwhile stay so).
+pub async fn extend_all_capped(
+    lock: &Lock,
+    token: &Token,
+    ttl: Duration,
+) -> Result<Option<Duration>> {
+    let answers = join_all(
+        lock.all_keys()
+            .map(|keys| lock.locks.extend_capped(keys, token, ttl)),
+    )
+    .await;
+    answers.into_iter().try_fold(Some(ttl), |shortest, answer| {
+        Ok(shortest.zip(answer?).map(|(a, b)| a.min(b)))
+    })
 }
 
 /// Releases every name `token` still holds: `Ok(true)` if any was.

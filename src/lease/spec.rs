@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 pub use crate::mode::Mode;
+pub use crate::store::locks::HoldLimits;
 
 /// Longest lock name, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -31,6 +32,10 @@ pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// Most names one lease holds at once (`name` and `more_names`): each costs a script per
 /// acquisition attempt and a renewal per round.
 pub const MAX_NAMES: usize = 32;
+/// Longest lock-delay: a lost holder blocks the name for at most its TTL and this.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+/// Longest max-hold ceiling on a holding.
+pub const MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The name of a lock or an election, checked: non-empty, bounded, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,6 +174,42 @@ pub fn more_names(first: &LockName, more: Vec<String>, mode: Mode) -> Result<Vec
     Ok(names)
 }
 
+/// A lock-delay of at most `MAX_LOCK_DELAY`, for plain exclusive locks only; zero means none.
+pub fn lock_delay(delay_ms: u32, mode: Mode) -> Result<Option<Duration>> {
+    let delay = Duration::from_millis(delay_ms.into());
+    if delay.is_zero() {
+        return Ok(None);
+    }
+    if mode != Mode::LOCK {
+        return Err(Error::invalid(
+            "lock_delay_ms is only for plain exclusive locks (limit 0 or 1, not shared)",
+        ));
+    }
+    if delay > MAX_LOCK_DELAY {
+        return Err(Error::invalid(format!(
+            "lock_delay_ms is {delay_ms}; it must be at most {}",
+            MAX_LOCK_DELAY.as_millis()
+        )));
+    }
+    Ok(Some(delay))
+}
+
+/// A max-hold ceiling between the TTL and `MAX_HOLD`; zero means none.
+pub fn max_hold(max_hold_ms: u32, ttl: Duration) -> Result<Option<Duration>> {
+    let max_hold = Duration::from_millis(max_hold_ms.into());
+    if max_hold.is_zero() {
+        return Ok(None);
+    }
+    if max_hold < ttl || max_hold > MAX_HOLD {
+        return Err(Error::invalid(format!(
+            "max_hold_ms is {max_hold_ms}; it must be between ttl_ms ({}) and {}",
+            ttl.as_millis(),
+            MAX_HOLD.as_millis()
+        )));
+    }
+    Ok(Some(max_hold))
+}
+
 /// A holder description: free text shown to others, bounded and printable.
 pub fn holder(holder: String) -> Result<String> {
     if holder.len() > MAX_HOLDER_BYTES {
@@ -225,6 +266,8 @@ pub struct LeaseSpec {
     pub resume: Option<String>,
     /// Further names held with `name`, all or none, in the order asked ([`more_names`]).
     pub more_names: Vec<LockName>,
+    /// Lock-delay and max-hold (a resumed lease keeps those it was taken with).
+    pub limits: HoldLimits,
 }
 
 impl LeaseSpec {

@@ -50,6 +50,7 @@ impl Campaign {
             fair: true,
             mode: spec::Mode::LOCK,
             resume_grace: resume_grace?,
+            limits: Default::default(),
             resume: match resume_token {
                 token if token.is_empty() => None,
                 token => Some(spec::token(token)?),

@@ -96,6 +96,7 @@ pub fn lost(reason: String, code: LostCode) -> pb::Lost {
         LostCode::Unreachable => pb::LostReason::Unreachable,
         LostCode::Shutdown => pb::LostReason::Shutdown,
         LostCode::Revoked => pb::LostReason::Revoked,
+        LostCode::MaxHold => pb::LostReason::MaxHold,
     };
     pb::Lost {
         reason,

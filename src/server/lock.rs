@@ -22,7 +22,7 @@ use crate::metrics::Outcome;
 use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::{Described, HolderState, LockState};
+use crate::store::locks::{Described, HolderState, LockState, TokenState};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
@@ -97,7 +97,9 @@ impl LockService for LockServer {
                 ttl_ms: pb::millis(spec.ttl),
                 holder: String::new(),
                 valid_for_ms: pb::millis(
-                    RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
+                    RenewalClock::new(spec.ttl, acquired.sent_at)
+                        .with_ceiling(acquired.ceiling, acquired.sent_at)
+                        .valid_for(Instant::now()),
                 ),
                 fences: fences(
                     spec.names().map(LockName::as_str),
@@ -128,15 +130,14 @@ impl LockService for LockServer {
         let (lock, token) = self.named(&caller, request.name, request.more_names, request.token)?;
         let ttl = spec::ttl(request.ttl_ms)?;
         let sent_at = Instant::now();
-        // Every name, or the answer is no (a name no longer ours is never extended back).
-        let extended = several::extend_all(&lock, &token, ttl).await?;
-        let valid_for_ms = if extended {
-            pb::millis(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
-        } else {
-            0
-        };
+        // Every name, or the answer is no (a name no longer ours is never extended back);
+        // never past the lease's max-hold: near it, a shorter TTL is set (and vouched for).
+        let set = several::extend_all_capped(&lock, &token, ttl).await?;
+        let valid_for_ms = set.map_or(0, |set| {
+            pb::millis(RenewalClock::new(set, sent_at).valid_for(Instant::now()))
+        });
         Ok(Response::new(pb::ExtendResponse {
-            extended,
+            extended: set.is_some(),
             valid_for_ms,
         }))
     }
@@ -228,9 +229,27 @@ impl LockService for LockServer {
 
     async fn check(
         &self,
-        _request: Request<pb::CheckRequest>,
+        request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
-        Err(Status::unimplemented("Check is being built (issue 41)"))
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
+        if request.fencing_token == 0 {
+            return Err(Error::invalid("fencing token is 0").into());
+        }
+        let locks = &self.streams.store.locks;
+        let keys = locks.keys(name.as_str());
+        let (state, current_fencing_token) = match locks.check(&keys, request.fencing_token).await?
+        {
+            TokenState::Current => (pb::TokenState::Current, request.fencing_token),
+            TokenState::Superseded { current } => (pb::TokenState::Superseded, current),
+            TokenState::Free => (pb::TokenState::Free, 0),
+        };
+        Ok(Response::new(pb::CheckResponse {
+            state: state.into(),
+            current_fencing_token,
+        }))
     }
 
     type WatchStream = ResponseStream<pb::WatchResponse>;

@@ -24,6 +24,8 @@ pub struct LockAsk {
     pub resume_token: String,
     /// Further names to hold with `name`, all or none.
     pub more_names: Vec<String>,
+    pub lock_delay_ms: u32,
+    pub max_hold_ms: u32,
 }
 
 impl LockAsk {
@@ -56,6 +58,10 @@ impl LockAsk {
             mode,
             resume_grace: resume_grace?,
             resume,
+            limits: spec::HoldLimits {
+                lock_delay: spec::lock_delay(self.lock_delay_ms, mode)?,
+                max_hold: spec::max_hold(self.max_hold_ms, ttl)?,
+            },
         })
     }
 }
@@ -74,6 +80,8 @@ impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
             mode: request.mode,
             resume_token: request.resume_token,
             more_names: request.more_names,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
         };
         ask.spec(ttl, spec::resume_grace(request.resume_grace_ms, ttl))
     }
@@ -93,6 +101,8 @@ impl TryFrom<pb::AcquireRequest> for LeaseSpec {
             limit: request.limit,
             mode: request.mode,
             more_names: request.more_names,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
             ..Default::default()
         })
     }

@@ -167,6 +167,8 @@ impl Session {
             limit: acquire.limit,
             mode: acquire.mode,
             resume_token: acquire.resume_token,
+            lock_delay_ms: acquire.lock_delay_ms,
+            max_hold_ms: acquire.max_hold_ms,
         };
         let spec = ask.spec(terms.ttl, Ok(terms.grace))?;
         for name in spec.names() {
@@ -413,6 +415,7 @@ impl Session {
         if let Some(Slot::Held(mut member)) = self.leases.remove(&id) {
             let (cause, reason) = match code {
                 LostCode::Revoked => ("revoked", REVOKED),
+                LostCode::MaxHold => ("max_hold", crate::lease::scheduler::MAX_HOLD),
                 _ => ("not_held", NOT_HELD),
             };
             let reason = match &member.kind {
