@@ -554,7 +554,7 @@ describe("conformance", { concurrency: 4 }, () => {
     const { address, redisPort } = await startServer(t);
     const c = client(t, address);
     const before = performance.now();
-    const lease = await c.lease("job", { ttl: 3000, maxHold: 1000 });
+    const lease = await c.lease("job", { ttl: 1000, maxHold: 1000 });
     // The acquire was sent between `before` and now: sampled until it is lost (a bounded poll),
     // the validity never reaches past now + 1 s.
     const sent = performance.now();
