@@ -960,3 +960,212 @@ func TestHelperFrozenLeader(t *testing.T) {
 	}
 	fmt.Printf("%sresigned %v\n", frozenSays, wasLeader)
 }
+
+// keyOf is the lock key of `name`.
+func keyOf(name string) string { return "leasehold:{" + name + "}:lock" }
+
+// holdsAll fails unless the holding of `token` with `fences` holds each of `names`, in that
+// order, with a fencing token each: every name's key holds the token and that fencing token,
+// and a wait-0 acquire of any name is refused.
+func holdsAll(t *testing.T, conn *grpc.ClientConn, port int, token string, fences []Fence, names ...string) {
+	t.Helper()
+	if len(fences) != len(names) {
+		t.Fatalf("fences %+v for %v", fences, names)
+	}
+	for i, name := range names {
+		fence := fences[i]
+		value := strings.SplitN(redisCli(port, "GET", keyOf(name)), ":", 3)
+		if fence.Name != name || fence.FencingToken == 0 || len(value) < 2 || value[0] != token ||
+			value[1] != strconv.FormatUint(fence.FencingToken, 10) {
+			t.Fatalf("%s: fence %+v, key %v", name, fence, value)
+		}
+		if _, err := Acquire(context.Background(), conn, name, Options{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("a wait-0 acquire of %s while held: %v", name, err)
+		}
+	}
+}
+
+func TestConformance_all_or_none(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	b, err := Acquire(ctx, conn, "b", Options{Holder: "holder-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Acquire(ctx, conn, "a", Options{MoreNames: []string{"b"}})
+	if status.Code(err) != codes.Aborted || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a wait-0 lease on [a, b] with b held: %v", err)
+	}
+	a, err := Acquire(ctx, conn, "a", Options{})
+	if err != nil {
+		t.Fatalf("a was left taken: %v", err)
+	}
+	if held, err := a.Release(); !held || err != nil {
+		t.Fatalf("release of a: %v %v", held, err)
+	}
+	wait := 10 * time.Second
+	gotAB, failedAB := inBackground(func() (*Lease, error) {
+		return Acquire(ctx, conn, "a", Options{MoreNames: []string{"b"}, Wait: wait})
+	})
+	gotBA, failedBA := inBackground(func() (*Lease, error) {
+		return Acquire(ctx, conn, "b", Options{MoreNames: []string{"a"}, Wait: wait})
+	})
+	waitForLine(t, port, "leasehold:{b}:line", "2") // both wait, b still held
+	if held, err := b.Release(); !held || err != nil {
+		t.Fatalf("release of b: %v %v", held, err)
+	}
+	for range 2 { // each gets its pair in turn, whichever first
+		var lease *Lease
+		var names []string
+		select {
+		case lease = <-gotAB:
+			names, gotAB = []string{"a", "b"}, nil
+		case lease = <-gotBA:
+			names, gotBA = []string{"b", "a"}, nil
+		case err := <-failedAB:
+			t.Fatal(err)
+		case err := <-failedBA:
+			t.Fatal(err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no pair within 5 s: deadlock")
+		}
+		if lease.Fences[0].FencingToken != lease.FencingToken {
+			t.Fatalf("fencing token %d, fences %+v", lease.FencingToken, lease.Fences)
+		}
+		holdsAll(t, conn, port, lease.Token, lease.Fences, names...)
+		if held, err := lease.Release(); !held || err != nil {
+			t.Fatalf("release of %v: %v %v", names, held, err)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		if got := redisCli(port, "EXISTS", keyOf(name)); got != "0" {
+			t.Fatalf("%s still taken after the last release", name)
+		}
+	}
+}
+
+func TestConformance_lock_delay_after_loss(t *testing.T) {
+	conn, _ := start(t)
+	ctx := context.Background()
+	lease, err := Acquire(ctx, conn, "job", Options{TTL: 5 * time.Second, LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revokeSent := time.Now()
+	if revoked, err := Revoke(ctx, conn, "job", 0); len(revoked) != 1 || err != nil {
+		t.Fatalf("revoked %+v, %v", revoked, err)
+	}
+	within(t, lease.Lost(), "the holder never heard")
+	if err := lease.Err(); !errors.Is(err, LostRevoked) {
+		t.Fatalf("lost, but %v", err)
+	}
+	if _, err := Acquire(ctx, conn, "job", Options{}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a wait-0 acquire within the lock-delay: %v", err)
+	}
+	waiter, err := Acquire(ctx, conn, "job", Options{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(revokeSent); waited < time.Second || waited > 5*time.Second {
+		t.Fatalf("the waiter got the name %v after the revoke", waited)
+	}
+	if held, err := waiter.Release(); !held || err != nil {
+		t.Fatalf("the waiter's release: %v %v", held, err)
+	}
+	clean, err := Acquire(ctx, conn, "job", Options{LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := clean.Release(); !held || err != nil {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	next, err := Acquire(ctx, conn, "job", Options{})
+	if err != nil {
+		t.Fatalf("a clean release left a lock-delay: %v", err)
+	}
+	next.Release()
+}
+
+// The scenario's TTL and max hold.
+const (
+	maxHoldScenarioTTL = time.Second
+	maxHoldScenario    = time.Second
+)
+
+func TestConformance_max_hold_ends_lease(t *testing.T) {
+	conn, port := start(t)
+	ctx := context.Background()
+	sent := time.Now()
+	lease, err := Acquire(ctx, conn, "job", Options{TTL: maxHoldScenarioTTL, MaxHold: maxHoldScenario})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client counts from a moment just after `sent` (when it sends): a few ms of slack.
+	ceiling := sent.Add(maxHoldScenario + 25*time.Millisecond)
+	// The validity, watched until the loss (every change seen within 5 ms), never passes the
+	// ceiling.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(3*time.Second - time.Since(sent))
+	for lost := false; !lost; {
+		if until := lease.ValidUntil(); until.After(ceiling) {
+			t.Fatalf("valid until %v past the ceiling", until.Sub(ceiling))
+		}
+		select {
+		case <-lease.Lost():
+			lost = true
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("not lost within 3 s of the acquire")
+		}
+	}
+	if after := time.Since(sent); after < maxHoldScenario || !errors.Is(lease.Err(), LostMaxHold) {
+		t.Fatalf("lost %v after the acquire: %v", after, lease.Err())
+	}
+	if got := lockToken(port, lockKey); got != lease.Token {
+		t.Fatalf("the key holds %q at the loss", got)
+	}
+	if _, err := Acquire(ctx, conn, "job", Options{}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a wait-0 acquire just after the loss: %v", err)
+	}
+	// No resume: nobody renews the key, which expires by its TTL from the last renewal.
+	expired := time.Now().Add(maxHoldScenarioTTL + 2*time.Second)
+	for redisCli(port, "EXISTS", lockKey) != "0" {
+		if time.Now().After(expired) {
+			t.Fatal("the key was still renewed after the loss")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if held, _ := lease.Release(); held {
+		t.Fatal("a lease past its max hold was still held")
+	}
+}
+
+func TestConformance_token_check(t *testing.T) {
+	conn, _ := start(t)
+	ctx := context.Background()
+	first, err := Acquire(ctx, conn, "job", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Release() // so that the lease below has a smaller fencing token to check, not 0
+	if got, err := Check(ctx, conn, "job", first.FencingToken); err != nil || *got != (TokenCheck{State: TokenFree}) {
+		t.Fatalf("a free name: %+v %v", got, err)
+	}
+	lease, err := Acquire(ctx, conn, "job", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Check(ctx, conn, "job", lease.FencingToken); err != nil || *got != (TokenCheck{TokenCurrent, lease.FencingToken}) {
+		t.Fatalf("the holder's fencing token: %+v %v", got, err)
+	}
+	if got, err := Check(ctx, conn, "job", first.FencingToken); err != nil || *got != (TokenCheck{TokenSuperseded, lease.FencingToken}) {
+		t.Fatalf("a smaller fencing token: %+v %v", got, err)
+	}
+	if held, err := lease.Release(); !held || err != nil {
+		t.Fatalf("release: %v %v", held, err)
+	}
+	if got, err := Check(ctx, conn, "job", lease.FencingToken); err != nil || *got != (TokenCheck{State: TokenFree}) {
+		t.Fatalf("after release: %+v %v", got, err)
+	}
+}

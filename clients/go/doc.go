@@ -17,7 +17,12 @@
 // Lost() is closed when the server says the lease is lost, when the stream breaks and the lease
 // cannot be resumed (or resumption is off), or when the validity the server last confirmed runs
 // out by this process's clock. Err() then is a *LostError whose Reason (LostTaken,
-// LostUnreachable, LostShutdown, LostRevoked) programs branch on with errors.Is.
+// LostUnreachable, LostShutdown, LostRevoked, LostMaxHold) programs branch on with errors.Is.
+//
+// Options.MoreNames holds several names at once, all or none, with a fencing token each
+// (Lease.Fences); Options.LockDelay keeps the names from the next holder for a while after a
+// loss; Options.MaxHold is a ceiling on the hold (LostMaxHold). Check asks whether a fencing
+// token is still a name's holding, for the protected resource to ask before a write.
 //
 // Operators have Revoke and RevokeLeader (end a holding by force; its holder hears LostRevoked)
 // and Watch (a lock's state on every change, as an iterator).

@@ -14,7 +14,7 @@ import (
 
 // fakeLocks is a LockService a test drives by hand: each Lease stream is handed to the test and
 // ends with what the test sends on ends (or when the client goes); Revoke records its request
-// and answers `revoked`; Watch runs the test's watch.
+// and answers `revoked`; Watch runs the test's watch, Check the test's check.
 type fakeLocks struct {
 	pb.UnimplementedLockServiceServer
 	leases  chan pb.LockService_LeaseServer
@@ -22,6 +22,7 @@ type fakeLocks struct {
 	revokes chan *pb.RevokeRequest
 	revoked []*pb.Holder
 	watch   func(*pb.WatchRequest, pb.LockService_WatchServer) error
+	check   func(*pb.CheckRequest) (*pb.CheckResponse, error)
 }
 
 func (f *fakeLocks) Lease(stream pb.LockService_LeaseServer) error {
@@ -41,6 +42,10 @@ func (f *fakeLocks) Revoke(_ context.Context, request *pb.RevokeRequest) (*pb.Re
 
 func (f *fakeLocks) Watch(request *pb.WatchRequest, stream pb.LockService_WatchServer) error {
 	return f.watch(request, stream)
+}
+
+func (f *fakeLocks) Check(_ context.Context, request *pb.CheckRequest) (*pb.CheckResponse, error) {
+	return f.check(request)
 }
 
 // fakeElections is an ElectionService a test drives by hand, as fakeLocks.
@@ -102,6 +107,34 @@ func serveFake(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// heldOnFake acquires "job" with opts from the fake locks, which answer `acquired` (fencing
+// token 7, valid for 10 s): the lease, and its stream on the fake.
+func heldOnFake(t *testing.T, conn *grpc.ClientConn, locks *fakeLocks, opts Options) (*Lease, pb.LockService_LeaseServer) {
+	t.Helper()
+	leases, failed := inBackground(func() (*Lease, error) {
+		return Acquire(context.Background(), conn, "job", opts)
+	})
+	stream := within(t, locks.leases, "no Lease stream")
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Acquired{Acquired: &pb.Acquired{
+		Token: "token", FencingToken: 7, TtlMs: 10_000, ValidForMs: 10_000,
+	}}})
+	return awaitHeld(t, leases, failed, 2*time.Second, "not acquired"), stream
+}
+
+// notResumed fails if a second Lease stream was opened. Called once the lease's goroutine has
+// ended (Release waits for it), which a resume would have done first.
+func notResumed(t *testing.T, locks *fakeLocks) {
+	t.Helper()
+	select {
+	case <-locks.leases:
+		t.Fatal("a lost lease was resumed")
+	default:
+	}
 }
 
 // within is what arrives on c within 2 s, else the test fails saying `never`.

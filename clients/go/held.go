@@ -31,9 +31,10 @@ const (
 // heard is what a message on a held stream means, whatever its kind.
 type heard struct {
 	kind         heardKind
-	token        string // heardHeld: the secret of the hold (its resume token)
-	fencingToken uint64 // heardHeld: its fencing token (a leadership's term)
-	validForMs   uint32 // heardHeld, heardExtended: see vouchedUntil
+	token        string  // heardHeld: the secret of the hold (its resume token)
+	fencingToken uint64  // heardHeld: its fencing token (a leadership's term)
+	fences       []Fence // heardHeld: each name's fencing token (a lease of several names)
+	validForMs   uint32  // heardHeld, heardExtended: see vouchedUntil
 	validToMs    uint64
 	reason       string     // heardLost: why, in words
 	code         LostReason // heardLost: why, for programs
@@ -167,14 +168,16 @@ func (h *holder[Req, Res]) attach(ctx context.Context, cancel context.CancelFunc
 }
 
 // believe takes the validity a message received now on a stream opened at `opened` vouches for
-// (acquired, elected, extended), unless it has already run out: false then.
+// (acquired, elected, extended), unless it has already run out: false then. The validity is
+// believed no further than the hold's ceiling (MaxHold), even one already reached: the hold is
+// then lost at once, for MAX_HOLD, as expiry fires.
 func (h *holder[Req, Res]) believe(opened time.Time, news heard) bool {
 	received := time.Now()
 	until := vouchedUntil(opened, received, news.validForMs, news.validToMs)
 	if !until.After(received) {
 		return false
 	}
-	h.vouched(until)
+	until = h.vouched(until)
 	if h.clocked {
 		h.expiry.Reset(time.Until(until))
 	}
@@ -186,8 +189,7 @@ func (h *holder[Req, Res]) believe(opened time.Time, news heard) bool {
 // past, ends the belief at once.
 func (h *holder[Req, Res]) renewed(opened time.Time, news heard) {
 	until := vouchedUntil(opened, time.Now(), news.validForMs, news.validToMs)
-	h.vouched(until)
-	h.expiry.Reset(time.Until(until))
+	h.expiry.Reset(time.Until(h.vouched(until)))
 }
 
 // broken tells a stream that broke, to be resumed, from one that ended for good: resumption is
@@ -218,7 +220,7 @@ func (h *holder[Req, Res]) resumeAfter(cause error, stopAsked *<-chan struct{}) 
 	for {
 		until := h.ValidUntil()
 		if !time.Now().Before(until) {
-			h.lose(LostUnreachable, "could not resume before the "+h.words.what+"'s validity ran out: "+describe(last))
+			h.lose(h.ranOut(LostUnreachable, "could not resume before the "+h.words.what+"'s validity ran out: "+describe(last)))
 			return nil, resumeLost
 		}
 		type result struct {

@@ -34,19 +34,44 @@ type Options struct {
 	// NoResume turns automatic resumption off for this lease: a broken stream ends it as lost,
 	// as a server shutting down does, and ResumeGrace is only what is given.
 	NoResume bool
+	// MoreNames are further names held with `name`, all or none (plain exclusive locks only):
+	// the lease is acquired when every name is taken, with a fencing token each (Lease.Fences),
+	// and lost as a whole when any is (the others then expire by their TTL, not released while
+	// this process may still believe in them). Callers asking for overlapping sets in any order
+	// cannot deadlock (the server takes them in one order, holding none while it waits).
+	MoreNames []string
+	// LockDelay keeps each name from being taken for that long after the lease is lost (it
+	// expired, was revoked, or its stream broke past its grace), so that an unfenced resource is
+	// not written by the next holder while this one may still be writing. A release frees the
+	// names at once. 0: none; at most an hour.
+	LockDelay time.Duration
+	// MaxHold is a ceiling on the hold: the server stops renewing it then and the lease is lost
+	// with LostMaxHold, not resumed. This process believes in the lease no longer than MaxHold
+	// after its acquire was sent (a wait counts against it: the client cannot see when the
+	// server took the name). 0: none; at least TTL when given, at most 7 days.
+	MaxHold time.Duration
+}
+
+// Fence is one name of a lease and its fencing token.
+type Fence struct {
+	Name         string
+	FencingToken uint64
 }
 
 // Lease is a held lock.
 type Lease struct {
-	FencingToken uint64
+	FencingToken uint64 // the first name's (Fences[0]'s)
 	Token        string
+	// Fences is each name's fencing token: `name` first, then Options.MoreNames, in the order
+	// asked. A lease of one name has one.
+	Fences []Fence
 
 	belief // Lost, LostReason, Err, ValidUntil
 	// The Lease stream that holds it, resumed when it breaks. Every stream lives under the
 	// caller's context.
 	held holder[pb.LeaseRequest, pb.LeaseResponse]
 	stop context.CancelFunc // ends the caller's context, as given to Acquire
-	name string
+	kind leaseStream        // its names, for a release between streams
 
 	done         chan struct{} // the lease's goroutine ended: released, or lost and let go
 	releaseAsked chan struct{}
@@ -68,14 +93,16 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}
 	grace := resumeGrace(opts.ResumeGrace, opts.TTL, opts.NoResume)
 	ctx, stop := context.WithCancel(ctx)
-	kind := leaseStream{name: name, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
-	l := &Lease{belief: newBelief("lease"), stop: stop, name: name, done: make(chan struct{}), releaseAsked: make(chan struct{})}
+	kind := leaseStream{name: name, moreNames: opts.MoreNames, ttlMs: millis(opts.TTL), graceMs: millis(grace)}
+	l := &Lease{belief: newBelief("lease"), stop: stop, kind: kind, done: make(chan struct{}), releaseAsked: make(chan struct{})}
 	// Its streams live under ctx; every renewal is confirmed, so it is clocked.
 	l.held.init(kind, leaseWords, conn, ctx, ctx, !opts.NoResume, true, &l.belief)
 	streamCtx, cancel := context.WithCancel(ctx)
+	l.capAt(time.Now(), opts.MaxHold)
 	att, acquired, err := l.held.attach(streamCtx, cancel, &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
-		Name: name, TtlMs: kind.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
+		Name: name, MoreNames: opts.MoreNames, TtlMs: kind.ttlMs, WaitMs: millis(opts.Wait), Holder: opts.Holder,
 		Limit: opts.Limit, Mode: mode(opts.Shared), ResumeGraceMs: kind.graceMs, ResumeToken: opts.ResumeToken,
+		LockDelayMs: millis(opts.LockDelay), MaxHoldMs: millis(opts.MaxHold),
 	}}}, time.Time{})
 	if err != nil {
 		stop()
@@ -83,6 +110,7 @@ func Acquire(ctx context.Context, conn *grpc.ClientConn, name string, opts Optio
 	}
 	l.held.token, l.held.fencingToken = acquired.token, acquired.fencingToken
 	l.FencingToken, l.Token = acquired.fencingToken, acquired.token
+	l.Fences = fencesOr(acquired.fences, name, acquired.fencingToken)
 	go l.run(att)
 	return l, nil
 }
@@ -96,11 +124,31 @@ func mode(shared bool) pb.LeaseMode {
 	return pb.LeaseMode_LEASE_MODE_EXCLUSIVE
 }
 
+// fences are the wire's fences, in this package's type; a server that predates them sends none,
+// for a lease of one name: its fencing token then.
+func fences(wire []*pb.NameFence) []Fence {
+	converted := make([]Fence, 0, len(wire))
+	for _, fence := range wire {
+		converted = append(converted, Fence{Name: fence.Name, FencingToken: fence.FencingToken})
+	}
+	return converted
+}
+
+// fencesOr is `given`, or the one name's fencing token when none were given (a server that
+// predates fences).
+func fencesOr(given []Fence, name string, fencingToken uint64) []Fence {
+	if len(given) == 0 {
+		return []Fence{{Name: name, FencingToken: fencingToken}}
+	}
+	return given
+}
+
 // leaseStream is the Lease stream, as the held-stream core sees it.
 type leaseStream struct {
-	name    string
-	ttlMs   uint32
-	graceMs uint32
+	name      string
+	moreNames []string
+	ttlMs     uint32
+	graceMs   uint32
 }
 
 var leaseWords = heldWords{
@@ -114,13 +162,18 @@ func (leaseStream) openStream(ctx context.Context, conn grpc.ClientConnInterface
 
 func (k leaseStream) resumeRequest(token string) *pb.LeaseRequest {
 	return &pb.LeaseRequest{Action: &pb.LeaseRequest_Acquire{Acquire: &pb.LeaseAcquire{
-		Name: k.name, TtlMs: k.ttlMs, ResumeGraceMs: k.graceMs, ResumeToken: token,
+		Name: k.name, MoreNames: k.moreNames, TtlMs: k.ttlMs, ResumeGraceMs: k.graceMs, ResumeToken: token,
 	}}}
+}
+
+// releaseRequest releases the lease by its token with the unary Release call: every name.
+func (k leaseStream) releaseRequest(token string) *pb.ReleaseRequest {
+	return &pb.ReleaseRequest{Name: k.name, MoreNames: k.moreNames, Token: token}
 }
 
 func (leaseStream) hear(msg *pb.LeaseResponse) heard {
 	if a := msg.GetAcquired(); a != nil {
-		return heard{kind: heardHeld, token: a.Token, fencingToken: a.FencingToken, validForMs: a.ValidForMs, validToMs: a.ValidToMs}
+		return heard{kind: heardHeld, token: a.Token, fencingToken: a.FencingToken, fences: fences(a.Fences), validForMs: a.ValidForMs, validToMs: a.ValidToMs}
 	}
 	if r := msg.GetReleased(); r != nil {
 		return heard{kind: heardDone, wasHeld: r.WasHeld}
@@ -196,7 +249,7 @@ func (l *Lease) run(att *heldStream[pb.LeaseRequest, pb.LeaseResponse]) {
 				sendErr = l.sendRelease(att)
 			}
 		case <-l.held.expiry.C:
-			l.lose(LostUnreachable, "no renewal confirmed before the lease ran out (server silent)")
+			l.lose(l.ranOut(LostUnreachable, "no renewal confirmed before the lease ran out (server silent)"))
 		case <-releaseAsked:
 			releaseAsked = nil
 			releasing = true
@@ -223,7 +276,7 @@ func (l *Lease) releaseBetweenStreams() (bool, error) {
 	client := pb.NewLockServiceClient(l.held.conn)
 	delay := firstBackoff
 	for {
-		answer, err := client.Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token}, grpc.WaitForReady(true))
+		answer, err := client.Release(ctx, l.kind.releaseRequest(l.Token), grpc.WaitForReady(true))
 		if err == nil {
 			return answer.Released, nil
 		}
@@ -244,7 +297,7 @@ func (l *Lease) releaseBetweenStreams() (bool, error) {
 func (l *Lease) releaseBestEffort() {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.held.ctx), time.Second)
 	defer cancel()
-	_, _ = pb.NewLockServiceClient(l.held.conn).Release(ctx, &pb.ReleaseRequest{Name: l.name, Token: l.Token})
+	_, _ = pb.NewLockServiceClient(l.held.conn).Release(ctx, l.kind.releaseRequest(l.Token))
 }
 
 // Release gives the lock up and reports whether it was still held. Between two streams of a

@@ -40,18 +40,25 @@ const (
 	LostShutdown LostReason = LostReason(pb.LostReason_LOST_REASON_SHUTDOWN)
 	// LostRevoked: an operator revoked it (Revoke, RevokeLeader). It is not resumed.
 	LostRevoked LostReason = LostReason(pb.LostReason_LOST_REASON_REVOKED)
+	// LostMaxHold: it reached its max hold (Options.MaxHold): the server stopped renewing it,
+	// or this process's clock reached the ceiling first. It is not resumed.
+	LostMaxHold LostReason = LostReason(pb.LostReason_LOST_REASON_MAX_HOLD)
 )
 
 var lostReasonNames = map[LostReason]string{
 	LostUnspecified: "unspecified", LostTaken: "taken", LostUnreachable: "unreachable",
-	LostShutdown: "shutdown", LostRevoked: "revoked",
+	LostShutdown: "shutdown", LostRevoked: "revoked", LostMaxHold: "max_hold",
 }
 
-func (r LostReason) String() string {
-	if name, ok := lostReasonNames[r]; ok {
+func (r LostReason) String() string { return nameOf(lostReasonNames, r, "LostReason") }
+
+// nameOf is a wire enum's value v by its name, else `kind(number)`: a value this package does
+// not know yet (from a newer server) keeps its number.
+func nameOf[T ~int32](names map[T]string, v T, kind string) string {
+	if name, ok := names[v]; ok {
 		return name
 	}
-	return "LostReason(" + strconv.Itoa(int(r)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Error makes a LostReason a target of errors.Is.

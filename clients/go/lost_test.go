@@ -39,42 +39,31 @@ func TestALostErrorIsItsReasonAndItsCauses(t *testing.T) {
 	}
 }
 
-// A Lease whose server says `lost` with code REVOKED is lost at once with that reason, and is
-// not resumed (no second stream), whatever its resume grace.
+// A Lease whose server says `lost` with code REVOKED (or MAX_HOLD) is lost at once with that
+// reason, and is not resumed (no second stream), whatever its resume grace.
 func TestALeaseRevokedIsLostWithItsReasonAndNotResumed(t *testing.T) {
-	conn, locks, _ := serveFakes(t)
-	leases, failed := inBackground(func() (*Lease, error) {
-		return Acquire(context.Background(), conn, "job", Options{TTL: 10 * time.Second})
-	})
-	stream := within(t, locks.leases, "no Lease stream")
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Acquired{Acquired: &pb.Acquired{
-		Token: "token", FencingToken: 7, TtlMs: 10_000, ValidForMs: 10_000,
-	}}})
-	lease := awaitHeld(t, leases, failed, 2*time.Second, "not acquired")
-	if lease.Err() != nil {
-		t.Fatalf("Err before the loss: %v", lease.Err())
-	}
-	send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Lost{Lost: &pb.Lost{
-		Reason: "revoked by an operator", Code: pb.LostReason_LOST_REASON_REVOKED,
-	}}})
-	locks.ends <- nil
-	within(t, lease.Lost(), "Lost() never closed")
-	var lost *LostError
-	if err := lease.Err(); !errors.Is(err, LostRevoked) || !errors.As(err, &lost) || lost.Message != lease.LostReason() {
-		t.Fatalf("Err: %v", err)
-	}
-	// (Its release may report the ended stream's error, sent on it or not: it is lost anyway.)
-	if held, _ := lease.Release(); held {
-		t.Fatal("released a lease that was lost")
-	}
-	// Release waited for the lease's goroutine to end: a resume would have opened its stream.
-	select {
-	case <-locks.leases:
-		t.Fatal("a revoked lease was resumed")
-	default:
+	for code, reason := range map[pb.LostReason]LostReason{
+		pb.LostReason_LOST_REASON_REVOKED: LostRevoked, pb.LostReason_LOST_REASON_MAX_HOLD: LostMaxHold,
+	} {
+		t.Run(reason.String(), func(t *testing.T) {
+			conn, locks, _ := serveFakes(t)
+			lease, stream := heldOnFake(t, conn, locks, Options{TTL: 10 * time.Second, MaxHold: time.Minute})
+			if lease.Err() != nil {
+				t.Fatalf("Err before the loss: %v", lease.Err())
+			}
+			send(t, stream, &pb.LeaseResponse{Event: &pb.LeaseResponse_Lost{Lost: &pb.Lost{Reason: "told so", Code: code}}})
+			locks.ends <- nil
+			within(t, lease.Lost(), "Lost() never closed")
+			var lost *LostError
+			if err := lease.Err(); !errors.Is(err, reason) || !errors.As(err, &lost) || lost.Message != "told so" {
+				t.Fatalf("Err: %v", err)
+			}
+			// (Its release may report the ended stream's error, sent on it or not: it is lost anyway.)
+			if held, _ := lease.Release(); held {
+				t.Fatal("released a lease that was lost")
+			}
+			notResumed(t, locks)
+		})
 	}
 }
 

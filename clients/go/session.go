@@ -35,6 +35,11 @@ type LockOptions struct {
 	Limit uint32
 	// Shared holds the name with other shared leases (readers), as Options.Shared.
 	Shared bool
+	// MoreNames, LockDelay and MaxHold: as Options' (SessionLease.Fences, each name's fencing
+	// token). At MaxHold this lease alone is lost, with LostMaxHold.
+	MoreNames []string
+	LockDelay time.Duration
+	MaxHold   time.Duration
 }
 
 // ErrSessionClosed: the session was closed (Close, or the end of the context given to
@@ -113,8 +118,9 @@ type sessionEntry struct {
 	campaign *pb.SessionCampaign // a campaign's request (its value the latest asked), or nil
 	waitEnd  time.Time           // a lock's wait ends then (re-sent with what is left of it)
 
-	token        string // once held: its token (and resume token)
-	fencingToken uint64 // once held: its fencing token (a leadership's term)
+	token        string  // once held: its token (and resume token)
+	fencingToken uint64  // once held: its fencing token (a leadership's term)
+	fences       []Fence // once held: each name's fencing token (a lock)
 
 	result     chan error // the caller waiting for its acquisition; nil once answered
 	held       bool       // acquired: its token and fencing token are known
@@ -210,7 +216,8 @@ func (s *Session) Close() error {
 func (s *Session) Acquire(ctx context.Context, name string, opts LockOptions) (*SessionLease, error) {
 	e := &sessionEntry{
 		acquire: &pb.SessionAcquire{
-			Name: name, WaitMs: millis(opts.Wait), Holder: opts.Holder, Limit: opts.Limit, Mode: mode(opts.Shared),
+			Name: name, MoreNames: opts.MoreNames, WaitMs: millis(opts.Wait), Holder: opts.Holder, Limit: opts.Limit,
+			Mode: mode(opts.Shared), LockDelayMs: millis(opts.LockDelay), MaxHoldMs: millis(opts.MaxHold),
 		},
 		waitEnd: time.Now().Add(opts.Wait),
 	}
@@ -218,7 +225,7 @@ func (s *Session) Acquire(ctx context.Context, name string, opts LockOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	return &SessionLease{Name: name, FencingToken: e.fencingToken, Token: e.token, sessionHold: hold}, nil
+	return &SessionLease{Name: name, FencingToken: e.fencingToken, Token: e.token, Fences: e.fences, sessionHold: hold}, nil
 }
 
 // Campaign runs for leader of `election` on the session, publishing `value`, and waits until

@@ -29,10 +29,9 @@ func (s *Session) received(msg *pb.SessionResponse) {
 		until := vouchedUntil(s.att.opened, time.Now(), kept.ValidForMs, kept.ValidToMs)
 		for _, e := range s.entries {
 			if e.confirmed {
-				e.hold.vouched(until)
+				s.armAt(e.hold.vouched(until)) // (no further than its ceiling)
 			}
 		}
-		s.armAt(until)
 	case *pb.SessionResponse_Proclaimed:
 		if e := s.entries[event.Proclaimed.Id]; e != nil && len(e.proclaimed) > 0 {
 			e.proclaimed[0] <- nil
@@ -88,10 +87,13 @@ func (s *Session) acquired(acquired *pb.SessionAcquired) {
 		}
 	} else {
 		e.held, e.token, e.fencingToken = true, acquired.Token, acquired.FencingToken
+		if e.acquire != nil {
+			e.fences = fencesOr(fences(acquired.Fences), e.acquire.Name, acquired.FencingToken)
+		}
 	}
 	e.confirmed = true
-	e.hold.vouched(until)
-	s.armAt(until)
+	// A ceiling already reached loses it at once, for MAX_HOLD (expire).
+	s.armAt(e.hold.vouched(until))
 	if e.result != nil {
 		e.result <- nil
 		e.result = nil
@@ -193,7 +195,8 @@ func (s *Session) expire() {
 					reason += ": " + describe(s.lastErr)
 				}
 			}
-			s.loseEntry(e, LostUnreachable, reason, true)
+			code, reason := e.hold.ranOut(LostUnreachable, reason)
+			s.loseEntry(e, code, reason, true)
 			continue
 		}
 		if next.IsZero() || until.Before(next) {

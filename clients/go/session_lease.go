@@ -36,8 +36,11 @@ func (h *sessionHold) release() (bool, error) {
 // SessionLease is a lock (a permit, a shared hold) held on a session.
 type SessionLease struct {
 	Name         string
-	FencingToken uint64
+	FencingToken uint64 // the first name's (Fences[0]'s)
 	Token        string // also the lease's resume token
+	// Fences is each name's fencing token: Name first, then LockOptions.MoreNames, in the order
+	// asked. A lease of one name has one.
+	Fences []Fence
 	*sessionHold
 }
 

@@ -215,8 +215,11 @@ func (s *Session) sendEntry(e *sessionEntry) {
 	acquire := proto.Clone(e.acquire).(*pb.SessionAcquire)
 	acquire.Id = e.id
 	if e.held {
-		acquire = &pb.SessionAcquire{Id: e.id, Name: e.acquire.Name, ResumeToken: e.token}
-	} else if acquire.WaitMs > 0 {
+		acquire = &pb.SessionAcquire{Id: e.id, Name: e.acquire.Name, MoreNames: e.acquire.MoreNames, ResumeToken: e.token}
+	} else {
+		e.hold.capAt(time.Now(), fromMillis(acquire.MaxHoldMs)) // once: the first time it is sent
+	}
+	if !e.held && acquire.WaitMs > 0 {
 		acquire.WaitMs = millis(max(time.Until(e.waitEnd), 0))
 	}
 	s.att.send(&pb.SessionRequest{Action: &pb.SessionRequest_Acquire{Acquire: acquire}})

@@ -60,9 +60,13 @@ type belief struct {
 	lost chan struct{} // closed once, by lose
 	what string        // "lease", "leadership": how its LostError begins
 
-	mu         sync.Mutex // guards why and validUntil
+	mu         sync.Mutex // guards why, validUntil and ceiling
 	why        *LostError
 	validUntil time.Time
+	// ceiling is when its max hold ends by this process's clock (zero: none): the moment the
+	// acquire was sent plus MaxHold. The server counts from its acquisition, which is later, so
+	// no validity it vouches for is believed past this.
+	ceiling time.Time
 }
 
 // newBelief is a belief in a `what` not yet lost, vouched for until nothing.
@@ -102,11 +106,39 @@ func (b *belief) ValidUntil() time.Time {
 	return b.validUntil
 }
 
-// vouched records until when the server now vouches for the lease (see vouchedUntil).
-func (b *belief) vouched(until time.Time) {
+// vouched records until when the server now vouches for the lease (see vouchedUntil), never
+// past its ceiling, and returns what it now believes.
+func (b *belief) vouched(until time.Time) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.ceiling.IsZero() && until.After(b.ceiling) {
+		until = b.ceiling
+	}
 	b.validUntil = until
+	return until
+}
+
+// capAt sets the ceiling to maxHold from `sent`, the moment the acquire was (or is about to be)
+// sent: once, so that an acquire asked for again (a session's wait on a new stream) keeps the
+// first. A maxHold of 0 is none.
+func (b *belief) capAt(sent time.Time, maxHold time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if maxHold > 0 && b.ceiling.IsZero() {
+		b.ceiling = sent.Add(maxHold)
+	}
+}
+
+// ranOut is why a lease whose validity has run out is lost: MAX_HOLD when it ran out at its
+// ceiling (this process's clock reached the max hold first; the server's `lost` would say the
+// same a moment later), else `reason`, in `message`.
+func (b *belief) ranOut(reason LostReason, message string) (LostReason, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.ceiling.IsZero() && !b.validUntil.Before(b.ceiling) {
+		return LostMaxHold, "the " + b.what + " reached its max hold (MaxHold)"
+	}
+	return reason, message
 }
 
 // lose closes Lost for `reason`, saying why in `message` (the first loss stays); causes (nil

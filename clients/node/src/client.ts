@@ -1,6 +1,6 @@
 // The entry point: connect(...) and what a client does.
 import { create } from "@bufbuild/protobuf";
-import { LockService, LeaseMode } from "./gen/leasehold/v1/lock_pb.js";
+import { LockService, LeaseMode, TokenState as TokenCode } from "./gen/leasehold/v1/lock_pb.js";
 import { Candidate, leader, observe, revokeLeader, type CampaignOptions, type Leader } from "./election.js";
 import { follow } from "./follow.js";
 import { Lease, type LeaseOptions } from "./lease.js";
@@ -85,6 +85,41 @@ export interface RevokeOptions {
   fencingToken?: number;
 }
 
+/**
+ * What a fencing token is to its name now (`client.check`):
+ * - `"current"`: a live holding of the name has it;
+ * - `"superseded"`: the name is held, under other fencing tokens only;
+ * - `"free"`: nobody holds the name;
+ * - `"unknown"`: a server that predates the answer.
+ */
+export type TokenState = "current" | "superseded" | "free" | "unknown";
+
+/** The answer of `client.check`. */
+export interface TokenCheck {
+  state: TokenState;
+  /** The current holder's fencing token (the oldest, for several holders); 0 when free. */
+  currentFencingToken: number;
+}
+
+/** The wire's TokenState as this package's. */
+export function tokenState(code: TokenCode): TokenState {
+  switch (code) {
+    case TokenCode.CURRENT:
+      return "current";
+    case TokenCode.SUPERSEDED:
+      return "superseded";
+    case TokenCode.FREE:
+      return "free";
+    default:
+      return "unknown";
+  }
+}
+
+export interface CheckOptions {
+  /** Cancels the call when it aborts (the promise rejects with its reason). */
+  signal?: AbortSignal;
+}
+
 export interface RevokeLeaderOptions {
   /** Ends the leadership only if this term leads; default: whichever leads. */
   term?: number;
@@ -166,6 +201,19 @@ export class Client implements Disposable {
    */
   watch(name: string, options: WatchOptions = {}): AsyncGenerator<LockState, void, undefined> {
     return follow(this.replicas, LockService.method.watch, { name }, (m) => state(m.state?.held ?? false, m.state ?? EMPTY), sameness, options.signal);
+  }
+
+  /**
+   * Whether `fencingToken` is the current holding of lock `name`, for the protected resource to
+   * ask before each write (one Redis read on the server): `{ state: "current" }`, `"superseded"`
+   * (with the current holder's fencing token) or `"free"`. A check is not a conditional write:
+   * the holding can end between the answer and the write, so a resource that must never take a
+   * stale write fences itself (docs/contract.md). Needs the `observe` role on the name.
+   */
+  async check(name: string, fencingToken: number, options: CheckOptions = {}): Promise<TokenCheck> {
+    const request = create(LockService.method.check.input, { name, fencingToken: BigInt(fencingToken) });
+    const answer = await this.replicas.unary(LockService.method.check, request, { signal: options.signal });
+    return { state: tokenState(answer.state), currentFencingToken: tokenNumber(answer.currentFencingToken) };
   }
 
   /**

@@ -73,9 +73,11 @@ export class NotAcquiredError extends LeaseholdError {
  *   unreachable, a server silent or frozen, a stream that broke and could not be resumed in time);
  * - `"shutdown"`: its server shut down and it had no resume grace;
  * - `"revoked"`: an operator revoked it (`client.revoke`, `client.revokeLeader`);
+ * - `"max_hold"`: it reached the `maxHold` it was taken with (the server stopped renewing it, or
+ *   this process's clock reached the ceiling first); final, never resumed: stop work now;
  * - `"unknown"`: a server that predates the code, or a refusal the client cannot place.
  */
-export type LostReason = "taken" | "unreachable" | "shutdown" | "revoked" | "unknown";
+export type LostReason = "taken" | "unreachable" | "shutdown" | "revoked" | "max_hold" | "unknown";
 
 /** The wire's LostReason as this package's. */
 export function lostReason(code: LostCode): LostReason {
@@ -88,6 +90,8 @@ export function lostReason(code: LostCode): LostReason {
       return "shutdown";
     case LostCode.REVOKED:
       return "revoked";
+    case LostCode.MAX_HOLD:
+      return "max_hold";
     default:
       return "unknown";
   }

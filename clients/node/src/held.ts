@@ -4,11 +4,19 @@
 import type { DescMessage, DescMethod, MessageShape } from "@bufbuild/protobuf";
 import { Code, LeaseLostError, LeaseholdError, StaleError, describe, lostReasonOf, toError, transient, type LostReason } from "./errors.js";
 import { Stream, type Replicas } from "./transport.js";
-import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, RELEASE_TIMEOUT_MS, SILENT, jitter, now, tokenNumber, vouchedUntil } from "./validity.js";
+import { FIRST_BACKOFF_MS, MAX_BACKOFF_MS, MAX_HOLD, RELEASE_TIMEOUT_MS, SILENT, ceilingOf, jitter, now, tokenNumber, vouchedUntil } from "./validity.js";
 
 /** What a message on the stream means. */
 export type Heard =
-  | { kind: "held"; token: string; fencingToken: bigint; validForMs: number; validToMs: bigint }
+  | {
+      kind: "held";
+      token: string;
+      fencingToken: bigint;
+      validForMs: number;
+      validToMs: bigint;
+      /** Why this answer cannot be believed (not what was asked for), if it cannot. */
+      refused?: string;
+    }
   | { kind: "extended"; validForMs: number; validToMs: bigint }
   | { kind: "lost"; reason: string; code: LostReason }
   | { kind: "done"; wasHeld: boolean }
@@ -98,6 +106,12 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
   private backoff = FIRST_BACKOFF_MS;
   private lastError: Error | null = null;
   private tried = 0;
+  /** The max hold asked for (0: none), and when the hold ends by it on this process's clock. */
+  protected maxHold = 0;
+  private ceiling = Infinity;
+  /** How long a hold lost to its max hold keeps its stream for the server's own word (the
+   * server keeps the key until its TTL runs out) before it is released anyway. */
+  protected linger = RELEASE_TIMEOUT_MS;
 
   constructor(
     protected readonly replicas: Replicas,
@@ -165,8 +179,17 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
     const received = now();
     switch (heard.kind) {
       case "held": {
-        const until = vouchedUntil(stream.opened, received, heard.validForMs, heard.validToMs);
+        if (this.state === "starting") this.ceiling = ceilingOf(stream.opened, this.maxHold);
+        const until = vouchedUntil(stream.opened, received, heard.validForMs, heard.validToMs, this.ceiling);
         if (this.state === "starting") {
+          if (heard.refused !== undefined) {
+            // Held, but not what was asked for (a server that ignored more names): let it go.
+            this.sendStop(stream);
+            setTimeout(() => stream.cancel(), 1000).unref();
+            this.first.reject(new LeaseholdError(Code.UNIMPLEMENTED, heard.refused));
+            this.over();
+            return;
+          }
           if (until <= received) {
             // Held up on its way: it may be someone else's by now. The cancelled stream lets
             // go of it (or keeps it only for its grace).
@@ -186,6 +209,8 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
           let mismatch: [string, LostReason] | undefined;
           if (heard.token !== this.token || tokenNumber(heard.fencingToken) !== this.fencingToken) {
             mismatch = [`resumed with fencing token ${heard.fencingToken} instead of ${this.fencingToken}`, "taken"];
+          } else if (heard.refused !== undefined) {
+            mismatch = [`resumed, but ${heard.refused}`, "taken"];
           } else if (until <= received) {
             mismatch = ["could not resume: the news arrived after its validity had run out", "unreachable"];
           }
@@ -204,7 +229,7 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
         return;
       }
       case "extended":
-        if (this.state === "held") this.vouch(vouchedUntil(stream.opened, received, heard.validForMs, heard.validToMs));
+        if (this.state === "held") this.vouch(vouchedUntil(stream.opened, received, heard.validForMs, heard.validToMs, this.ceiling));
         return;
       case "lost":
         if (this.state === "starting") this.first.reject(new LeaseLostError(heard.reason, heard.code));
@@ -309,7 +334,8 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
       this.vouch(this.validUntil);
       return;
     }
-    this.lose(this.state === "resuming" ? this.tooLate() : SILENT.replace("lease", this.what), "unreachable");
+    if (now() >= this.ceiling) this.lose(MAX_HOLD, "max_hold");
+    else this.lose(this.state === "resuming" ? this.tooLate() : SILENT.replace("lease", this.what), "unreachable");
   }
 
   /** Lost: the signal aborts, and whatever stream is left is let go. */
@@ -317,9 +343,16 @@ export abstract class StreamHold<I extends DescMessage, O extends DescMessage> e
     this.markLost(reason, code);
     const stream = this.stream;
     if (stream !== undefined && !stream.done) {
-      // The server may still hold it (frozen, cut off): ask it to let go, then hang up.
-      this.sendStop(stream);
-      setTimeout(() => stream.cancel(), 1000).unref();
+      // The server may still hold it (frozen, cut off): ask it to let go, then hang up. Not at
+      // a max hold: the server keeps the key until its TTL runs out, so that a job still
+      // writing is not overlapped by the next holder; its own `lost` ends the stream.
+      const letGo = () => {
+        if (stream.done) return;
+        this.sendStop(stream);
+        setTimeout(() => stream.cancel(), 1000).unref();
+      };
+      if (code === "max_hold") setTimeout(letGo, this.linger).unref();
+      else letGo();
     }
     this.over();
   }

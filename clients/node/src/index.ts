@@ -2,6 +2,9 @@
 export {
   Client,
   connect,
+  type CheckOptions,
+  type TokenCheck,
+  type TokenState,
   type HeldLock,
   type HolderInfo,
   type Listing,
@@ -11,6 +14,7 @@ export {
   type WatchOptions,
 } from "./client.js";
 export { Lease, type LeaseOptions, type WaitingInfo } from "./lease.js";
+export type { Fences } from "./fences.js";
 export { Candidate, type CampaignOptions, type Leader } from "./election.js";
 export { Session, type SessionLockOptions, type SessionOptions } from "./session.js";
 export { SessionLease, SessionLeader } from "./session_leases.js";

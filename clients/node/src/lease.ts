@@ -10,6 +10,7 @@ import {
   type LeaseResponseSchema as Res,
 } from "./gen/leasehold/v1/lock_pb.js";
 import { lostReason } from "./errors.js";
+import { readFences, sameFences, wireNames, type Fences } from "./fences.js";
 import { StreamHold, type Heard } from "./held.js";
 import { now } from "./validity.js";
 import type { Replicas } from "./transport.js";
@@ -24,6 +25,21 @@ export interface WaitingInfo {
 }
 
 export interface LeaseOptions {
+  /** Further names to hold together with `name`, all or none: the lease is held only once every
+   * name is taken (waiting holds none of them, so overlapping sets in any order cannot
+   * deadlock), renewed together, and lost as a whole. Each name's fencing token is in
+   * `lease.fences`. Plain exclusive locks only; at most 32 names in all. */
+  names?: string[];
+  /** Lock-delay in milliseconds (at most 1 hour): when this lease is lost (expired, revoked, its
+   * stream broke past its grace), its names cannot be taken for this long more, so an unfenced
+   * resource is not written by the next holder while this one may still be writing. A clean
+   * release frees them at once. Default 0: none. */
+  lockDelay?: number;
+  /** A ceiling on the hold, in milliseconds from the acquire (at least `ttl`, at most 7 days):
+   * the server stops renewing it then and the lease is lost with `lostCode` "max_hold" (by this
+   * process's clock no later than the acquire's sending + maxHold), while its key holds until
+   * its TTL runs out. Default 0: none. */
+  maxHold?: number;
   /** Time to live in Redis without renewal, in milliseconds (100 ..= 3,600,000); default 30 s.
    * The server renews it every third of it while the lease is held. */
   ttl?: number;
@@ -59,6 +75,10 @@ export const DEFAULT_TTL_MS = 30_000;
  * `await using lease = await client.lease(...)` releases it at the end of the block.
  */
 export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDisposable {
+  /** Every name it holds: `name` first, then `options.names`. */
+  readonly names: readonly string[];
+  /** Each name's fencing token, in the order of `names` (`fencingToken` is the first's). */
+  fences: Fences = new Map();
   private readonly request: LeaseRequest;
   /** When the wait ends (set when the first attempt is sent), on `performance.now()`'s clock. */
   private deadline: number | undefined;
@@ -72,11 +92,17 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
     const ttl = options.ttl ?? DEFAULT_TTL_MS;
     const resume = options.resume ?? true;
     super(replicas, LockService.method.lease, resume, "lease");
+    const wire = wireNames(name, options.names);
+    this.names = [name, ...wire.moreNames];
+    this.maxHold = options.maxHold ?? 0;
+    this.linger = ttl;
     this.request = create(LeaseRequestSchema, {
       action: {
         case: "acquire",
         value: {
-          name,
+          ...wire,
+          lockDelayMs: options.lockDelay ?? 0,
+          maxHoldMs: this.maxHold,
           ttlMs: ttl,
           waitMs: options.wait ?? 0,
           holder: options.holder ?? "",
@@ -109,7 +135,7 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
     return create(LeaseRequestSchema, {
       action: {
         case: "acquire",
-        value: { name: this.name, ttlMs: acquire.ttlMs, resumeGraceMs: acquire.resumeGraceMs, resumeToken },
+        value: { name: this.name, moreNames: acquire.moreNames, ttlMs: acquire.ttlMs, resumeGraceMs: acquire.resumeGraceMs, resumeToken },
       },
     });
   }
@@ -121,14 +147,21 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
   protected hear(message: LeaseResponse): Heard {
     const event = message.event;
     switch (event.case) {
-      case "acquired":
+      case "acquired": {
+        const fences = readFences(this.names, event.value.fences, event.value.fencingToken);
+        let refused: string | undefined;
+        if (typeof fences === "string") refused = fences;
+        else if (this.fences.size === 0) this.fences = fences;
+        else if (!sameFences(fences, this.fences)) refused = "with other fencing tokens per name";
         return {
           kind: "held",
           token: event.value.token,
           fencingToken: event.value.fencingToken,
           validForMs: event.value.validForMs,
           validToMs: event.value.validToMs,
+          ...(refused === undefined ? {} : { refused }),
         };
+      }
       case "extended":
         return { kind: "extended", validForMs: event.value.validForMs, validToMs: event.value.validToMs };
       case "lost":
@@ -148,7 +181,8 @@ export class Lease extends StreamHold<typeof Req, typeof Res> implements AsyncDi
   }
 
   protected override async releaseByToken(): Promise<boolean> {
-    const answer = await this.replicas.unary(LockService.method.release, { $typeName: "leasehold.v1.ReleaseRequest", name: this.name, token: this.token });
+    const release = create(LockService.method.release.input, { ...wireNames(this.name, this.names.slice(1)), token: this.token });
+    const answer = await this.replicas.unary(LockService.method.release, release);
     return answer.released;
   }
 

@@ -10,6 +10,7 @@ import {
 } from "./gen/leasehold/v1/session_pb.js";
 import { LeaseMode } from "./gen/leasehold/v1/lock_pb.js";
 import {
+  Code,
   LeaseLostError,
   LeaseholdError,
   SessionClosedError,
@@ -21,14 +22,17 @@ import {
   transient,
   type LostReason,
 } from "./errors.js";
+import { readFences, sameFences, wireNames, type Fences } from "./fences.js";
 import { Belief, Deferred } from "./held.js";
 import { SessionLeader, SessionLease } from "./session_leases.js";
 import { Stream, type Replicas } from "./transport.js";
 import {
   FIRST_BACKOFF_MS,
   MAX_BACKOFF_MS,
+  MAX_HOLD,
   RELEASE_TIMEOUT_MS,
   SILENT,
+  ceilingOf,
   jitter,
   now,
   tokenNumber,
@@ -53,6 +57,13 @@ export interface SessionLockOptions {
   limit?: number;
   shared?: boolean;
   fair?: boolean;
+  /** Further names held together with `name`, all or none (as `LeaseOptions.names`). */
+  names?: string[];
+  /** Lock-delay in milliseconds after this lease is lost (as `LeaseOptions.lockDelay`). */
+  lockDelay?: number;
+  /** A ceiling on this lease's hold in milliseconds (as `LeaseOptions.maxHold`): at it this
+   * lease alone is lost with `lostCode` "max_hold". */
+  maxHold?: number;
   /** Stops waiting when it aborts. */
   signal?: AbortSignal;
 }
@@ -60,8 +71,22 @@ export interface SessionLockOptions {
 interface Entry {
   id: bigint;
   hold: SessionLease | SessionLeader;
-  acquire?: { name: string; waitMs: number; holder: string; fair?: boolean; limit: number; mode: LeaseMode };
+  acquire?: {
+    name: string;
+    moreNames: string[];
+    waitMs: number;
+    holder: string;
+    fair?: boolean;
+    limit: number;
+    mode: LeaseMode;
+    lockDelayMs: number;
+    maxHoldMs: number;
+  };
   waitEnd: number;
+  /** When its first acquire was sent, and the end of its hold by its max hold (Infinity: none). */
+  sentAt?: number;
+  ceiling: number;
+  fences: Fences;
   campaign?: { election: string; value: Uint8Array };
   token: string;
   fencingToken: number;
@@ -155,7 +180,9 @@ export class Session extends Belief implements AsyncDisposable {
       new SessionLease(name, () => this.release(entry)),
       {
         acquire: {
-          name,
+          ...wireNames(name, options.names),
+          lockDelayMs: options.lockDelay ?? 0,
+          maxHoldMs: options.maxHold ?? 0,
           waitMs: options.wait ?? 0,
           holder: options.holder ?? "",
           fair: options.fair,
@@ -169,6 +196,7 @@ export class Session extends Belief implements AsyncDisposable {
     const lease = entry.hold as SessionLease;
     lease.token = entry.token;
     lease.fencingToken = entry.fencingToken;
+    lease.fences = entry.fences;
     return lease;
   }
 
@@ -212,6 +240,8 @@ export class Session extends Belief implements AsyncDisposable {
       id: 0n,
       hold,
       waitEnd: 0,
+      ceiling: Infinity,
+      fences: new Map(),
       token: "",
       fencingToken: 0,
       result: new Deferred<void>(),
@@ -284,8 +314,9 @@ export class Session extends Belief implements AsyncDisposable {
       return;
     }
     const a = e.acquire!;
+    if (!e.held) e.sentAt ??= now();
     const value = e.held
-      ? { id: e.id, name: a.name, resumeToken: e.token }
+      ? { id: e.id, name: a.name, moreNames: a.moreNames, resumeToken: e.token }
       : { id: e.id, ...a, waitMs: a.waitMs > 0 ? Math.max(0, Math.round(e.waitEnd - now())) : 0 };
     this.send({ action: { case: "acquire", value } });
   }
@@ -315,7 +346,11 @@ export class Session extends Belief implements AsyncDisposable {
         break;
       case "keptAlive": {
         const until = vouchedUntil(stream.opened, now(), event.value.validForMs, event.value.validToMs);
-        for (const e of this.entries.values()) if (e.confirmed) e.hold.validUntil = until;
+        for (const e of this.entries.values()) {
+          if (!e.confirmed) continue;
+          e.hold.validUntil = Math.min(until, e.ceiling);
+          this.armAt(e.hold.validUntil);
+        }
         this.validUntil = until;
         this.armAt(until);
         break;
@@ -361,11 +396,29 @@ export class Session extends Belief implements AsyncDisposable {
     this.sendCloseWhenSettled();
   }
 
-  private acquired(stream: SStream, a: { id: bigint; token: string; fencingToken: bigint; validForMs: number; validToMs: bigint }): void {
+  private acquired(
+    stream: SStream,
+    a: { id: bigint; token: string; fencingToken: bigint; validForMs: number; validToMs: bigint; fences: { name: string; fencingToken: bigint }[] },
+  ): void {
     const e = this.entries.get(a.id);
     if (e === undefined) return; // let go meanwhile
     const received = now();
-    const until = vouchedUntil(stream.opened, received, a.validForMs, a.validToMs);
+    if (!e.held && e.acquire) e.ceiling = ceilingOf(e.sentAt ?? received, e.acquire.maxHoldMs);
+    const until = vouchedUntil(stream.opened, received, a.validForMs, a.validToMs, e.ceiling);
+    const fences = e.acquire ? readFences([e.acquire.name, ...e.acquire.moreNames], a.fences, a.fencingToken) : new Map<string, number>();
+    if (typeof fences === "string" || (e.held && e.acquire && !sameFences(fences, e.fences))) {
+      const why = typeof fences === "string" ? fences : "with other fencing tokens per name";
+      if (e.held) {
+        this.loseEntry(e, `resumed, but ${why}`, "taken", true);
+        return;
+      }
+      // Held, but not what was asked for (a server that ignored more names): let it go.
+      this.entries.delete(e.id);
+      this.sendRelease(e);
+      e.result?.reject(new LeaseholdError(Code.UNIMPLEMENTED, why));
+      e.result = undefined;
+      return;
+    }
     if (until <= received) {
       if (e.held) {
         this.loseEntry(e, "resumed, but the news arrived after its validity had run out", "unreachable", true);
@@ -387,6 +440,7 @@ export class Session extends Belief implements AsyncDisposable {
       e.held = true;
       e.token = a.token;
       e.fencingToken = tokenNumber(a.fencingToken);
+      e.fences = fences;
     }
     e.confirmed = true;
     e.hold.validUntil = until;
@@ -439,7 +493,12 @@ export class Session extends Belief implements AsyncDisposable {
     for (const e of [...this.entries.values()]) {
       if (!e.held) continue;
       const until = e.hold.validUntil;
-      if (t >= until) {
+      if (t >= e.ceiling) {
+        // At its max hold: the server keeps the key until its TTL runs out (a job still
+        // writing is not overlapped), and says so itself; let go only if it does not.
+        this.loseEntry(e, MAX_HOLD, "max_hold", false);
+        setTimeout(() => this.sendRelease(e), this.ttl).unref();
+      } else if (t >= until) {
         const reason = e.confirmed
           ? SILENT
           : `could not resume before the lease's validity ran out${this.lastError ? `: ${describe(this.lastError)}` : ""}`;

@@ -1,5 +1,6 @@
 // What a session holds, as its caller sees it: a lock (a permit, a shared hold) or a leadership,
 // each with its own validity and signal; the session (session.ts) drives them.
+import type { Fences } from "./fences.js";
 import { Belief } from "./held.js";
 
 /** A lock (a permit, a shared hold) held on a session. `signal` aborts when this lease alone is
@@ -7,6 +8,8 @@ import { Belief } from "./held.js";
 export class SessionLease extends Belief implements AsyncDisposable {
   token = "";
   fencingToken = 0;
+  /** Each name's fencing token, `name` first (`fencingToken` is the first's). */
+  fences: Fences = new Map();
   /** How many times it was resumed on a new stream. */
   resumes = 0;
   /** @internal */

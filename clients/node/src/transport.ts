@@ -102,18 +102,20 @@ export class Replicas {
   }
 
   /** A unary call on the current replica, moving on to the next while one is unreachable
-   * (UNAVAILABLE) until each was tried. */
+   * (UNAVAILABLE) until each was tried. `signal` cancels it (rejecting with its reason). */
   async unary<I extends DescMessage, O extends DescMessage>(
     method: DescMethod & { input: I; output: O },
     request: MessageShape<I>,
-    timeoutMs = 10_000,
+    { timeoutMs = 10_000, signal }: { timeoutMs?: number; signal?: AbortSignal | undefined } = {},
   ): Promise<MessageShape<O>> {
     let last: Error | undefined;
     for (let tried = 0; tried < this.addresses.length; tried++) {
+      signal?.throwIfAborted();
       const index = this.current;
+      let onAbort: (() => void) | undefined;
       try {
         return await new Promise<MessageShape<O>>((resolve, reject) => {
-          this.channel(index).makeUnaryRequest(
+          const call = this.channel(index).makeUnaryRequest(
             path(method),
             (m: MessageShape<I>) => Buffer.from(toBinary(method.input, m)),
             (b: Buffer) => fromBinary(method.output, b),
@@ -122,11 +124,18 @@ export class Replicas {
             { deadline: Date.now() + timeoutMs },
             (error, answer) => (error || answer === undefined ? reject(toError(error)) : resolve(answer)),
           );
+          onAbort = () => {
+            reject(signal!.reason);
+            call.cancel();
+          };
+          signal?.addEventListener("abort", onAbort, { once: true });
         });
       } catch (error) {
         last = error as Error;
-        if ((error as { code?: number }).code !== Code.UNAVAILABLE) throw error;
+        if (signal?.aborted || (error as { code?: number }).code !== Code.UNAVAILABLE) throw error;
         this.failover(index);
+      } finally {
+        if (onAbort) signal?.removeEventListener("abort", onAbort);
       }
     }
     throw last;

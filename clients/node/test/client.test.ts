@@ -10,12 +10,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import assert from "node:assert/strict";
+import { performance } from "node:perf_hooks";
 import { describe, test } from "node:test";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { failedError, lostReason, lostReasonOf } from "../src/errors.js";
 import { LostReason as LostCode } from "../src/gen/leasehold/v1/lock_pb.js";
-import { vouchedUntil } from "../src/validity.js";
+import { ceilingOf, vouchedUntil } from "../src/validity.js";
+import { readFences, sameFences } from "../src/fences.js";
+import { tokenState } from "../src/client.js";
+import { TokenState as TokenCode } from "../src/gen/leasehold/v1/lock_pb.js";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Leader } from "../src/index.js";
 import {
   ChildScript,
@@ -40,6 +44,45 @@ describe("validity", () => {
     // Held up on its way: valid_to from the opening ends it sooner.
     assert.equal(vouchedUntil(1000, 1400, 500, 600n), 1600);
     assert.ok(vouchedUntil(1000, 2000, 500, 600n) <= 2000); // stale: ends before receipt
+  });
+
+  test("never past the max hold counted from the acquire's sending, whatever the server vouches", () => {
+    assert.equal(ceilingOf(1000, 0), Infinity); // no max hold
+    const ceiling = ceilingOf(1000, 1000);
+    assert.equal(ceiling, 2000);
+    assert.equal(vouchedUntil(1000, 1010, 500, 600n, ceiling), 1510); // inside it: as vouched
+    assert.equal(vouchedUntil(1000, 1900, 3000, 0n, ceiling), 2000); // an old server's word: capped
+    assert.equal(vouchedUntil(1000, 1900, 3000, 5000n, ceiling), 2000);
+    assert.ok(vouchedUntil(1000, 2100, 3000, 5000n, ceiling) <= 2100); // past it: stale
+  });
+});
+
+describe("several names", () => {
+  const fence = (name: string, token: number) => ({ name, fencingToken: BigInt(token) });
+  test("each name's fencing token, in the order asked", () => {
+    const fences = readFences(["b", "a"], [fence("b", 7), fence("a", 3)], 7n);
+    assert.ok(typeof fences !== "string", String(fences));
+    assert.deepEqual([...fences], [["b", 7], ["a", 3]]);
+    // A server that predates fences: believed for one name alone.
+    assert.deepEqual([...(readFences(["x"], [], 5n) as Map<string, number>)], [["x", 5]]);
+  });
+
+  test("an answer that is not what was asked for is refused", () => {
+    assert.match(readFences(["a", "b"], [], 5n) as string, /predates several names/); // more_names ignored
+    assert.match(readFences(["a", "b"], [fence("b", 1), fence("a", 2)], 1n) as string, /not for the names asked/);
+    assert.match(readFences(["a", "b"], [fence("a", 1)], 1n) as string, /not for the names asked/);
+    assert.match(readFences(["a"], [fence("a", 2)], 1n) as string, /fencing token 2/);
+    assert.ok(sameFences(new Map([["a", 1], ["b", 2]]), new Map([["a", 1], ["b", 2]])));
+    assert.ok(!sameFences(new Map([["a", 1], ["b", 2]]), new Map([["a", 1], ["b", 3]])));
+  });
+});
+
+describe("check", () => {
+  test("a token's state is typed", () => {
+    assert.deepEqual(
+      [TokenCode.CURRENT, TokenCode.SUPERSEDED, TokenCode.FREE, TokenCode.UNSPECIFIED, 9 as TokenCode].map(tokenState),
+      ["current", "superseded", "free", "unknown", "unknown"],
+    );
   });
 });
 
@@ -66,8 +109,10 @@ describe("errors", () => {
 
   test("a lost code is a typed reason; a stream's end is placed by its status", () => {
     assert.deepEqual(
-      [LostCode.TAKEN, LostCode.UNREACHABLE, LostCode.SHUTDOWN, LostCode.REVOKED, LostCode.UNSPECIFIED, 99 as LostCode].map(lostReason),
-      ["taken", "unreachable", "shutdown", "revoked", "unknown", "unknown"],
+      [LostCode.TAKEN, LostCode.UNREACHABLE, LostCode.SHUTDOWN, LostCode.REVOKED, LostCode.MAX_HOLD, LostCode.UNSPECIFIED, 99 as LostCode].map(
+        lostReason,
+      ),
+      ["taken", "unreachable", "shutdown", "revoked", "max_hold", "unknown", "unknown"],
     );
     assert.equal(lostReasonOf(null), "unreachable");
     assert.equal(lostReasonOf(new LeaseholdError(Code.UNAVAILABLE, "gone")), "unreachable");
@@ -293,6 +338,41 @@ describe("client", { concurrency: 4 }, () => {
     assert.equal(await within(resigned, 10_000, "resign never settled"), true);
     // Resigned on the server: well within the 10 s grace it would otherwise keep the leadership.
     assert.ok((await within(secondTerm, 5000, "the second candidate never led")) > term);
+  });
+
+  test("a session holds several names at once with a fencing token each; a max hold ends its lease alone", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = connect(address);
+    t.after(() => c.close());
+    await using session = await c.session({ ttl: 1000 });
+    const pair = await session.lock("a", { names: ["b"] });
+    assert.deepEqual([...pair.fences.keys()], ["a", "b"]);
+    assert.equal(pair.fences.get("a"), pair.fencingToken);
+    for (const name of ["a", "b"]) assert.equal((await redisCli(redisPort, "GET", lockKey(name))).split(":", 1)[0], pair.token);
+    const before = performance.now();
+    const capped = await session.lock("c", { maxHold: 1500 });
+    const sent = performance.now(); // the acquire was sent before
+    await waitUntil(() => {
+      assert.ok(capped.validUntil <= sent + 1500, `valid until ${(capped.validUntil - sent).toFixed(0)} ms after the acquire`);
+      return capped.lost;
+    }, "the capped lease to be lost", 3000);
+    assert.equal(capped.lostCode, "max_hold", capped.lostReason);
+    assert.ok(performance.now() - before >= 1500);
+    assert.equal(pair.lost, false, pair.lostReason);
+    assert.equal(session.lost, false, session.lostReason);
+    assert.equal(await pair.release(), true);
+    for (const name of ["a", "b"]) assert.equal(await redisCli(redisPort, "EXISTS", lockKey(name)), "0");
+  });
+
+  test("a check is cancelled by its signal", async () => {
+    const c = connect(`127.0.0.1:${await freePort()}`);
+    try {
+      const stop = new AbortController();
+      stop.abort(new Error("stopped"));
+      await assert.rejects(c.check("job", 1, { signal: stop.signal }), /stopped/);
+    } finally {
+      c.close();
+    }
   });
 
   test("a session's refused lock is a NotAcquiredError with details; the session goes on", async (t) => {

@@ -3,6 +3,7 @@
 // Each test starts its own Redis and servers, so they run concurrently.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { performance } from "node:perf_hooks";
 import { Code, LeaseLostError, LeaseholdError, NotAcquiredError, connect, type Client, type Lease, type LockState } from "../src/index.js";
 import {
   ChildScript,
@@ -488,5 +489,103 @@ describe("conformance", { concurrency: 4 }, () => {
     for (let i = 1; i < seen.length; i++) assert.notEqual(key(seen[i]!), key(seen[i - 1]!), `reported twice in a row: ${key(seen[i]!)}`);
     assert.equal(await redisCli(redisPort, "EXISTS", LOCK_KEY), "0");
     await states.return(); // leaving the loop cancels the call
+  });
+
+  test("conformance_all_or_none", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = client(t, address);
+    const other = client(t, address);
+    const b = await other.lease("b", { holder: "holder-b" });
+    const refusal = await refused(c.lease("a", { names: ["b"] }));
+    assert.ok(refusal instanceof NotAcquiredError, refusal.message);
+    assert.equal(refusal.code, Code.ABORTED);
+    assert.equal(await (await c.lease("a")).release(), true, "the refused pair left a taken");
+    // Both wait while b is held: each is told it waits, holding neither name meanwhile.
+    const told: (() => void)[] = [];
+    const waiting = [0, 1].map(() => new Promise<void>((resolve) => told.push(resolve)));
+    const asked = [["a", "b"], ["b", "a"]] as const;
+    const pairs = asked.map(([first, second], i) =>
+      c.lease(first, { names: [second], wait: 20_000, onWaiting: () => told[i]!() }).then((lease) => ({ lease, i })),
+    );
+    await within(Promise.all(waiting), 5000, "both pairs did not wait");
+    assert.equal(await b.release(), true);
+    /** The pair is held whole: a fencing token per name, each key holding the lease's token, each
+     * name refused to a wait-0 acquire. */
+    const holdsBoth = async (lease: Lease, names: readonly string[]) => {
+      assert.deepEqual([...lease.fences.keys()], names);
+      assert.equal(lease.fences.get(names[0]!), lease.fencingToken);
+      for (const name of names) {
+        assert.ok((lease.fences.get(name) ?? 0) > 0, `no fencing token for ${name}`);
+        assert.equal(await lockToken(redisPort, lockKey(name)), lease.token, `${name}'s key`);
+        assert.equal((await other.describe(name)).fencingToken, lease.fences.get(name));
+        assert.ok((await refused(other.lease(name))) instanceof NotAcquiredError);
+      }
+    };
+    const first = await within(Promise.race(pairs), 5000, "neither pair was granted within 5 s of b's release");
+    await holdsBoth(first.lease, asked[first.i]!);
+    assert.equal(await first.lease.release(), true);
+    const second = await within(pairs[1 - first.i]!, 5000, "the second pair was not granted within 5 s (deadlock?)");
+    await holdsBoth(second.lease, asked[second.i]!);
+    assert.equal(await second.lease.release(), true);
+    for (const name of ["a", "b"]) assert.equal(await redisCli(redisPort, "EXISTS", lockKey(name)), "0", `${name} left held`);
+  });
+
+  test("conformance_lock_delay_after_loss", async (t) => {
+    const { address } = await startServer(t);
+    const c = client(t, address);
+    const other = client(t, address);
+    const lease = await c.lease("job", { lockDelay: 1000 });
+    const told = abortsWithin(lease.signal, 2000);
+    const sent = performance.now();
+    await within(other.revoke("job"), 2000, "the revoke was not answered");
+    assert.ok(await told, "the holder was not told within 2 s");
+    assert.equal(lease.lostCode, "revoked", lease.lostReason);
+    assert.ok((await refused(other.lease("job"))) instanceof NotAcquiredError, "taken inside the lock-delay");
+    const next = await within(other.lease("job", { wait: 10_000 }), 5000, "the waiter did not get the name within 5 s");
+    const waited = performance.now() - sent;
+    assert.ok(waited >= 1000, `granted ${waited.toFixed(0)} ms after the revoke`);
+    assert.equal(await next.release(), true);
+    const clean = await c.lease("job", { lockDelay: 1000 });
+    assert.equal(await clean.release(), true);
+    assert.equal(await (await other.lease("job")).release(), true, "a clean release left a lock-delay");
+  });
+
+  test("conformance_max_hold_ends_lease", async (t) => {
+    const { address, redisPort } = await startServer(t);
+    const c = client(t, address);
+    const before = performance.now();
+    const lease = await c.lease("job", { ttl: 1000, maxHold: 1000 });
+    // The acquire was sent between `before` and now: sampled until it is lost (a bounded poll),
+    // the validity never reaches past now + 1 s.
+    const sent = performance.now();
+    await waitUntil(() => {
+      assert.ok(lease.validUntil <= sent + 1000, `valid until ${(lease.validUntil - sent).toFixed(0)} ms after the acquire`);
+      return lease.lost;
+    }, "the lease to be lost at its max hold", 3000);
+    const lostAfter = performance.now() - before;
+    assert.equal(lease.lostCode, "max_hold", lease.lostReason);
+    assert.ok(lostAfter >= 1000 && lostAfter <= 3000, `lost ${lostAfter.toFixed(0)} ms after the acquire`);
+    assert.equal(await lockToken(redisPort, LOCK_KEY), lease.token, "the key no longer held at the loss");
+    const other = client(t, address);
+    assert.ok((await refused(other.lease("job"))) instanceof NotAcquiredError, "taken just after the max hold");
+    // No resume and no renewal: the key runs out by its TTL and the name is free.
+    await waitUntil(async () => (await redisCli(redisPort, "EXISTS", LOCK_KEY)) === "0", "the key to run out", 5000);
+    assert.equal(lease.resumes, 0);
+    assert.equal(await lease.release(), false);
+    assert.equal(await (await other.lease("job")).release(), true);
+  });
+
+  test("conformance_token_check", async (t) => {
+    const { address } = await startServer(t);
+    const c = client(t, address);
+    assert.deepEqual(await c.check("job", 1), { state: "free", currentFencingToken: 0 });
+    const earlier = await c.lease("job");
+    assert.equal(await earlier.release(), true);
+    const lease = await c.lease("job");
+    assert.ok(lease.fencingToken > earlier.fencingToken);
+    assert.deepEqual(await c.check("job", lease.fencingToken), { state: "current", currentFencingToken: lease.fencingToken });
+    assert.deepEqual(await c.check("job", earlier.fencingToken), { state: "superseded", currentFencingToken: lease.fencingToken });
+    assert.equal(await lease.release(), true);
+    assert.deepEqual(await c.check("job", lease.fencingToken), { state: "free", currentFencingToken: 0 });
   });
 });

@@ -37,8 +37,15 @@ Elections: ``campaign`` (a context manager: leave the block to step down), ``lea
 in ``leasehold_client.aio``. Times are in seconds.
 
 Why a lease was lost, for programs: ``held.lost_code``, a ``LostReason`` (``TAKEN``,
-``UNREACHABLE``, ``SHUTDOWN``, ``REVOKED``...), beside ``held.lost_reason``, the words for people;
-a leadership and a session's leases say it the same way.
+``UNREACHABLE``, ``SHUTDOWN``, ``REVOKED``, ``MAX_HOLD``...), beside ``held.lost_reason``, the
+words for people; a leadership and a session's leases say it the same way.
+
+Several names at once, all or none: ``lease(names=["a", "b"])`` (and a session's
+``lock(names=...)``), each name's fencing token in ``held.fences``. ``lock_delay=`` keeps a lost
+lease's names from being taken for a while; ``max_hold=`` puts a ceiling on the hold (lost with
+``LostReason.MAX_HOLD``). ``check(name, fencing_token)`` tells a protected resource whether a
+fencing token is still the current holding (a ``TokenCheck``: ``TokenState.CURRENT``,
+``SUPERSEDED`` or ``FREE``).
 
 For operators: ``watch(name)`` follows a lock's state (held by whom, with which fencing token,
 how many wait), a ``LockState`` per change, until its ``with`` block ends; ``revoke(name)`` ends
@@ -57,11 +64,11 @@ then their drivers: threads here (``threads``, ``locks``, ``elections``, ``sessi
 ``channels``), asyncio in ``aio``.
 """
 
-from .answers import HeldLock, Holder, Leader, Listing, LockState
+from .answers import HeldLock, Holder, Leader, Listing, LockState, TokenCheck, TokenState
 from .channels import connect
 from .elections import Candidate, campaign, leader, observe, revoke_leader
 from .errors import LeaseFailed, NotAcquired
-from .locks import Lease, Watch, lease, list, revoke, watch
+from .locks import Lease, Watch, check, lease, list, revoke, watch
 from .lost import LostReason
 from .options import DEFAULT_SERVER
 from .sessions import Session, SessionCandidate, SessionLease, session
@@ -72,5 +79,5 @@ __all__ = [
     "DEFAULT_SERVER", "Leader", "Lease", "NotAcquired", "Candidate", "Holder", "HeldLock",
     "Listing", "lease", "campaign", "leader", "observe", "connect", "Session", "SessionLease",
     "SessionCandidate", "LeaseFailed", "session", "LostReason", "LockState", "Watch", "watch",
-    "revoke", "revoke_leader",
+    "revoke", "revoke_leader", "check", "TokenCheck", "TokenState",
 ]

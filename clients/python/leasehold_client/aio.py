@@ -18,7 +18,8 @@ Sessions, many leases on one stream, as ``leasehold_client.session``::
         async with s.lock("shard-1") as one, s.campaign("leader", b"me") as me:
             await me.elected()
 
-``watch``, ``revoke``, ``revoke_leader`` and ``lost_code`` (a ``LostReason``) are those of the
+``watch``, ``revoke``, ``revoke_leader``, ``check`` (``await check(name, fencing_token)``),
+``names=``, ``lock_delay=``, ``max_hold=`` and ``lost_code`` (a ``LostReason``) are those of the
 threaded client; ``watch`` is an async iterator (``async with watch(name) as states: async for
 state in states``).
 
@@ -29,10 +30,10 @@ Its modules, one job each, mirror the threaded ones over the same I/O-free cores
 
 from .aio_channels import connect
 from .aio_elections import AsyncCandidate, campaign, leader, observe, revoke_leader
-from .aio_locks import AsyncLease, AsyncWatch, lease, list, revoke, watch
+from .aio_locks import AsyncLease, AsyncWatch, check, lease, list, revoke, watch
 from .aio_sessions import AsyncSession, AsyncSessionCandidate, AsyncSessionLease, session
 # Importable from here as they always were (the threaded package's, shared).
-from .answers import Holder, Leader, Listing, LockState
+from .answers import Holder, Leader, Listing, LockState, TokenCheck, TokenState
 from .errors import NotAcquired
 from .lost import LostReason
 from .options import DEFAULT_SERVER
@@ -41,4 +42,4 @@ from .options import DEFAULT_SERVER
 __all__ = ["AsyncLease", "AsyncCandidate", "AsyncSession", "AsyncSessionLease",
            "AsyncSessionCandidate", "lease", "campaign", "leader", "observe", "connect",
            "session", "AsyncWatch", "watch", "revoke", "revoke_leader", "LostReason",
-           "LockState", "Holder"]
+           "LockState", "Holder", "check", "TokenCheck", "TokenState"]

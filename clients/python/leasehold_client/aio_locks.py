@@ -1,23 +1,25 @@
-"""Locks for asyncio: ``lease`` holds one for an ``async with`` block (an ``AsyncLease``,
-driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list`` shows the locks held now,
-``watch`` follows one lock's state, and ``revoke`` ends holdings by force.
+"""Locks for asyncio: ``lease`` holds one (or several names, all or none) for an ``async with``
+block (an ``AsyncLease``, driven by ``aio_tasks.HeldTask`` over the core in ``held``); ``list``
+shows the locks held now, ``watch`` follows one lock's state, ``check`` says whether a fencing
+token is current, and ``revoke`` ends holdings by force.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, AsyncIterator, Optional, Tuple
+from typing import Any, AsyncIterator, Optional, Sequence, Tuple
 
 from grpc import aio
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
 from .aio_channels import own_channel
 from .aio_tasks import HeldTask, follow
-from .answers import Holder, Listing, LockState, holders, listing, watching
+from .answers import (Holder, Listing, LockState, TokenCheck, holders, listing, token_check,
+                      watching)
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
-from .options import DEFAULT_SERVER, acquire_request, grace
+from .options import DEFAULT_SERVER, acquire_request, grace, lock_names
 from .views import HeldLease
 
 _log = logging.getLogger("leasehold_client")
@@ -66,9 +68,8 @@ class AsyncLease(HeldLease):
         """Releases with the unary call, on any server: for a release asked between streams."""
         timeout = max(1.0, self._held.valid_until - self._stream.now())
         try:
-            answer = await self._stub.Release(
-                lock_pb2.ReleaseRequest(name=self.name, token=self.token), timeout=timeout,
-                wait_for_ready=True)
+            answer = await self._stub.Release(self._held.release_request(), timeout=timeout,
+                                              wait_for_ready=True)
             return answer.released
         except aio.AioRpcError as error:
             _log.warning("lease %r: release failed (%s); it expires by itself", self.name,
@@ -82,15 +83,19 @@ class AsyncLease(HeldLease):
 
 
 @asynccontextmanager
-async def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0,
-                wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
-                shared: bool = False, auto_resume: bool = True,
-                resume_grace: Optional[float] = None, resume_token: str = "",
+async def lease(name: Optional[str] = None, *, names: Optional[Sequence[str]] = None,
+                server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: float = 0.0,
+                holder: str = "", fair: bool = True, limit: int = 1, shared: bool = False,
+                auto_resume: bool = True, resume_grace: Optional[float] = None,
+                resume_token: str = "", lock_delay: float = 0.0,
+                max_hold: Optional[float] = None,
                 channel: Optional[aio.Channel] = None) -> AsyncIterator[AsyncLease]:
-    """Holds lock ``name`` for the ``async with`` block; NotAcquired if it stays taken. The
-    options are those of ``leasehold_client.lease``."""
-    request = acquire_request(name, ttl, wait, holder, fair, limit, shared,
-                              grace(ttl, resume_grace, auto_resume), resume_token)
+    """Holds lock ``name`` (or every one of ``names``, all or none) for the ``async with``
+    block; NotAcquired if it stays taken. The options are those of
+    ``leasehold_client.lease``."""
+    request = acquire_request(lock_names(name, names), ttl, wait, holder, fair, limit, shared,
+                              grace(ttl, resume_grace, auto_resume), resume_token, lock_delay,
+                              max_hold)
     async with own_channel(server, channel) as chan:
         held = AsyncLease(lock_pb2_grpc.LockServiceStub(chan), request, auto_resume)
         await held._acquire()
@@ -118,6 +123,16 @@ async def revoke(name: str, fencing_token: int = 0, *, server: str = DEFAULT_SER
         answer = await lock_pb2_grpc.LockServiceStub(chan).Revoke(
             lock_pb2.RevokeRequest(name=name, fencing_token=fencing_token))
         return holders(answer.revoked)
+
+
+async def check(name: str, fencing_token: int, *, server: str = DEFAULT_SERVER,
+                channel: Optional[aio.Channel] = None) -> TokenCheck:
+    """Whether ``fencing_token`` is the current holding of lock ``name``: as
+    ``leasehold_client.check``, a ``TokenCheck``."""
+    async with own_channel(server, channel) as chan:
+        answer = await lock_pb2_grpc.LockServiceStub(chan).Check(
+            lock_pb2.CheckRequest(name=name, fencing_token=fencing_token))
+        return token_check(answer)
 
 
 class AsyncWatch:

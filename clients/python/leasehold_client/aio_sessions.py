@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Sequence
 
 from grpc import aio
 from leasehold.v1 import session_pb2_grpc
 
 from .aio_channels import own_channel
 from .aio_tasks import Alarm, Failure, Waiters, nap, read_stream, read_streams, requests
-from .options import DEFAULT_SERVER, grace
+from .options import DEFAULT_SERVER, grace, lock_names
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .views import HeldOnSession, Read, SessionView
 
@@ -141,12 +141,15 @@ class AsyncSession(SessionView):
         await self._waiters.until_or_timeout(lambda: member.state == OVER, timeout)
         return member.still_held()
 
-    async def acquire(self, name: str, *, wait: float = 0.0, holder: str = "",
-                      fair: bool = True, limit: int = 1, shared: bool = False
-                      ) -> AsyncSessionLease:
-        """Takes lock ``name`` on the session and returns it held, until ``release()`` or the
-        session's end: as ``leasehold_client.Session.acquire``."""
-        member = self._core.acquire(name, wait, holder, fair, limit, shared)
+    async def acquire(self, name: Optional[str] = None, *,
+                      names: Optional[Sequence[str]] = None, wait: float = 0.0,
+                      holder: str = "", fair: bool = True, limit: int = 1,
+                      shared: bool = False, lock_delay: float = 0.0,
+                      max_hold: Optional[float] = None) -> AsyncSessionLease:
+        """Takes lock ``name`` (or every one of ``names``) on the session and returns it held,
+        until ``release()`` or the session's end: as ``leasehold_client.Session.acquire``."""
+        member = self._core.acquire(lock_names(name, names), wait, holder, fair, limit, shared,
+                                    lock_delay, max_hold)
         try:
             await self._waiters.until(lambda: member.state != WAITING)
         except asyncio.CancelledError:
@@ -157,11 +160,14 @@ class AsyncSession(SessionView):
         return AsyncSessionLease(self, member)
 
     @asynccontextmanager
-    async def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
-                   limit: int = 1, shared: bool = False) -> AsyncIterator[AsyncSessionLease]:
-        """Holds lock ``name`` on the session for the ``async with`` block."""
-        held = await self.acquire(name, wait=wait, holder=holder, fair=fair, limit=limit,
-                                  shared=shared)
+    async def lock(self, name: Optional[str] = None, *, names: Optional[Sequence[str]] = None,
+                   wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
+                   shared: bool = False, lock_delay: float = 0.0,
+                   max_hold: Optional[float] = None) -> AsyncIterator[AsyncSessionLease]:
+        """Holds lock ``name`` (or ``names``) on the session for the ``async with`` block."""
+        held = await self.acquire(name, names=names, wait=wait, holder=holder, fair=fair,
+                                  limit=limit, shared=shared, lock_delay=lock_delay,
+                                  max_hold=max_hold)
         try:
             yield held
         finally:

@@ -1,9 +1,10 @@
 """What the server answers about others: an election's leader, the locks held now, a lock's
-state as ``watch`` reports it, the holders ``revoke`` ended, and what ``observe`` or ``watch``
-has yielded so far (the same in threads and asyncio)."""
+state as ``watch`` reports it, the holders ``revoke`` ended, what ``check`` says of a fencing
+token, and what ``observe`` or ``watch`` has yielded so far (the same in threads and asyncio)."""
 
 from __future__ import annotations
 
+import enum
 import random
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Tuple
 
@@ -80,6 +81,41 @@ class LockState(NamedTuple):
         return (self.held, self.holder, self.fencing_token,
                 tuple((h.holder, h.fencing_token) for h in self.holders), self.limit,
                 self.shared, self.waiting)
+
+
+class TokenState(enum.Enum):
+    """What a fencing token is to its name now: the proto's ``TokenState``, without its
+    prefix."""
+
+    #: A server that predates the answer (or a state this client does not know yet).
+    UNSPECIFIED = 0
+    #: A live holding of the name has this fencing token.
+    CURRENT = 1
+    #: The name is held, under other fencing tokens only.
+    SUPERSEDED = 2
+    #: Nobody holds the name.
+    FREE = 3
+
+
+class TokenCheck(NamedTuple):
+    """What ``check`` answered: ``state``, and ``current_fencing_token``, the current holder's
+    (the oldest, for several holders; 0 when free). ``current`` is True only for
+    ``TokenState.CURRENT``."""
+
+    state: TokenState
+    current_fencing_token: int
+
+    @property
+    def current(self) -> bool:
+        return self.state is TokenState.CURRENT
+
+
+def token_check(answer: lock_pb2.CheckResponse) -> TokenCheck:
+    try:
+        state = TokenState(answer.state)
+    except ValueError:
+        state = TokenState.UNSPECIFIED
+    return TokenCheck(state, answer.current_fencing_token)
 
 
 def holders(found: Iterable[lock_pb2.Holder]) -> Tuple[Holder, ...]:

@@ -15,7 +15,7 @@ validity, taken and taken back by the same rule.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import grpc
 from leasehold.v1 import election_pb2, lock_pb2
@@ -23,7 +23,7 @@ from leasehold.v1 import election_pb2, lock_pb2
 from .errors import Break, describe, resumable
 from .lost import LostReason, code_of, of_failure
 from .validity import (FIRST_PAUSE, LAST_PAUSE, LATE_ELECTED, LEADER_SILENT, SILENT, Belief,
-                       other_leadership, pause, too_late, vouched_until)
+                       other_leadership, pause, vouched_until)
 
 _log = logging.getLogger("leasehold_client")
 
@@ -55,8 +55,10 @@ class Held(Belief):
 
     def __init__(self, name: str, *, auto_resume: bool, clocked: bool, lost: Any,
                  now: Callable[[], float], schedule: Callable[[Optional[float]], None],
-                 notify: Callable[[], None] = lambda: None):
-        super().__init__(lost)  # ``lost``: set when it is lost (not when it is let go)
+                 notify: Callable[[], None] = lambda: None, more_names: Sequence[str] = (),
+                 max_hold: float = 0.0):
+        # ``lost``: set when it is lost (not when it is let go)
+        super().__init__(lost, (name, *more_names), max_hold)
         self.name = name
         #: When the live stream was opened: what ``valid_to_ms`` counts from.
         self.opened = 0.0
@@ -100,13 +102,17 @@ class Held(Belief):
 
     # Validity.
     def vouch(self, valid_until: float) -> None:
-        """Believed until ``valid_until``: the driver's timer calls ``expired`` then."""
-        self.valid_until = valid_until
-        self._schedule(valid_until if self.clocked else None)
+        """Believed until ``valid_until`` (never past the ceiling): the driver's timer calls
+        ``expired`` then."""
+        self.believe_until(valid_until)
+        self._schedule(self.valid_until if self.clocked else None)
 
     def first(self, answer: Any, received: float) -> Optional[str]:
         """Takes the first stream's ``acquired`` or ``elected``; why it cannot be believed (it
-        came too late: the stream must be cancelled), or None once held."""
+        came too late, or does not cover every name: the stream must be cancelled), or None
+        once held. The first stream's opening is when its acquire was sent: the ceiling of
+        ``max_hold`` counts from then."""
+        self.acquire_sent(self.opened)
         late = self.take(answer, vouched_until(self.opened, received, answer), received)
         if late is None:
             self.vouch(self.valid_until)
@@ -124,7 +130,8 @@ class Held(Belief):
         (the driver stops it)."""
         if self.over:
             return False
-        self.end(too_late(self.what, self.last_error) if self.resuming else self.silent)
+        reason, code = self.ran_out(self.what, self.last_error, self.silent)
+        self.end(reason, code=code)
         return self.resuming
 
     # Endings.
@@ -188,7 +195,8 @@ class Held(Belief):
         if self.over or (self.letting_go and self.releases_by_token):
             return None
         if self.now() >= self.valid_until:
-            self.end(too_late(self.what, self.last_error))
+            reason, code = self.ran_out(self.what, self.last_error, self.silent)
+            self.end(reason, code=code)
             return None
         return self.start_request(self.token)
 
@@ -236,7 +244,8 @@ class LeaseHeld(Held):
     """A lock held by a Lease stream."""
 
     def __init__(self, request: lock_pb2.LeaseAcquire, **model: Any):
-        super().__init__(request.name, clocked=True, **model)
+        super().__init__(request.name, clocked=True, more_names=request.more_names,
+                         max_hold=request.max_hold_ms / 1000, **model)
         self._request = request
 
     def start_request(self, resume_token: str) -> lock_pb2.LeaseRequest:
@@ -248,6 +257,11 @@ class LeaseHeld(Held):
 
     def stop_request(self) -> lock_pb2.LeaseRequest:
         return lock_pb2.LeaseRequest(release=lock_pb2.LeaseRelease())
+
+    def release_request(self) -> lock_pb2.ReleaseRequest:
+        """The unary release by token, of every name (a release asked between two streams)."""
+        return lock_pb2.ReleaseRequest(name=self.name, token=self.token,
+                                       more_names=self.names[1:])
 
     def heard(self, event: lock_pb2.LeaseResponse, received: float) -> Optional[str]:
         kind = event.WhichOneof("event")

@@ -1,6 +1,7 @@
-"""Locks, threaded: ``lease`` holds one for a ``with`` block on a stream of its own (a
-``Lease``, driven by ``threads.HeldThread`` over the core in ``held``); ``list`` shows the locks
-held now, ``watch`` follows one lock's state, and ``revoke`` ends holdings by force."""
+"""Locks, threaded: ``lease`` holds one (or several names, all or none) for a ``with`` block on
+a stream of its own (a ``Lease``, driven by ``threads.HeldThread`` over the core in ``held``);
+``list`` shows the locks held now, ``watch`` follows one lock's state, ``check`` says whether a
+fencing token is current, and ``revoke`` ends holdings by force."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import logging
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 import grpc
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
 
-from .answers import Holder, Listing, LockState, holders, listing, watching
+from .answers import (Holder, Listing, LockState, TokenCheck, holders, listing, token_check,
+                      watching)
 from .channels import own_channel
 from .errors import NotAcquired, describe, refusal
 from .held import LeaseHeld
-from .options import DEFAULT_SERVER, acquire_request, grace
+from .options import DEFAULT_SERVER, acquire_request, grace, lock_names
 from .threads import HeldThread, follow
 from .views import HeldLease
 
@@ -69,8 +71,8 @@ class Lease(HeldLease):
         """Releases with the unary call, on any server: for a release asked between streams."""
         timeout = max(1.0, self._held.valid_until - time.monotonic())
         try:
-            answer = self._stub.Release(lock_pb2.ReleaseRequest(name=self.name, token=self.token),
-                                        timeout=timeout, wait_for_ready=True)
+            answer = self._stub.Release(self._held.release_request(), timeout=timeout,
+                                        wait_for_ready=True)
             return answer.released
         except (grpc.RpcError, ValueError) as error:
             _log.warning("lease %r: release failed (%s); it expires by itself", self.name,
@@ -85,11 +87,13 @@ class Lease(HeldLease):
 
 
 @contextmanager
-def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: float = 0.0,
+def lease(name: Optional[str] = None, *, names: Optional[Sequence[str]] = None,
+          server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: float = 0.0,
           holder: str = "", fair: bool = True, limit: int = 1, shared: bool = False,
           auto_resume: bool = True, resume_grace: Optional[float] = None,
-          resume_token: str = "", channel: Optional[grpc.Channel] = None) -> Iterator[Lease]:
-    """Holds lock ``name`` for the ``with`` block.
+          resume_token: str = "", lock_delay: float = 0.0, max_hold: Optional[float] = None,
+          channel: Optional[grpc.Channel] = None) -> Iterator[Lease]:
+    """Holds lock ``name`` (or every one of ``names``, all or none) for the ``with`` block.
 
     Raises NotAcquired if the lock stays taken for ``wait`` seconds (0: fail at once).
     ``limit``: up to that many holders at once (a semaphore; every holder must give the same).
@@ -101,9 +105,19 @@ def lease(name: str, *, server: str = DEFAULT_SERVER, ttl: float = 30.0, wait: f
     ``resume_grace``: how long the server keeps the lease (at most ``ttl``) after the stream
     breaks; default ``ttl`` with ``auto_resume``, else 0. ``resume_token``: take back a kept
     lease by hand (``held.token`` of the broken one), keeping its fencing token.
+    ``names``: several names held as one lease (plain exclusive locks): acquired only when
+    every name is taken, lost as a whole when any is; ``held.fences`` has each one's fencing
+    token. Callers asking for overlapping sets in any order do not deadlock.
+    ``lock_delay``: when the lease is lost (expired, revoked, its stream broken past its grace;
+    not after a release), its names cannot be taken for that many seconds more.
+    ``max_hold``: a ceiling on the hold, in seconds (at least ``ttl``): the server stops renewing
+    it then, and this process stops believing in it no later than ``max_hold`` after it sent
+    the acquire (a wait counts against it); ``lost`` is then set with ``lost_code``
+    ``LostReason.MAX_HOLD``, and it is not resumed.
     """
-    request = acquire_request(name, ttl, wait, holder, fair, limit, shared,
-                              grace(ttl, resume_grace, auto_resume), resume_token)
+    request = acquire_request(lock_names(name, names), ttl, wait, holder, fair, limit, shared,
+                              grace(ttl, resume_grace, auto_resume), resume_token, lock_delay,
+                              max_hold)
     with own_channel(server, channel) as chan:
         held = Lease(lock_pb2_grpc.LockServiceStub(chan), request, auto_resume)
         try:
@@ -143,6 +157,23 @@ def revoke(name: str, fencing_token: int = 0, *, server: str = DEFAULT_SERVER,
         answer = lock_pb2_grpc.LockServiceStub(chan).Revoke(
             lock_pb2.RevokeRequest(name=name, fencing_token=fencing_token))
         return holders(answer.revoked)
+
+
+def check(name: str, fencing_token: int, *, server: str = DEFAULT_SERVER,
+          channel: Optional[grpc.Channel] = None) -> TokenCheck:
+    """Whether ``fencing_token`` is the current holding of lock ``name``: a ``TokenCheck``, its
+    ``state`` ``TokenState.CURRENT``, ``SUPERSEDED`` (held under other fencing tokens:
+    ``current_fencing_token`` is the holder's) or ``FREE``. One Redis read on the server, for a
+    protected resource to call before each write (give it ``channel=connect(...)``, opened
+    once, rather than a new connection per call); needs the ``observe`` role when auth is on.
+
+    A check is not a conditional write: the holding can end between the answer and the write,
+    so a resource that must never take a stale write fences itself (docs/contract.md).
+    """
+    with own_channel(server, channel) as chan:
+        answer = lock_pb2_grpc.LockServiceStub(chan).Check(
+            lock_pb2.CheckRequest(name=name, fencing_token=fencing_token))
+        return token_check(answer)
 
 
 class Watch:

@@ -30,6 +30,10 @@ class LostReason(enum.Enum):
     SHUTDOWN = 3
     #: An operator revoked it (``revoke``, ``revoke_leader``): it cannot be resumed.
     REVOKED = 4
+    #: It reached its ``max_hold`` (the server stopped renewing it, or this client's own count
+    #: from when it sent the acquire ran out first): final, never resumed. Its key may hold
+    #: until its TTL runs out; stop work now.
+    MAX_HOLD = 5
 
     @classmethod
     def of(cls, code: int) -> "LostReason":

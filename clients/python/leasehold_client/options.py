@@ -1,5 +1,5 @@
 """What a caller's options become: the gRPC target and channel arguments for ``server=``, TLS
-credentials, and the requests' numbers (milliseconds, the resume grace)."""
+credentials, and the requests' names and numbers (milliseconds, the resume grace)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,31 @@ def grace(ttl: float, resume_grace: Optional[float], auto_resume: bool) -> float
     return ttl if auto_resume else 0.0
 
 
-def acquire_request(name: str, ttl: float, wait: float, holder: str, fair: bool, limit: int,
-                    shared: bool, resume_grace: float,
-                    resume_token: str) -> lock_pb2.LeaseAcquire:
+def lock_names(name: Optional[str], names: Optional[Sequence[str]]) -> Tuple[str, ...]:
+    """Every name a lock is asked for, from ``name`` (one) or ``names`` (several, all or none,
+    the first sent as ``name`` and the rest as ``more_names``): one or the other."""
+    if names is None:
+        if name is None:
+            raise TypeError("a lock needs a name (name=) or names (names=[...])")
+        return (name,)
+    if name is not None:
+        raise TypeError("give a lock name or names=[...], not both")
+    if isinstance(names, str):
+        raise TypeError("names= takes a list of names")
+    if not names:
+        raise ValueError("names= is empty")
+    return tuple(names)
+
+
+def acquire_request(names: Sequence[str], ttl: float, wait: float, holder: str, fair: bool,
+                    limit: int, shared: bool, resume_grace: float, resume_token: str,
+                    lock_delay: float, max_hold: Optional[float]) -> lock_pb2.LeaseAcquire:
+    name, *more_names = names
     return lock_pb2.LeaseAcquire(
-        name=name, ttl_ms=millis(ttl), wait_ms=millis(wait), holder=holder, fair=fair,
-        limit=limit, mode=lease_mode(shared), resume_grace_ms=millis(resume_grace),
-        resume_token=resume_token)
+        name=name, more_names=more_names, ttl_ms=millis(ttl), wait_ms=millis(wait),
+        holder=holder, fair=fair, limit=limit, mode=lease_mode(shared),
+        resume_grace_ms=millis(resume_grace), resume_token=resume_token,
+        lock_delay_ms=millis(lock_delay), max_hold_ms=millis(max_hold or 0))
 
 
 def lease_mode(shared: bool) -> int:

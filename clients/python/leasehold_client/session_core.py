@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Union
+from typing import Any, Callable, Deque, Dict, Optional, Sequence, Union
 
 import grpc
 from leasehold.v1 import session_pb2
@@ -42,8 +42,8 @@ class Member(Belief):
     what = "lock"
 
     def __init__(self, member_id: int, name: str, request: session_pb2.SessionRequest,
-                 lost: Any):
-        super().__init__(lost)  # ``lost``: set when it alone is lost
+                 lost: Any, more_names: Sequence[str] = (), max_hold: float = 0.0):
+        super().__init__(lost, (name, *more_names), max_hold)  # ``lost``: when it alone is lost
         self.id = member_id
         self.name = name
         self.lost_reason: Optional[str] = None
@@ -203,14 +203,21 @@ class SessionCore:
         if self._closing:
             raise RuntimeError("session closed")
 
-    def acquire(self, name: str, wait: float, holder: str, fair: bool, limit: int,
-                shared: bool) -> Member:
-        """A lock to take on the session, its request sent (or the next stream's)."""
+    def acquire(self, names: Sequence[str], wait: float, holder: str, fair: bool, limit: int,
+                shared: bool, lock_delay: float = 0.0, max_hold: Optional[float] = None) -> Member:
+        """A lock (``names``: its name, then any more held with it, all or none) to take on the
+        session, its request sent (or the next stream's). Its ``max_hold`` counts from now,
+        no later than the request is sent."""
         member_id = self._take_id()
-        return self._add(Member(member_id, name, session_pb2.SessionRequest(
+        name, *more_names = names
+        member = Member(member_id, name, session_pb2.SessionRequest(
             acquire=session_pb2.SessionAcquire(
-                id=member_id, name=name, wait_ms=millis(wait), holder=holder, fair=fair,
-                limit=limit, mode=lease_mode(shared))), self._new_event()))
+                id=member_id, name=name, more_names=more_names, wait_ms=millis(wait),
+                holder=holder, fair=fair, limit=limit, mode=lease_mode(shared),
+                lock_delay_ms=millis(lock_delay), max_hold_ms=millis(max_hold or 0))),
+            self._new_event(), more_names, max_hold or 0.0)
+        member.acquire_sent(self._now())
+        return self._add(member)
 
     def campaign(self, election: str, value: bytes) -> CandidateMember:
         """A campaign on the session, its request sent (or the next stream's)."""
@@ -325,8 +332,8 @@ class SessionCore:
         now = self._now()
         for member in tuple(self._members.values()):
             if member.state == HELD and member.valid_until <= now:
-                self._drop(member, too_late("lease", self._last_error) if member.resuming
-                           else SILENT)
+                reason, code = member.ran_out("lease", self._last_error, SILENT)
+                self._drop(member, reason, code=code)
         if self._resuming and now >= self._resume_until:
             self.end(too_late("session", self._last_error), abort=True)
             return
@@ -351,7 +358,7 @@ class SessionCore:
             valid_until = vouched_until(self._opened, received, event.kept_alive)
             for held in self._members.values():
                 if held.state == HELD and not held.resuming:
-                    held.valid_until = valid_until
+                    held.believe_until(valid_until)
         elif kind == "acquired":
             self._acquired(member, event.acquired, received)
         elif kind == "proclaimed":

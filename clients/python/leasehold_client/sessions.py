@@ -9,14 +9,14 @@ import queue
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import grpc
 from leasehold.v1 import session_pb2_grpc
 
 from .channels import own_channel
 from .errors import Break
-from .options import DEFAULT_SERVER, grace
+from .options import DEFAULT_SERVER, grace, lock_names
 from .session_core import OVER, WAITING, CandidateMember, Member, SessionCore
 from .threads import Alarm, read_stream, read_streams
 from .views import HeldOnSession, Read, SessionView
@@ -157,24 +157,33 @@ class Session(SessionView):
             self._changed.wait_for(lambda: member.state == OVER, timeout)
             return member.still_held()
 
-    def acquire(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
-                limit: int = 1, shared: bool = False) -> SessionLease:
-        """Takes lock ``name`` on the session and returns it held, until ``release()`` or the
-        session's end. The options are those of ``lease()`` (``holder``: the session's if
-        empty); NotAcquired if it stays taken, the failed call's error for other refusals."""
+    def acquire(self, name: Optional[str] = None, *, names: Optional[Sequence[str]] = None,
+                wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
+                shared: bool = False, lock_delay: float = 0.0,
+                max_hold: Optional[float] = None) -> SessionLease:
+        """Takes lock ``name`` (or every one of ``names``, all or none) on the session and
+        returns it held, until ``release()`` or the session's end. The options are those of
+        ``lease()`` (``holder``: the session's if empty; at ``max_hold`` this lease alone is
+        lost, with ``LostReason.MAX_HOLD``); NotAcquired if it stays taken, the failed call's
+        error for other refusals."""
         with self._changed:
-            member = self._core.acquire(name, wait, holder, fair, limit, shared)
+            member = self._core.acquire(lock_names(name, names), wait, holder, fair, limit,
+                                        shared, lock_delay, max_hold)
             self._changed.wait_for(lambda: member.state != WAITING)
             if member.failure is not None:
                 raise member.failure
             return SessionLease(self, member)
 
     @contextmanager
-    def lock(self, name: str, *, wait: float = 0.0, holder: str = "", fair: bool = True,
-             limit: int = 1, shared: bool = False) -> Iterator[SessionLease]:
-        """Holds lock ``name`` on the session for the ``with`` block (see ``acquire``)."""
-        held = self.acquire(name, wait=wait, holder=holder, fair=fair, limit=limit,
-                            shared=shared)
+    def lock(self, name: Optional[str] = None, *, names: Optional[Sequence[str]] = None,
+             wait: float = 0.0, holder: str = "", fair: bool = True, limit: int = 1,
+             shared: bool = False, lock_delay: float = 0.0,
+             max_hold: Optional[float] = None) -> Iterator[SessionLease]:
+        """Holds lock ``name`` (or ``names``) on the session for the ``with`` block (see
+        ``acquire``)."""
+        held = self.acquire(name, names=names, wait=wait, holder=holder, fair=fair,
+                            limit=limit, shared=shared, lock_delay=lock_delay,
+                            max_hold=max_hold)
         try:
             yield held
         finally:

@@ -29,11 +29,15 @@ class HeldLease:
     ``lost`` (an event) and ``lost_reason`` say whether and why it was lost, ``lost_code`` why
     for programs (a ``LostReason``, None until lost); ``resumes`` counts the times it was taken
     back on a new stream after its stream broke; ``valid_until`` is when the validity last
-    confirmed runs out (the driver's clock)."""
+    confirmed runs out (the driver's clock), never past its ``max_hold``. ``names``: every name
+    it holds (``name`` first); ``fences``: each one's fencing token, in that order (a dict);
+    ``fencing_token`` is the first's."""
 
     _held: Any  # a held.LeaseHeld
     lost = Read("_held")
     lost_code = Read("_held")
+    names = Read("_held")
+    fences = Read("_held")
     fencing_token = Read("_held")
     token = Read("_held")
     resumes = Read("_held")
@@ -45,15 +49,18 @@ class HeldLease:
 
 
 class HeldOnSession:
-    """What a lease on a session tells its holder, threaded or asyncio: ``fencing_token`` and
-    ``token`` as for a ``Lease``; ``lost_reason`` says why this lease alone was lost, and
-    ``lost_code`` why for programs (a ``LostReason``: ``REVOKED`` when an operator ended it);
-    ``resumes`` counts the times it was taken back on a new stream; ``valid_until`` is when the
-    validity last confirmed for it runs out (the driver's clock). A candidate's ``term`` too."""
+    """What a lease on a session tells its holder, threaded or asyncio: ``fencing_token``,
+    ``token``, ``names`` and ``fences`` as for a ``Lease``; ``lost_reason`` says why this lease
+    alone was lost, and ``lost_code`` why for programs (a ``LostReason``: ``REVOKED`` when an
+    operator ended it); ``resumes`` counts the times it was taken back on a new stream;
+    ``valid_until`` is when the validity last confirmed for it runs out (the driver's clock),
+    never past its ``max_hold``. A candidate's ``term`` too."""
 
     _member: Any  # a session_core.Member
     id = Read("_member")
     name = Read("_member")
+    names = Read("_member")
+    fences = Read("_member")
     token = Read("_member")
     fencing_token = Read("_member")
     valid_until = Read("_member")

@@ -186,6 +186,19 @@ def wait_until(condition, what, timeout=15.0):
         time.sleep(0.01)
 
 
+class Clock:
+    """A driver's clock and timer, stood in for the I/O-free cores: ``now`` is set by hand,
+    ``alarm`` is when the core last asked to be woken."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.alarm = None
+
+    def model(self):
+        return dict(lost=threading.Event(), now=lambda: self.now,
+                    schedule=lambda when: setattr(self, "alarm", when))
+
+
 def lock_token(port, key):
     """The token in a lock key's value (`<token>:<fencing token>:<attachment>:<holder>`)."""
     value = subprocess.run(["redis-cli", "-p", str(port), "GET", key], capture_output=True,

@@ -237,3 +237,32 @@ def test_async_session_survives_rolling_restart(cluster, redis_port):
         assert await aio.leader("vote", server=cluster[2].address) is None
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_async_several_names_a_ceiling_and_a_check(server, redis_port):
+    """Issue 41 through asyncio: a lease and a session's lease of several names hold every key
+    with their token and a fencing token each; ``check`` reads them; ``max_hold`` ends one."""
+    def key(name):
+        return f"leasehold:{{{name}}}:lock"
+
+    async def scenario():
+        async with aio.lease(names=["b", "a"], server=server) as pair:
+            assert list(pair.fences) == ["b", "a"] and pair.fencing_token == pair.fences["b"]
+            for name in ("a", "b"):
+                assert lock_token(redis_port, key(name)) == pair.token
+                answer = await aio.check(name, pair.fences[name], server=server)
+                assert answer.state is aio.TokenState.CURRENT and answer.current
+        assert (await aio.check("a", pair.fences["a"], server=server)).state is \
+            aio.TokenState.FREE
+        async with aio.session(server=server, ttl=1) as session:
+            async with session.lock(names=["c", "d"]) as held:
+                assert list(held.fences) == ["c", "d"]
+                assert lock_token(redis_port, key("d")) == held.token
+            capped = await session.acquire("e", max_hold=1)
+            await asyncio.wait_for(capped.lost.wait(), 5)
+            assert capped.lost_code is aio.LostReason.MAX_HOLD, capped.lost_reason
+            assert not session.lost.is_set()
+        for name in ("a", "b", "c", "d"):
+            assert redis_cli(redis_port, "EXISTS", key(name)) == "0", name
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -14,8 +14,8 @@ import pytest
 
 import leasehold_client
 from leasehold.v1 import lock_pb2, lock_pb2_grpc
-from leasehold_client import (Leader, LostReason, NotAcquired, campaign, lease, leader, revoke,
-                              session, watch)
+from leasehold_client import (Leader, LostReason, NotAcquired, TokenState, campaign, check,
+                              lease, leader, revoke, session, watch)
 
 from conftest import FROZEN_LEADER, Child, lock_token, wait_until
 
@@ -404,19 +404,26 @@ def test_conformance_frozen_leader_not_replaced(fast_keepalive_server, redis_por
 
 
 class Holding:
-    """A lease taken in a thread of its own (waiting for it), held until ``let_go()``."""
+    """A lease taken in a thread of its own (waiting for it), held until ``let_go()``: its
+    ``held`` once ``granted``, which it also puts in ``announce`` (a queue) if given.
+    ``options``: more of ``lease``'s (``names=[...]`` with ``name`` None)."""
 
-    def __init__(self, name, address, holder):
+    def __init__(self, name, address, holder, announce=None, **options):
         self.fencing_token = None
+        self.held = None
         self.granted, self._release, self._done = (threading.Event(), threading.Event(),
                                                    threading.Event())
-        threading.Thread(target=self._hold, args=(name, address, holder), daemon=True).start()
+        self._announce = announce
+        threading.Thread(target=self._hold, args=(name, address, holder, options),
+                         daemon=True).start()
 
-    def _hold(self, name, address, holder):
+    def _hold(self, name, address, holder, options):
         try:
-            with lease(name, server=address, wait=10, holder=holder) as held:
-                self.fencing_token = held.fencing_token
+            with lease(name, server=address, wait=10, holder=holder, **options) as held:
+                self.held, self.fencing_token = held, held.fencing_token
                 self.granted.set()
+                if self._announce is not None:
+                    self._announce.put(self)
                 self._release.wait(10)
         finally:
             self._done.set()
@@ -488,3 +495,79 @@ def test_conformance_watch_reports_changes(server, redis_port):
             state = next_state()
         assert held_by(state) == (False, "", 0, 0), state
 
+
+
+def test_conformance_all_or_none(server, redis_port):
+    with lease("b", server=server, holder="holder-b"):
+        with pytest.raises(NotAcquired) as refused_pair:  # ABORTED: b is taken, so neither is
+            with lease(names=["a", "b"], server=server, auto_resume=False):
+                pass
+        assert refused_pair.value.reason == "LOCK_HELD", refused_pair.value
+        with lease("a", server=server) as a:  # a was left free
+            assert lock_token(redis_port, lock_key("a")) == a.token
+        granted = queue.Queue()
+        pairs = [Holding(None, server, f"pair-{i}", granted, names=names)
+                 for i, names in enumerate((["a", "b"], ["b", "a"]))]
+        wait_for_line(redis_port, "leasehold:{b}:line", 2)  # both wait (holding nothing)
+    for _ in pairs:  # b released: each gets its pair in turn
+        try:
+            pair = granted.get(timeout=5)
+        except queue.Empty:
+            raise AssertionError("a waiting pair did not get its names within 5 s") from None
+        held = pair.held
+        assert tuple(held.fences) == held.names and len(held.names) == 2, held.fences
+        assert all(fence > 0 for fence in held.fences.values()), held.fences
+        assert held.fencing_token == held.fences[held.names[0]]
+        for name in ("a", "b"):
+            assert lock_token(redis_port, lock_key(name)) == held.token, name
+            refused(name, server)
+        pair.let_go()
+    for name in ("a", "b"):  # the last release freed both names
+        assert redis_cli(redis_port, "EXISTS", lock_key(name)) == "0", name
+
+
+def test_conformance_lock_delay_after_loss(server):
+    with lease("job", server=server, lock_delay=1) as held:
+        sent = time.monotonic()
+        revoke("job", server=server)
+        assert held.lost.wait(2), "the holder was not told it was revoked"
+        assert held.lost_code is LostReason.REVOKED, (held.lost_code, held.lost_reason)
+    refused("job", server)  # within the delay
+    with lease("job", server=server, wait=5) as waiter:
+        waited = time.monotonic() - sent
+        assert 1.0 <= waited <= 5.0, waited
+    with lease("job", server=server, lock_delay=1):
+        pass  # released cleanly: no delay
+    with lease("job", server=server) as next_holder:  # wait 0
+        assert next_holder.fencing_token > waiter.fencing_token
+
+
+def test_conformance_max_hold_ends_lease(server, redis_port):
+    # The scenario's line says ttl 3 s, which the protocol refuses (a max_hold is at least the
+    # TTL): a TTL of 1 s, whose key still holds at the loss (renewed every third of it).
+    # The acquire is sent between `before` and `acquired`: the validity must end by `acquired`
+    # + 1 s at the latest, and the loss come no sooner than `before` + 1 s.
+    with grpc.insecure_channel(server) as channel:
+        before = time.monotonic()
+        with lease("job", channel=channel, ttl=1, max_hold=1) as held:
+            acquired = time.monotonic()
+            while not held.lost.wait(0.02):  # the validity, sampled until the loss
+                assert held.valid_until <= acquired + 1.0, held.valid_until - acquired
+            lost = time.monotonic()
+            assert 1.0 <= lost - before and lost - acquired <= 3.0, (before, acquired, lost)
+            assert held.lost_code is LostReason.MAX_HOLD, (held.lost_code, held.lost_reason)
+            assert lock_token(redis_port, LOCK_KEY) == held.token  # the key still holds
+            refused("job", server)
+            assert held.valid_until <= acquired + 1.0
+            assert held.resumes == 0  # no resume followed
+
+
+def test_conformance_token_check(server):
+    assert check("job", 1, server=server).state is TokenState.FREE
+    with lease("job", server=server) as first:
+        older = first.fencing_token
+    with lease("job", server=server) as held:
+        assert check("job", held.fencing_token, server=server).state is TokenState.CURRENT
+        assert tuple(check("job", older, server=server)) == (TokenState.SUPERSEDED,
+                                                               held.fencing_token)
+    assert check("job", held.fencing_token, server=server).state is TokenState.FREE

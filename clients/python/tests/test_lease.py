@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import lock_token
+from conftest import lock_token, wait_until
 from leasehold_client import NotAcquired, lease
 
 
@@ -104,3 +104,25 @@ def test_a_lease_released_between_streams_is_released_by_token(cluster, redis_po
         assert answers == [True]  # by token, on the server that came back
         assert not held.lost.is_set(), held.lost_reason
     assert redis_cli(redis_port, "EXISTS", "leasehold:{job}:lock") == "0"
+
+
+def test_a_lease_of_several_names_resumes_and_is_released_by_token_whole(cluster, redis_port):
+    everyone = ",".join(server.address for server in cluster)
+    keys = ["leasehold:{b}:lock", "leasehold:{a}:lock"]
+    with lease(names=["b", "a"], server=everyone, ttl=3) as held:
+        fences = dict(held.fences)
+        cluster[0].kill()  # its server (pick_first): the resume asks for both names again
+        wait_until(lambda: held.resumes >= 1 or held.lost.is_set(), "the lease resumed")
+        assert not held.lost.is_set(), held.lost_reason
+        assert held.fences == fences
+        assert [lock_token(redis_port, key) for key in keys] == [held.token] * 2
+        for server in cluster[1:]:
+            server.kill()  # no server to release on until one comes back
+        answers = []
+        releasing = threading.Thread(target=lambda: answers.append(held.release(timeout=15)))
+        releasing.start()
+        cluster[2].start()
+        releasing.join(timeout=20)
+        assert answers == [True]  # by token, every name
+    for key in keys:
+        assert redis_cli(redis_port, "EXISTS", key) == "0", key

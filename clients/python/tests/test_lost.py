@@ -18,6 +18,8 @@ from leasehold_client.session_core import SessionCore
 from leasehold_client.aio_tasks import follow as aio_follow
 from leasehold_client.threads import follow
 
+from conftest import Clock
+
 REVOKED = lock_pb2.Lost(reason="revoked by an operator", code=lock_pb2.LOST_REASON_REVOKED)
 
 
@@ -25,16 +27,6 @@ def test_every_code_of_the_proto_has_its_reason():
     assert [LostReason.of(code).name for code in lock_pb2.LostReason.values()] == [
         name.removeprefix("LOST_REASON_") for name in lock_pb2.LostReason.keys()]
     assert LostReason.of(99) is LostReason.UNSPECIFIED  # a newer server's
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-        self.alarm = None
-
-    def model(self):
-        return dict(lost=threading.Event(), now=lambda: self.now,
-                    schedule=lambda when: setattr(self, "alarm", when))
 
 
 def held_lease(clock):
@@ -109,7 +101,7 @@ def acquired(member_id):
 def test_a_session_lease_lost_alone_and_a_lost_session_keep_the_servers_code():
     core = session_core()
     core.open_stream()
-    a, b = core.acquire("a", 0, "", True, 1, False), core.acquire("b", 0, "", True, 1, False)
+    a, b = core.acquire(["a"], 0, "", True, 1, False), core.acquire(["b"], 0, "", True, 1, False)
     core.hear(acquired(a.id))
     core.hear(acquired(b.id))
     core.hear(session_pb2.SessionResponse(lease_lost=session_pb2.SessionLeaseLost(
