@@ -130,7 +130,7 @@ final class HoldingScenarios {
     try (Servers servers = new Servers();
         LeaseholdClient client = LeaseholdClient.connect(servers.target)) {
       long sent = System.nanoTime();
-      Lease lease = client.lease("job").ttl(Duration.ofSeconds(3))
+      Lease lease = client.lease("job").ttl(Duration.ofSeconds(1))
           .maxHold(Duration.ofSeconds(1)).acquire();
       // Sent between the two readings: its ceiling is no later than the second plus 1 s.
       long ceiling = System.nanoTime() + 1000 * MS;
