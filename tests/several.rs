@@ -346,3 +346,33 @@ async fn names_on_different_cluster_slots_are_held_and_waited_for_together() {
     }
     assert!(second.release().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_one_name_of_a_session_lease_over_several_is_told_revoked() {
+    let (_redis, server, _direct, mut client) = setup().await;
+    let mut session = Raw::open(&server.url(), 600, 0).await;
+    session.send(pb::session_request::Action::Acquire(pb::SessionAcquire {
+        id: 1,
+        name: "sv-a".into(),
+        more_names: vec!["sv-b".into()],
+        ..Default::default()
+    }));
+    session.acquired(1).await;
+    let revoked = client
+        .revoke(pb::RevokeRequest {
+            name: "sv-a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(revoked.revoked.len(), 1);
+    use pb::session_response::Event as S;
+    match session.next_about().await {
+        Ok(Some(S::LeaseLost(lost))) => {
+            assert_eq!(lost.id, 1);
+            assert_eq!(lost.code, pb::LostReason::Revoked as i32, "{}", lost.reason);
+        }
+        other => panic!("expected lease_lost 1, got {other:?}"),
+    }
+}

@@ -71,9 +71,11 @@ impl RenewalGroup {
 
     /// Why a member of `lease` found not held is lost.
     fn loss_code(&self, lease: &Arc<dyn Renewable>) -> LostCode {
+        // A member is a lease (never a group), whose `revoked` only answers: any of its keys.
         let revoked = lease
-            .claim()
-            .is_some_and(|(_, keys, _)| self.revocations().contains_key(keys.lock()));
+            .lock_claims()
+            .iter()
+            .any(|(_, keys, _)| self.revocations().contains_key(keys.lock()));
         if revoked {
             LostCode::Revoked
         } else {

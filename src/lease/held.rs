@@ -183,6 +183,13 @@ impl<H: Holding> Renewable for Claim<H> {
         more.is_none().then_some((locks, keys, &self.token))
     }
 
+    fn lock_claims(&self) -> Vec<(&Locks, &LockKeys, &Token)> {
+        let lock = self.holding.lock();
+        lock.all_keys()
+            .map(|keys| (&lock.locks, keys, &self.token))
+            .collect()
+    }
+
     fn revoked(&self, lock: &str) -> bool {
         self.holding
             .lock()

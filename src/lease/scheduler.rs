@@ -40,6 +40,11 @@ pub trait Renewable: Send + Sync + 'static {
     fn claim(&self) -> Option<(&Locks, &LockKeys, &Token)> {
         None
     }
+    /// Every lock key this lease holds, with its key space and token: its claim's, or each
+    /// name's of a lease over several (for the revocation record read on the loss path).
+    fn lock_claims(&self) -> Vec<(&Locks, &LockKeys, &Token)> {
+        self.claim().into_iter().collect()
+    }
     /// An operator revoked holdings of the lock whose key is `lock`: whether this holds one
     /// (a group also remembers which member, so the loss its next round finds is told as
     /// [`LostCode::Revoked`]).
@@ -175,12 +180,17 @@ const REVOKED_READ: Duration = Duration::from_millis(200);
 /// revocation's message (pub/sub and commands travel on different connections). One read, on
 /// the loss path only, bounded by [`REVOKED_READ`]: an unknown answer is not a revocation.
 pub(super) async fn revoked_lately(lease: &Arc<dyn Renewable>) -> bool {
-    let Some((locks, keys, token)) = lease.claim() else {
-        return false;
-    };
-    let (locks, keys, token) = (locks.clone(), keys.clone(), token.clone());
-    let read = tokio::time::timeout(REVOKED_READ, locks.was_revoked(&keys, &token));
-    matches!(read.await, Ok(Ok(true)))
+    let reads = lease.lock_claims().into_iter().map(|(locks, keys, token)| {
+        let (locks, keys, token) = (locks.clone(), keys.clone(), token.clone());
+        async move {
+            let read = tokio::time::timeout(REVOKED_READ, locks.was_revoked(&keys, &token));
+            matches!(read.await, Ok(Ok(true)))
+        }
+    });
+    futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .any(|revoked| revoked)
 }
 
 impl Scheduler {

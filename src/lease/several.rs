@@ -64,7 +64,7 @@ impl MoreNames {
         let lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
         lost.as_ref().map(|name| {
             format!(
-                "lock {:?}, one of this lease's {} names; the others were released",
+                "lock {:?}, one of this lease's {} names; the others are no longer renewed",
                 name.as_str(),
                 self.names.len()
             )
