@@ -26,6 +26,7 @@ mod layout;
 mod lease;
 mod leftovers;
 mod lifecycle;
+mod names_cli;
 mod operations;
 mod redlock;
 mod revoke;
