@@ -194,7 +194,6 @@ impl LeaseBuilder {
             .into(),
             resume_token: self.resume_token,
             resume_grace_ms: millis(resume_grace),
-            ..Default::default()
         };
         let client = self.client;
         let mut on_waiting = |event: Event| {
