@@ -129,6 +129,18 @@ async fn run_stops_its_command_at_the_max_hold_with_76() {
         took >= Duration::from_secs(1) && took < Duration::from_secs(5),
         "{took:?}"
     );
+    // Refused before anything is asked: a max hold below the TTL, a name twice, a semaphore.
+    for args in [
+        &["--max-hold", "10s", "job"][..],
+        &["job", "job"],
+        &["--limit", "2", "a", "b"],
+    ] {
+        let mut refused = leasehold(&server);
+        refused.arg("run").args(args).args(["--", "true"]);
+        let (code, _, stderr) = finished(&mut refused).await;
+        assert_eq!(code, 64, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use leasehold_client::{Client, TokenCheck, TokenState};
+use leasehold_client::{TokenCheck, TokenState};
 
-use super::{ServerArg, fail, usage};
+use super::{ServerArg, fail};
 
 /// `leasehold check`'s arguments.
 #[derive(clap::Args)]
@@ -40,13 +40,9 @@ pub async fn command(args: CheckArgs) -> ExitCode {
         name,
         fencing_token,
     } = args;
-    let connect = match server.options() {
-        Ok(connect) => connect,
-        Err(problem) => return usage(problem),
-    };
-    let client = match Client::connect_with(connect).await {
+    let client = match server.client().await {
         Ok(client) => client,
-        Err(error) => return fail(error),
+        Err(code) => return code,
     };
     let check = match client.check(name.clone(), fencing_token).await {
         Ok(check) => check,

@@ -207,6 +207,14 @@ struct ServerArg {
 }
 
 impl ServerArg {
+    /// A client of the server, or the exit status that says why there is none.
+    async fn client(&self) -> Result<leasehold_client::Client, ExitCode> {
+        let connect = self.options().map_err(usage)?;
+        leasehold_client::Client::connect_with(connect)
+            .await
+            .map_err(fail)
+    }
+
     /// How to connect: the address, TLS files read, and the token (file, else LEASEHOLD_TOKEN).
     fn options(&self) -> Result<ConnectOptions, String> {
         let read = |path: &PathBuf| {

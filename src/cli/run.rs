@@ -170,6 +170,25 @@ fn check(options: &RunOptions) -> Result<(), String> {
         let (wait, max) = (shown(options.wait), shown(MAX_WAIT));
         return Err(format!("wait {wait} is above the {max} maximum"));
     }
+    if options.names.len() > 1 {
+        if options.shared || options.limit > 1 {
+            return Err(
+                "several names are held as plain locks only, not with --limit or --shared".into(),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = options.names.iter().find(|name| !seen.insert(*name)) {
+            return Err(format!("lock name {twice:?} is given twice"));
+        }
+    }
+    if let Some(max_hold) = options.max_hold
+        && max_hold < options.ttl
+    {
+        let (max_hold, ttl) = (shown(max_hold), shown(options.ttl));
+        return Err(format!(
+            "max hold {max_hold} is below the ttl {ttl} (give a --ttl no longer than it)"
+        ));
+    }
     Ok(())
 }
 
