@@ -499,3 +499,28 @@ async fn an_operator_revokes_each_holder_through_the_other_server() {
     );
     report.assert_safe(granted);
 }
+
+/// Overlapping sets of names held all or none while the server of half the workers is killed:
+/// each name's history has one holder at a time, and every holding covered its whole set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_names_held_through_a_server_killed() {
+    let mut run = support::chaos::several::Several::start(4).await;
+    sleep(Duration::from_millis(800)).await;
+    run.kill_server(0);
+    sleep(Duration::from_millis(1_500)).await;
+    let held = run.finish("several-server-killed").await;
+    assert!(held >= 10, "only {held} sets held");
+}
+
+/// The same, while Redis is paused longer than the leases' TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_names_held_through_redis_paused() {
+    let run = support::chaos::several::Several::start(4).await;
+    sleep(Duration::from_millis(800)).await;
+    run.redis.pause();
+    sleep(Duration::from_millis(700)).await;
+    run.redis.resume();
+    sleep(Duration::from_millis(1_200)).await;
+    let held = run.finish("several-redis-paused").await;
+    assert!(held >= 10, "only {held} sets held");
+}

@@ -302,6 +302,35 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
             shaped("bystander", |a| a.resume_token = "t".repeat(65)),
             "token is 65 bytes",
         ),
+        // Several names at once: each a name, none twice, at most 32, plain locks only.
+        (
+            shaped("x", |a| a.more_names = vec!["y".into(), String::new()]),
+            "more_names[1] is empty",
+        ),
+        (
+            shaped("x", |a| a.more_names = vec!["y".into(), "x".into()]),
+            "lock name \"x\" is asked twice",
+        ),
+        (
+            shaped("x", |a| {
+                a.more_names = (0..32).map(|i| format!("n{i}")).collect()
+            }),
+            "33 names asked at once",
+        ),
+        (
+            shaped("x", |a| {
+                a.more_names = vec!["y".into()];
+                a.mode = pb::LeaseMode::Shared.into();
+            }),
+            "only plain exclusive locks",
+        ),
+        (
+            shaped("x", |a| {
+                a.more_names = vec!["y".into()];
+                a.limit = 2;
+            }),
+            "a semaphore (limit 2)",
+        ),
     ];
     for (request, expected) in cases {
         let mut stream = LeaseStream::open(&mut client, request.clone()).await;
@@ -367,6 +396,19 @@ async fn bad_input_is_refused_clearly_and_disturbs_no_other_lock() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
+    let mut twice = unary_acquire("x", 1_000, 0, "");
+    twice.more_names = vec!["x".into()];
+    let status = client.acquire(twice).await.unwrap_err();
+    assert!(status.message().contains("asked twice"), "{status:?}");
+    let status = client
+        .release(ReleaseRequest {
+            name: "bystander".into(),
+            token: bystander_token.clone(),
+            more_names: vec!["b\n".into()],
+        })
+        .await
+        .unwrap_err();
+    assert!(status.message().contains("more_names[0]"), "{status:?}");
     let status = client
         .describe(DescribeRequest {
             name: "a\u{7}".into(),

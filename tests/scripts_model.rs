@@ -1049,6 +1049,7 @@ impl Context {
             // Only Redlock reads it: one Redis orders its line by its own clock.
             arrival_us: 0,
             mode: attempt.mode,
+            limits: Default::default(),
             first_attempt: attempt.first_attempt,
         };
         let holder = holder_of(attempt.client);
@@ -1241,6 +1242,8 @@ impl Context {
                     Resumed {
                         fencing_token: hold.fence,
                         attachment: hold.attachment,
+                        ceiling: None,
+                        delayed: false,
                     }
                 });
                 self.note(if resumed.is_some() {

@@ -17,14 +17,14 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-/// A session seen from the wire.
-struct Raw {
+/// A session seen from the wire (also used by tests/several.rs).
+pub(crate) struct Raw {
     requests: mpsc::UnboundedSender<SessionRequest>,
     events: Streaming<SessionResponse>,
 }
 
 impl Raw {
-    async fn open(url: &str, ttl_ms: u32, resume_grace_ms: u32) -> Self {
+    pub(crate) async fn open(url: &str, ttl_ms: u32, resume_grace_ms: u32) -> Self {
         let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
             .unwrap()
             .connect()
@@ -49,7 +49,7 @@ impl Raw {
         Raw { requests, events }
     }
 
-    fn send(&self, action: Action) {
+    pub(crate) fn send(&self, action: Action) {
         self.requests
             .send(SessionRequest {
                 action: Some(action),
@@ -83,7 +83,7 @@ impl Raw {
     }
 
     /// The next message about a lease (or the session's end), confirmations skipped.
-    async fn next_about(&mut self) -> Result<Option<Event>, Status> {
+    pub(crate) async fn next_about(&mut self) -> Result<Option<Event>, Status> {
         loop {
             match self.next().await? {
                 Some(Event::KeptAlive(_)) => continue,
@@ -92,7 +92,7 @@ impl Raw {
         }
     }
 
-    async fn acquired(&mut self, id: u64) -> pb::SessionAcquired {
+    pub(crate) async fn acquired(&mut self, id: u64) -> pb::SessionAcquired {
         match self.next_about().await {
             Ok(Some(Event::Acquired(acquired))) if acquired.id == id => acquired,
             other => panic!("expected acquired {id}, got {other:?}"),

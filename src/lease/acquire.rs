@@ -15,7 +15,7 @@ use super::spec::LeaseSpec;
 use super::waiting::{WaitRoom, WaitTicket};
 use crate::error::{Error, Result};
 use crate::store::locks::{AcquireOutcome, Mode, Waiter};
-use crate::store::{LockKeys, Locks};
+use crate::store::{LockKeys, Locks, Token};
 
 /// First retry delay when polling.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -33,6 +33,12 @@ pub struct Acquisition {
     pub sent_at: Instant,
     /// Which attachment of the lease this is: 0 when just taken, more when resumed.
     pub attachment: u64,
+    /// The fencing token of each of `more_names`, in the order asked (empty for one name).
+    pub more_fences: Vec<u64>,
+    /// What is left of its max-hold from `sent_at` (its whole max-hold when just taken).
+    pub ceiling: Option<Duration>,
+    /// Whether it has a lock-delay key, renewed with it.
+    pub delayed: bool,
 }
 
 /// What a waiter knows about the lock it waits for.
@@ -76,15 +82,38 @@ impl Backoff {
 
 /// Tries to take `lease` until `spec.wait` has passed. `on_waiting` hears the waiter's state the
 /// first time and whenever the holder or the place in line changes. With `room`, wake-ups come by
-/// pub/sub; without, the waiter polls.
+/// pub/sub; without, the waiter polls. A lease over several names takes them all or none
+/// ([`super::several`]).
 pub async fn acquire(
     lease: &HeldLease<impl Holding>,
     spec: &LeaseSpec,
     room: Option<&WaitRoom>,
+    on_waiting: impl FnMut(&WaitingState),
+) -> Result<Acquisition> {
+    let lock = lease.holding().lock();
+    if lock.more.is_some() {
+        return super::several::acquire_all(lock, lease.token(), spec, room, on_waiting).await;
+    }
+    acquire_one(
+        &lock.locks,
+        &lock.keys,
+        lease.token(),
+        spec,
+        room,
+        on_waiting,
+    )
+    .await
+}
+
+/// Tries to take the one lock of `keys` for `token`, as [`acquire`] says.
+pub(super) async fn acquire_one(
+    store: &Locks,
+    keys: &LockKeys,
+    token: &Token,
+    spec: &LeaseSpec,
+    room: Option<&WaitRoom>,
     mut on_waiting: impl FnMut(&WaitingState),
 ) -> Result<Acquisition> {
-    let Lock { locks: store, keys } = lease.holding().lock();
-    let token = lease.token();
     let started = Instant::now();
     let deadline = started + spec.wait;
     let will_wait = !spec.wait.is_zero();
@@ -117,6 +146,7 @@ pub async fn acquire(
             ttl: waiter_ttl,
             arrival_us,
             mode: spec.mode,
+            limits: spec.limits,
             first_attempt: std::mem::take(&mut first_attempt),
         };
         let outcome = match store
@@ -159,6 +189,9 @@ pub async fn acquire(
                     fencing_token,
                     sent_at,
                     attachment: 0,
+                    more_fences: Vec::new(),
+                    ceiling: spec.limits.max_hold,
+                    delayed: spec.limits.lock_delay.is_some(),
                 });
             }
             AcquireOutcome::Held {
@@ -239,15 +272,24 @@ pub async fn acquire(
 
 /// Reattaches to the lease `spec.resume` names (the lease's token is `lease`'s): renewed for
 /// `spec.ttl` again, with its fencing token and place. [`Error::NotResumable`] when the token
-/// holds no lease of this name.
+/// holds no lease of this name (of any of its names, for a lease over several).
 pub async fn resume(lease: &HeldLease<impl Holding>, spec: &LeaseSpec) -> Result<Acquisition> {
-    let Lock { locks: store, keys } = lease.holding().lock();
+    let lock = lease.holding().lock();
+    if lock.more.is_some() {
+        return super::several::resume_all(lock, lease.token(), spec).await;
+    }
+    let Lock {
+        locks: store, keys, ..
+    } = lock;
     let sent_at = Instant::now();
     match store.resume(keys, lease.token(), spec.ttl).await? {
         Some(resumed) => Ok(Acquisition {
             fencing_token: resumed.fencing_token,
             sent_at,
             attachment: resumed.attachment,
+            more_fences: Vec::new(),
+            ceiling: resumed.ceiling,
+            delayed: resumed.delayed,
         }),
         None => Err(Error::NotResumable {
             name: spec.name.to_string(),

@@ -30,6 +30,8 @@ struct Member {
     lease: Arc<dyn Renewable>,
     /// Until when this member is known to be held: from before its last confirmed command.
     valid_until: Instant,
+    /// Its max-hold ceiling: the first round at or after it lets it go, told MAX_HOLD.
+    ceiling: Option<Instant>,
 }
 
 /// The leases of one session. Shared by the session and its scheduler entry.
@@ -79,9 +81,21 @@ impl RenewalGroup {
         }
     }
 
-    /// Renews `lease` with the others from the next round on; it is held until `valid_until`.
-    pub fn join(&self, key: u64, lease: Arc<dyn Renewable>, valid_until: Instant) {
-        self.members().insert(key, Member { lease, valid_until });
+    /// Renews `lease` with the others from the next round on; it is held until `valid_until`,
+    /// and renewed until its max-hold `ceiling`, if any.
+    pub fn join(
+        &self,
+        key: u64,
+        lease: Arc<dyn Renewable>,
+        valid_until: Instant,
+        ceiling: Option<Instant>,
+    ) {
+        let member = Member {
+            lease,
+            valid_until,
+            ceiling,
+        };
+        self.members().insert(key, member);
     }
 
     /// Stops renewing the member of `key`.
@@ -105,11 +119,22 @@ impl Renewable for RenewalGroup {
     fn renew(self: Arc<Self>, ttl: Duration) -> BoxFuture<'static, Result<bool>> {
         Box::pin(async move {
             let sent_at = Instant::now();
-            let round: Vec<(u64, Arc<dyn Renewable>)> = self
-                .members()
-                .iter()
-                .map(|(&key, member)| (key, member.lease.clone()))
-                .collect();
+            // Members at their max-hold are not renewed again: they leave, told MAX_HOLD (their
+            // keys expire by their TTL, still held when their holders hear it).
+            let round: Vec<(u64, Arc<dyn Renewable>)> = {
+                let mut members = self.members();
+                members.retain(|&key, member| {
+                    let reached = member.ceiling.is_some_and(|ceiling| ceiling <= sent_at);
+                    if reached {
+                        let _ = self.lost.send((key, LostCode::MaxHold));
+                    }
+                    !reached
+                });
+                members
+                    .iter()
+                    .map(|(&key, member)| (key, member.lease.clone()))
+                    .collect()
+            };
             let answers = renew_all(&round, ttl).await;
             let mut unknown = None;
             let mut gone = Vec::new();
@@ -155,6 +180,13 @@ impl Renewable for RenewalGroup {
 
     /// Never: members are lost one by one, inside the round.
     fn not_held(&self) {}
+
+    fn next_ceiling(&self) -> Option<Instant> {
+        self.members()
+            .values()
+            .filter_map(|member| member.ceiling)
+            .min()
+    }
 
     fn revoked(&self, lock: &str) -> bool {
         let held = self
@@ -230,8 +262,8 @@ mod tests {
         let (group, mut lost) = RenewalGroup::new();
         let now = Instant::now();
         let early = now + Duration::from_millis(100);
-        group.join(1, lease(|| Ok(true)), early);
-        group.join(2, lease(|| Ok(false)), early);
+        group.join(1, lease(|| Ok(true)), early, None);
+        group.join(2, lease(|| Ok(false)), early, None);
         assert!(group.clone().renew(TTL).await.unwrap());
         assert_eq!(lost.try_recv().unwrap(), (2, LostCode::Taken));
         assert!(lost.try_recv().is_err());
@@ -246,8 +278,8 @@ mod tests {
     async fn an_unknown_answer_fails_the_round_but_not_the_answered_members() {
         let (group, mut lost) = RenewalGroup::new();
         let now = Instant::now();
-        group.join(1, lease(|| Ok(true)), now);
-        group.join(2, lease(|| Err(Error::invalid("no answer"))), now);
+        group.join(1, lease(|| Ok(true)), now, None);
+        group.join(2, lease(|| Err(Error::invalid("no answer"))), now, None);
         assert!(group.clone().renew(TTL).await.is_err());
         assert!(
             lost.try_recv().is_err(),
@@ -266,14 +298,14 @@ mod tests {
             gate: Some(gate.clone()),
         });
         let start = Instant::now();
-        group.join(1, slow, start);
+        group.join(1, slow, start, None);
         let round = tokio::spawn(group.clone().renew(TTL));
         tokio::task::yield_now().await;
         // Acquired while the round is in flight: the round does not cover it.
         let own = start + Duration::from_millis(500);
-        group.join(2, lease(|| Ok(true)), own);
+        group.join(2, lease(|| Ok(true)), own, None);
         // Replaced under a key the round holds: the old answer is not the new lease's.
-        group.join(1, lease(|| Ok(true)), own);
+        group.join(1, lease(|| Ok(true)), own, None);
         gate.notify_one();
         assert!(round.await.unwrap().unwrap());
         assert_eq!(group.valid_for(start), Some(Duration::from_millis(500)));

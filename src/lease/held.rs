@@ -15,7 +15,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use super::scheduler::Renewable;
-use super::spec::LockName;
+use super::several::{self, MoreNames};
+use super::spec::{LeaseSpec, LockName};
 use crate::error::Result;
 use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Store, Token};
 
@@ -25,13 +26,21 @@ use crate::store::{ElectionKeys, Elections, LockKeys, Locks, Store, Token};
 pub trait Holding: Clone + Send + Sync + 'static {
     /// What a lease on `name` holds in `store`.
     fn at(store: &Store, name: &LockName) -> Self;
+    /// What the lease `spec` asks for holds in `store` (a lock may hold several names).
+    fn of(store: &Store, spec: &LeaseSpec) -> Self {
+        Self::at(store, &spec.name)
+    }
     /// The lock behind the lease: what is acquired and renewed.
     fn lock(&self) -> &Lock;
+    fn lock_mut(&mut self) -> &mut Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
     fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
-    /// What is left to do once the lease is lost, if anything: never a release (see
-    /// [`HeldLease::lost`]).
-    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static>;
+    /// What is left to do once the lease of `token` is lost, if anything: never a release of
+    /// what its holder may believe in (see [`HeldLease::lost`]).
+    fn after_loss(
+        &self,
+        token: &Token,
+    ) -> Option<impl Future<Output = Result<()>> + Send + 'static>;
 }
 
 /// A plain lock, and the lock operations.
@@ -39,25 +48,51 @@ pub trait Holding: Clone + Send + Sync + 'static {
 pub struct Lock {
     pub locks: Locks,
     pub keys: LockKeys,
+    /// The further names of a lease over several at once (`None`: one name, the usual case,
+    /// at the cost of a pointer).
+    pub more: Option<Arc<MoreNames>>,
 }
 
 impl Holding for Lock {
     fn at(store: &Store, name: &LockName) -> Self {
         let keys = store.locks.keys(name.as_str());
         let locks = store.locks.clone();
-        Lock { locks, keys }
+        Lock {
+            locks,
+            keys,
+            more: None,
+        }
+    }
+
+    fn of(store: &Store, spec: &LeaseSpec) -> Self {
+        let mut lock = Self::at(store, &spec.name);
+        lock.more = MoreNames::of(store, spec);
+        lock
     }
 
     fn lock(&self) -> &Lock {
         self
     }
 
-    async fn release(&self, token: &Token) -> Result<bool> {
-        self.locks.release(&self.keys, token).await
+    fn lock_mut(&mut self) -> &mut Lock {
+        self
     }
 
-    /// Nothing: what is still ours expires by its TTL.
-    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+    async fn release(&self, token: &Token) -> Result<bool> {
+        match &self.more {
+            None => self.locks.release(&self.keys, token).await,
+            Some(_) => several::release_all(self, token).await,
+        }
+    }
+
+    /// One name: nothing, what is still ours expires by its TTL. Several: a lease lost on one
+    /// name is lost as a whole, and the names still ours are released (the holder is told
+    /// Lost as this starts), so its set never stays half-held.
+    /// Nothing, even for a lease over several names whose other names still hold: its holder
+    /// believes in them until it hears `lost` (or its validity runs out), so releasing them now
+    /// would let the next holder in while it may still be writing. They expire by their TTL,
+    /// no longer renewed (and their lock-delay, if any, follows).
+    fn after_loss(&self, _: &Token) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
         None::<std::future::Ready<Result<()>>>
     }
 }
@@ -78,6 +113,7 @@ impl Holding for Leadership {
             lease: Lock {
                 locks: store.locks.clone(),
                 keys: election.lease.clone(),
+                more: None,
             },
             elections: store.elections.clone(),
             election,
@@ -86,6 +122,10 @@ impl Holding for Leadership {
 
     fn lock(&self) -> &Lock {
         &self.lease
+    }
+
+    fn lock_mut(&mut self) -> &mut Lock {
+        &mut self.lease
     }
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
@@ -98,7 +138,7 @@ impl Holding for Leadership {
 
     /// Observers hear there is no leader now (the announcement is left alone while the lease
     /// key is still ours, and then retired by whoever reads it after it expires).
-    fn after_loss(&self) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
+    fn after_loss(&self, _: &Token) -> Option<impl Future<Output = Result<()>> + Send + 'static> {
         let (elections, election) = (self.elections.clone(), self.election.clone());
         Some(async move { elections.retire_stale_leader(&election).await.map(|_| ()) })
     }
@@ -120,19 +160,50 @@ struct Claim<H> {
 impl<H: Holding> Renewable for Claim<H> {
     fn renew(self: Arc<Self>, ttl: Duration) -> BoxFuture<'static, Result<bool>> {
         Box::pin(async move {
-            let Lock { locks, keys } = self.holding.lock();
-            locks.extend(keys, &self.token, ttl).await
+            let lock = self.holding.lock();
+            match &lock.more {
+                None => lock.locks.extend(&lock.keys, &self.token, ttl).await,
+                Some(_) => several::extend_all(lock, &self.token, ttl).await,
+            }
         })
     }
 
     fn not_held(&self) {
-        let Lock { locks, keys } = self.holding.lock();
-        locks.leave_in_background(keys.clone(), String::new());
+        let lock = self.holding.lock();
+        for keys in lock.all_keys() {
+            lock.locks.leave_in_background(keys.clone(), String::new());
+        }
     }
 
+    /// A lease over several names is renewed on its own (every name, or it is lost).
     fn claim(&self) -> Option<(&Locks, &LockKeys, &Token)> {
-        let Lock { locks, keys } = self.holding.lock();
-        Some((locks, keys, &self.token))
+        let Lock {
+            locks, keys, more, ..
+        } = self.holding.lock();
+        more.is_none().then_some((locks, keys, &self.token))
+    }
+
+    fn revoked(&self, lock: &str) -> bool {
+        self.holding
+            .lock()
+            .all_keys()
+            .any(|keys| keys.lock() == lock)
+    }
+}
+
+impl Lock {
+    /// The keys of every name: the first, then `more_names` in the order asked.
+    pub fn all_keys(&self) -> impl Iterator<Item = &LockKeys> {
+        let more = self.more.as_deref().map_or(&[][..], |more| &more.keys[..]);
+        std::iter::once(&self.keys).chain(more)
+    }
+
+    /// `reason` for a loss, naming the name lost when the lease holds several.
+    pub fn lost_reason(&self, reason: String) -> String {
+        match self.more.as_ref().and_then(|more| more.lost_words()) {
+            Some(words) => format!("{reason} ({words})"),
+            None => reason,
+        }
     }
 }
 
@@ -163,6 +234,23 @@ impl<H: Holding> HeldLease<H> {
         }
     }
 
+    /// Taken with a lock-delay (or resumed with one): its delay key is renewed with it, to
+    /// outlive it by the delay. Called before it is renewed by anyone (the claim is not shared
+    /// yet; if it were, the delay key would still expire the delay after the lease's last TTL
+    /// it was set to, only earlier than the lease's renewed one).
+    pub fn keep_lock_delay(&mut self) {
+        if let Some(claim) = Arc::get_mut(&mut self.claim) {
+            let lock = claim.holding.lock_mut();
+            lock.keys.kept_with = Some(lock.keys.delay());
+            // Every name of a lease over several has its own delay key, renewed with its name.
+            if let Some(more) = lock.more.as_mut().and_then(Arc::get_mut) {
+                for keys in &mut more.keys {
+                    keys.kept_with = Some(keys.delay());
+                }
+            }
+        }
+    }
+
     /// Resumed: from now on this stream's, let go on every way out as a lease it took.
     pub fn arm(&mut self) {
         self.armed = true;
@@ -187,7 +275,7 @@ impl<H: Holding> HeldLease<H> {
     /// resumed elsewhere with the same token meanwhile.
     pub fn lost(&mut self) {
         self.armed = false;
-        if let Some(work) = self.holding().after_loss() {
+        if let Some(work) = self.holding().after_loss(self.token()) {
             let span = tracing::info_span!("after_loss", lease = self.token().lease_id());
             let connection = self.holding().lock().locks.connection();
             connection.in_background(span, "could not retire a lost leader", work);
@@ -199,9 +287,13 @@ impl<H: Holding> HeldLease<H> {
     /// drop after this: if Redis could not be told, the lease expires by its TTL.
     pub async fn detach(&mut self, grace: Duration, attachment: u64) {
         self.armed = false;
-        let Lock { locks, keys } = self.holding().lock();
-        match locks.detach(keys, self.token(), grace, attachment).await {
-            Ok(()) => tracing::info!(grace_ms = grace.as_millis(), "kept for resumption"),
+        let lock = self.holding().lock();
+        let detached = futures_util::future::try_join_all(
+            lock.all_keys()
+                .map(|keys| lock.locks.detach(keys, self.token(), grace, attachment)),
+        );
+        match detached.await {
+            Ok(_) => tracing::info!(grace_ms = grace.as_millis(), "kept for resumption"),
             Err(error) => {
                 tracing::warn!(%error, "could not shorten the lease to its grace; it expires by its TTL");
             }

@@ -295,7 +295,11 @@ impl<H: Holding> Life<H> {
             self.lease.arm();
             self.metrics().moved("resumed");
         }
+        if acquisition.delayed {
+            self.lease.keep_lock_delay();
+        }
         RenewalClock::resumable(self.ttl, self.grace, acquisition.sent_at)
+            .with_ceiling(acquisition.ceiling, acquisition.sent_at)
     }
 
     /// Its holder was told: renewed by `scheduler` on `clock` from now on, `on_renewed`
@@ -310,7 +314,8 @@ impl<H: Holding> Life<H> {
     /// Its holder is told: renewed with the rest of `group` as its member `key`, valid until
     /// `clock` says.
     pub fn join(&mut self, group: &Arc<RenewalGroup>, key: u64, clock: &RenewalClock) {
-        group.join(key, self.lease.renewable(), clock.valid_until());
+        let lease = self.lease.renewable();
+        group.join(key, lease, clock.valid_until(), clock.ceiling());
         self.phase = Phase::Held;
         self.renewals = Renewals::Group(group.clone(), key);
     }
@@ -319,7 +324,11 @@ impl<H: Holding> Life<H> {
     /// reports those). Cancel-safe.
     pub async fn lost(&mut self) -> Lost {
         match &mut self.renewals {
-            Renewals::Own(scheduled) => scheduled.lost().await,
+            Renewals::Own(scheduled) => {
+                let lost = scheduled.lost().await;
+                let reason = self.lease.holding().lock().lost_reason(lost.reason);
+                Lost { reason, ..lost }
+            }
             Renewals::None | Renewals::Group(..) => std::future::pending().await,
         }
     }

@@ -12,6 +12,7 @@
 //!   in batches, without a task or timer per lease.
 //! - [`group`]: a session's leases, renewed together as one entry of the scheduler.
 //! - [`acquire`]: taking a lease that may be held, waiting until a deadline.
+//! - [`several`]: a lease over several names at once, all or none, without deadlock.
 //! - [`waiting`]: the waiting room: wake-ups by pub/sub, and the fair line kept alive.
 //! - [`observers`]: every change of an election, in order, to every observer.
 //! - [`revoke`]: an operator's revocation, and every server's holders of it told at once.
@@ -27,6 +28,7 @@ pub mod observers;
 pub mod renewal;
 pub mod revoke;
 pub mod scheduler;
+pub mod several;
 pub mod spec;
 pub mod waiting;
 pub mod watch;

@@ -46,6 +46,9 @@ pub struct RenewalClock {
     vouch: Option<Duration>,
     valid_until: Instant,
     next_renewal: Instant,
+    /// Its max-hold ceiling, by this server's clock (from before the command that took it was
+    /// sent, so never later than Redis's): not renewed, and never vouched for, past it.
+    ceiling: Option<Instant>,
 }
 
 impl RenewalClock {
@@ -62,9 +65,34 @@ impl RenewalClock {
             vouch: grace.map(|grace| grace.saturating_sub(drift(grace))),
             valid_until: sent_at,
             next_renewal: sent_at,
+            ceiling: None,
         };
         clock.confirmed(sent_at);
         clock
+    }
+
+    /// Held to a max-hold ceiling `left` after `sent_at` (the command that took it left then).
+    pub fn with_ceiling(mut self, left: Option<Duration>, sent_at: Instant) -> Self {
+        self.ceiling = left.map(|left| sent_at + left);
+        if let Some(ceiling) = self.ceiling {
+            self.next_renewal = self.next_renewal.min(ceiling);
+        }
+        self
+    }
+
+    /// Whether its max-hold ceiling is reached: no more renewals, and its holder is told.
+    pub fn at_ceiling(&self, now: Instant) -> bool {
+        self.ceiling.is_some_and(|ceiling| now >= ceiling)
+    }
+
+    /// Its max-hold ceiling, if it has one.
+    pub fn ceiling(&self) -> Option<Instant> {
+        self.ceiling
+    }
+
+    /// Due by `at` at the latest (a group's member reaching its ceiling then).
+    pub fn due_by(&mut self, at: Instant) {
+        self.next_renewal = self.next_renewal.min(at);
     }
 
     /// The renewal period's base: the TTL, or the grace if shorter.
@@ -82,6 +110,14 @@ impl RenewalClock {
         // is in danger.
         let window = self.window();
         self.next_renewal = on_grid(sent_at + window / 3, window / GRID_STEPS).max(sent_at);
+        self.due_by_ceiling();
+    }
+
+    /// Due at the ceiling at the latest, so its holder hears of it then.
+    fn due_by_ceiling(&mut self) {
+        if let Some(ceiling) = self.ceiling {
+            self.next_renewal = self.next_renewal.min(ceiling);
+        }
     }
 
     /// A renewal failed without an answer (Redis unreachable or slow): try again soon, but never
@@ -91,6 +127,7 @@ impl RenewalClock {
         let retry =
             (self.window() / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
         self.next_renewal = (now + retry).min(self.valid_until);
+        self.due_by_ceiling();
     }
 
     /// Due at once: Redis reconnected and may have lost the key.
@@ -114,7 +151,10 @@ impl RenewalClock {
     pub fn valid_for(&self, now: Instant) -> Duration {
         let valid_for = self.valid_until.saturating_duration_since(now);
         let most = self.vouch.unwrap_or(self.ttl - drift(self.ttl));
-        valid_for.min(most)
+        let before_ceiling = self.ceiling.map_or(Duration::MAX, |ceiling| {
+            ceiling.saturating_duration_since(now)
+        });
+        valid_for.min(most).min(before_ceiling)
     }
 
     pub fn expired(&self, now: Instant) -> bool {

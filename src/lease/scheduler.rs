@@ -46,6 +46,12 @@ pub trait Renewable: Send + Sync + 'static {
     fn revoked(&self, lock: &str) -> bool {
         self.claim().is_some_and(|(_, keys, _)| keys.lock() == lock)
     }
+    /// The earliest max-hold ceiling among a group's members still renewed (`None`: none, or
+    /// not a group; a lease's own ceiling is its clock's): the group's next round comes by
+    /// then, so that member is let go and told on time.
+    fn next_ceiling(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// Why a lease was lost, for programs (the protocol's `LostReason`): decided here and in the
@@ -60,6 +66,8 @@ pub enum LostCode {
     Shutdown,
     /// An operator revoked it.
     Revoked,
+    /// It reached its max-hold: the server stopped renewing it (its key expires by its TTL).
+    MaxHold,
 }
 
 /// Why a lease whose renewal answered `0` is lost.
@@ -78,6 +86,10 @@ pub struct Lost {
     /// Why the renewal that found it was due.
     pub due: RenewalDue,
 }
+
+/// Why a lease that reached its max-hold is lost.
+pub const MAX_HOLD: &str = "the lease reached its max hold (max_hold_ms from its acquisition): \
+     the server stopped renewing it; its key expires by its TTL";
 
 /// Why a lease whose key an operator revoked is lost.
 pub const REVOKED: &str =
@@ -331,6 +343,10 @@ impl Shared {
                 if entry.in_flight || entry.clock.next_renewal() > now {
                     continue; // A stale place in the queue.
                 }
+                if entry.clock.at_ceiling(now) {
+                    state.lose(id, "max_hold", MAX_HOLD.into(), LostCode::MaxHold);
+                    continue;
+                }
                 if entry.clock.expired(now) {
                     self.metrics.renewal(false);
                     state.lose(
@@ -376,7 +392,12 @@ impl Shared {
                         entry.clock.due_now(now);
                         now
                     }
-                    _ => entry.clock.next_renewal(),
+                    _ => {
+                        if let Some(ceiling) = entry.lease.next_ceiling() {
+                            entry.clock.due_by(ceiling.max(now));
+                        }
+                        entry.clock.next_renewal()
+                    }
                 };
                 state.enqueue(id, due);
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 pub use crate::mode::Mode;
+pub use crate::store::locks::HoldLimits;
 
 /// Longest lock name, in bytes of UTF-8.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -28,6 +29,13 @@ pub const MAX_LISTED: usize = 1_000;
 pub const MAX_LIMIT: u32 = 10_000;
 /// Longest wait for a taken lock.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// Most names one lease holds at once (`name` and `more_names`): each costs a script per
+/// acquisition attempt and a renewal per round.
+pub const MAX_NAMES: usize = 32;
+/// Longest lock-delay: a lost holder blocks the name for at most its TTL and this.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+/// Longest max-hold ceiling on a holding.
+pub const MAX_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The name of a lock or an election, checked: non-empty, bounded, no control characters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,6 +136,80 @@ pub fn resume_grace(grace_ms: u32, ttl: Duration) -> Result<Option<Duration>> {
     Ok((!grace.is_zero()).then_some(grace))
 }
 
+/// The further names of a lease held over several names at once (`more_names`), checked:
+/// each a valid name, none twice (nor `first` again), at most [`MAX_NAMES`] in all, and only
+/// for a plain exclusive lock (a semaphore's permits or a shared hold over several names would
+/// need every name's count to agree, which no single script can see across slots).
+pub fn more_names(first: &LockName, more: Vec<String>, mode: Mode) -> Result<Vec<LockName>> {
+    if more.is_empty() {
+        return Ok(Vec::new());
+    }
+    if more.len() + 1 > MAX_NAMES {
+        return Err(Error::invalid(format!(
+            "{} names asked at once (name and {} more_names), over the limit of {MAX_NAMES}",
+            more.len() + 1,
+            more.len()
+        )));
+    }
+    if mode != Mode::LOCK {
+        let what = match mode {
+            Mode::Shared => "a shared lease".to_owned(),
+            Mode::Exclusive { limit } => format!("a semaphore (limit {limit})"),
+        };
+        return Err(Error::invalid(format!(
+            "more_names asks for several names at once, which only plain exclusive locks (limit 0 or 1, not shared) can hold; this is {what}"
+        )));
+    }
+    let mut names: Vec<LockName> = Vec::with_capacity(more.len());
+    for (index, name) in more.into_iter().enumerate() {
+        let name = LockName::parse_as(name, &format!("more_names[{index}]"))?;
+        if name == *first || names.contains(&name) {
+            return Err(Error::invalid(format!(
+                "lock name {:?} is asked twice (name and more_names must all differ): one lease holds each name once",
+                name.as_str()
+            )));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// A lock-delay of at most `MAX_LOCK_DELAY`, for plain exclusive locks only; zero means none.
+pub fn lock_delay(delay_ms: u32, mode: Mode) -> Result<Option<Duration>> {
+    let delay = Duration::from_millis(delay_ms.into());
+    if delay.is_zero() {
+        return Ok(None);
+    }
+    if mode != Mode::LOCK {
+        return Err(Error::invalid(
+            "lock_delay_ms is only for plain exclusive locks (limit 0 or 1, not shared)",
+        ));
+    }
+    if delay > MAX_LOCK_DELAY {
+        return Err(Error::invalid(format!(
+            "lock_delay_ms is {delay_ms}; it must be at most {}",
+            MAX_LOCK_DELAY.as_millis()
+        )));
+    }
+    Ok(Some(delay))
+}
+
+/// A max-hold ceiling between the TTL and `MAX_HOLD`; zero means none.
+pub fn max_hold(max_hold_ms: u32, ttl: Duration) -> Result<Option<Duration>> {
+    let max_hold = Duration::from_millis(max_hold_ms.into());
+    if max_hold.is_zero() {
+        return Ok(None);
+    }
+    if max_hold < ttl || max_hold > MAX_HOLD {
+        return Err(Error::invalid(format!(
+            "max_hold_ms is {max_hold_ms}; it must be between ttl_ms ({}) and {}",
+            ttl.as_millis(),
+            MAX_HOLD.as_millis()
+        )));
+    }
+    Ok(Some(max_hold))
+}
+
 /// A holder description: free text shown to others, bounded and printable.
 pub fn holder(holder: String) -> Result<String> {
     if holder.len() > MAX_HOLDER_BYTES {
@@ -182,6 +264,17 @@ pub struct LeaseSpec {
     pub resume_grace: Option<Duration>,
     /// Reattach to the lease this token holds instead of taking a new one.
     pub resume: Option<String>,
+    /// Further names held with `name`, all or none, in the order asked ([`more_names`]).
+    pub more_names: Vec<LockName>,
+    /// Lock-delay and max-hold (a resumed lease keeps those it was taken with).
+    pub limits: HoldLimits,
+}
+
+impl LeaseSpec {
+    /// Every name of the lease: `name` first, then `more_names` in the order asked.
+    pub fn names(&self) -> impl Iterator<Item = &LockName> {
+        std::iter::once(&self.name).chain(&self.more_names)
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +305,29 @@ mod tests {
         assert_eq!(resume_grace(0, ttl).ok(), Some(None));
         assert_eq!(resume_grace(1_000, ttl).ok(), Some(Some(ttl)));
         assert!(resume_grace(1_001, ttl).is_err());
+    }
+
+    #[test]
+    fn more_names_at_the_limits() {
+        let first = LockName::parse("a".into()).unwrap();
+        let many = |n: usize| (1..n).map(|i| format!("n{i}")).collect::<Vec<_>>();
+        assert_eq!(
+            more_names(&first, many(MAX_NAMES), Mode::LOCK)
+                .unwrap()
+                .len(),
+            MAX_NAMES - 1
+        );
+        assert!(more_names(&first, many(MAX_NAMES + 1), Mode::LOCK).is_err());
+        assert!(more_names(&first, vec!["b".into(), "b".into()], Mode::LOCK).is_err());
+        assert!(more_names(&first, vec!["a".into()], Mode::LOCK).is_err());
+        assert!(more_names(&first, vec![String::new()], Mode::LOCK).is_err());
+        assert!(more_names(&first, vec!["b".into()], Mode::Shared).is_err());
+        assert!(more_names(&first, vec!["b".into()], Mode::Exclusive { limit: 2 }).is_err());
+        assert!(
+            more_names(&first, Vec::new(), Mode::Shared)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

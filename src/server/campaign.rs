@@ -42,6 +42,7 @@ impl Campaign {
         resume_grace: Result<Option<Duration>>,
     ) -> Result<(LeaseSpec, Self)> {
         let spec = LeaseSpec {
+            more_names: Vec::new(),
             name: LockName::parse_election(election)?,
             ttl,
             wait: MAX_WAIT,
@@ -49,6 +50,7 @@ impl Campaign {
             fair: true,
             mode: spec::Mode::LOCK,
             resume_grace: resume_grace?,
+            limits: Default::default(),
             resume: match resume_token {
                 token if token.is_empty() => None,
                 token => Some(spec::token(token)?),

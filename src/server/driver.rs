@@ -124,7 +124,7 @@ where
         let Some((spec, mut stream)) = Box::pin(self.first_request()).await? else {
             return Ok(());
         };
-        let holding = K::Holding::at(&self.streams.store, &spec.name);
+        let holding = K::Holding::of(&self.streams.store, &spec);
         let mut life = Life::claim(holding, &spec);
         let span = info_span!(
             "lease",
@@ -148,8 +148,9 @@ where
             Move::Start(start) => {
                 let (spec, stream) = K::open(start)?;
                 // Before any Redis command: a refused name is never touched.
-                self.caller
-                    .allow(K::SCOPE, spec.name.as_str(), Role::Hold)?;
+                for name in spec.names() {
+                    self.caller.allow(K::SCOPE, name.as_str(), Role::Hold)?;
+                }
                 Ok(Some((spec, stream)))
             }
             Move::HalfClosed => Ok(None),
@@ -180,6 +181,7 @@ where
             let Acquisition {
                 fencing_token,
                 attachment,
+                more_fences,
                 ..
             } = acquisition;
             info!(fencing_token, resumed = attachment > 0, "acquired");
@@ -193,6 +195,7 @@ where
                 lease: life.lease(),
                 spec,
                 fencing_token,
+                more_fences: &more_fences,
             };
             let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
             let end = match Box::pin(stream.acquired(&held, vouched)).await {
@@ -292,7 +295,7 @@ where
                     Move::HalfClosed => break End::HalfClosed,
                     Move::Release => break End::ReleaseAsked,
                     Move::Other(message) => {
-                        let held = Held { lease: life.lease(), spec, fencing_token };
+                        let held = Held { lease: life.lease(), spec, fencing_token, more_fences: &[] };
                         match Box::pin(stream.handle(message, &held)).await {
                             Ok(Step::Reply(answer)) => {
                                 self.events.essential(Ok(answer));

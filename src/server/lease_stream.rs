@@ -96,6 +96,7 @@ pub fn lost(reason: String, code: LostCode) -> pb::Lost {
         LostCode::Unreachable => pb::LostReason::Unreachable,
         LostCode::Shutdown => pb::LostReason::Shutdown,
         LostCode::Revoked => pb::LostReason::Revoked,
+        LostCode::MaxHold => pb::LostReason::MaxHold,
     };
     pb::Lost {
         reason,
@@ -108,6 +109,8 @@ pub struct Held<'a, H: Holding> {
     pub lease: &'a HeldLease<H>,
     pub spec: &'a LeaseSpec,
     pub fencing_token: u64,
+    /// The fencing tokens of `spec.more_names`, in the order asked (empty for one name).
+    pub more_fences: &'a [u64],
 }
 
 /// One kind of held-lease stream: its messages, what it holds, and its answers.

@@ -9,19 +9,20 @@ use tracing::{Instrument, info_span, warn};
 use super::auth::{Caller, Role, Scope};
 use super::driver::{self, Streams};
 use super::events::ResponseStream;
-use super::lock_stream::LockStream;
+use super::lock_stream::{LockStream, fences};
 use crate::error::Error;
 use crate::lease::acquire::acquire;
 use crate::lease::held::{HeldLease, Holding, Lock};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::revoke::revoke_lock;
+use crate::lease::several::{self, MoreNames};
 use crate::lease::spec::{self, LeaseSpec, LockName, MAX_LISTED};
 use crate::lease::watch::{Watchers, Watching};
 use crate::metrics::Outcome;
 use crate::mode::Mode;
 use crate::pb::{self, lock_service_server::LockService};
 use crate::store::Token;
-use crate::store::locks::{Described, HolderState, LockState};
+use crate::store::locks::{Described, HolderState, LockState, TokenState};
 
 /// Shared by every lock request of one server.
 #[derive(Clone)]
@@ -36,13 +37,25 @@ impl LockServer {
         Ok(LockServer { streams, watchers })
     }
 
-    /// The lock and the token a unary call names, both checked, and the caller allowed to hold
-    /// it.
-    fn named(&self, caller: &Caller, name: String, token: String) -> Result<(Lock, Token), Error> {
+    /// The lock (over `name` and `more_names`) and the token a unary call names, all checked,
+    /// and the caller allowed to hold every name.
+    fn named(
+        &self,
+        caller: &Caller,
+        name: String,
+        more_names: Vec<String>,
+        token: String,
+    ) -> Result<(Lock, Token), Error> {
         let name = LockName::parse(name)?;
-        caller.allow(Scope::Lock, name.as_str(), Role::Hold)?;
+        let more = spec::more_names(&name, more_names, Mode::LOCK)?;
+        for name in std::iter::once(&name).chain(&more) {
+            caller.allow(Scope::Lock, name.as_str(), Role::Hold)?;
+        }
         let token = Token::from_client(spec::token(token)?);
-        Ok((Lock::at(&self.streams.store, &name), token))
+        let store = &self.streams.store;
+        let mut lock = Lock::at(store, &name);
+        lock.more = MoreNames::over(store, &name, &more);
+        Ok((lock, token))
     }
 }
 
@@ -63,10 +76,12 @@ impl LockService for LockServer {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let caller = Caller::of(&request);
         let spec = LeaseSpec::try_from(request.into_inner())?;
-        caller.allow(Scope::Lock, spec.name.as_str(), Role::Hold)?;
+        for name in spec.names() {
+            caller.allow(Scope::Lock, name.as_str(), Role::Hold)?;
+        }
         // Claimed before the attempt: if it fails without an answer, or this call is cancelled
         // mid-command, the attempt may still land in Redis, and is let go on drop.
-        let lock = Lock::at(&self.streams.store, &spec.name);
+        let lock = Lock::of(&self.streams.store, &spec);
         let mut lease = HeldLease::claim(lock, Token::random());
         let span = info_span!("acquire", lock = %spec.name, lease = lease.token().lease_id());
         let room = self.streams.room.as_ref();
@@ -82,12 +97,15 @@ impl LockService for LockServer {
                 ttl_ms: pb::millis(spec.ttl),
                 holder: String::new(),
                 valid_for_ms: pb::millis(
-                    RenewalClock::new(spec.ttl, acquired.sent_at).valid_for(Instant::now()),
+                    RenewalClock::new(spec.ttl, acquired.sent_at)
+                        .with_ceiling(acquired.ceiling, acquired.sent_at)
+                        .valid_for(Instant::now()),
                 ),
-                fences: vec![pb::NameFence {
-                    name: spec.name.as_str().to_owned(),
-                    fencing_token: acquired.fencing_token,
-                }],
+                fences: fences(
+                    spec.names().map(LockName::as_str),
+                    acquired.fencing_token,
+                    &acquired.more_fences,
+                ),
             },
             // A taken lock is an answer here, not an error: say who has it.
             Err(Error::LockHeld { holder, .. } | Error::WaitExpired { holder, .. }) => {
@@ -109,17 +127,17 @@ impl LockService for LockServer {
     ) -> Result<Response<pb::ExtendResponse>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        let (lock, token) = self.named(&caller, request.name, request.token)?;
+        let (lock, token) = self.named(&caller, request.name, request.more_names, request.token)?;
         let ttl = spec::ttl(request.ttl_ms)?;
         let sent_at = Instant::now();
-        let extended = lock.locks.extend(&lock.keys, &token, ttl).await?;
-        let valid_for_ms = if extended {
-            pb::millis(RenewalClock::new(ttl, sent_at).valid_for(Instant::now()))
-        } else {
-            0
-        };
+        // Every name, or the answer is no (a name no longer ours is never extended back);
+        // never past the lease's max-hold: near it, a shorter TTL is set (and vouched for).
+        let set = several::extend_all_capped(&lock, &token, ttl).await?;
+        let valid_for_ms = set.map_or(0, |set| {
+            pb::millis(RenewalClock::new(set, sent_at).valid_for(Instant::now()))
+        });
         Ok(Response::new(pb::ExtendResponse {
-            extended,
+            extended: set.is_some(),
             valid_for_ms,
         }))
     }
@@ -130,7 +148,7 @@ impl LockService for LockServer {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        let (lock, token) = self.named(&caller, request.name, request.token)?;
+        let (lock, token) = self.named(&caller, request.name, request.more_names, request.token)?;
         let released = lock.release(&token).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
@@ -211,9 +229,27 @@ impl LockService for LockServer {
 
     async fn check(
         &self,
-        _request: Request<pb::CheckRequest>,
+        request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
-        Err(Status::unimplemented("Check is being built (issue 41)"))
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let name = LockName::parse(request.name)?;
+        caller.allow(Scope::Lock, name.as_str(), Role::Observe)?;
+        if request.fencing_token == 0 {
+            return Err(Error::invalid("fencing token is 0").into());
+        }
+        let locks = &self.streams.store.locks;
+        let keys = locks.keys(name.as_str());
+        let (state, current_fencing_token) = match locks.check(&keys, request.fencing_token).await?
+        {
+            TokenState::Current => (pb::TokenState::Current, request.fencing_token),
+            TokenState::Superseded { current } => (pb::TokenState::Superseded, current),
+            TokenState::Free => (pb::TokenState::Free, 0),
+        };
+        Ok(Response::new(pb::CheckResponse {
+            state: state.into(),
+            current_fencing_token,
+        }))
     }
 
     type WatchStream = ResponseStream<pb::WatchResponse>;

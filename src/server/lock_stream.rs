@@ -22,6 +22,10 @@ pub struct LockAsk {
     pub limit: u32,
     pub mode: i32,
     pub resume_token: String,
+    /// Further names to hold with `name`, all or none.
+    pub more_names: Vec<String>,
+    pub lock_delay_ms: u32,
+    pub max_hold_ms: u32,
 }
 
 impl LockAsk {
@@ -42,15 +46,22 @@ impl LockAsk {
             token if token.is_empty() => None,
             token => Some(spec::token(token)?),
         };
+        let name = LockName::parse(self.name)?;
+        let mode = spec::mode(self.limit, shared)?;
         Ok(LeaseSpec {
-            name: LockName::parse(self.name)?,
+            more_names: spec::more_names(&name, self.more_names, mode)?,
+            name,
             ttl,
             wait: spec::wait(self.wait_ms)?,
             holder: spec::holder(self.holder)?,
             fair: self.fair.unwrap_or(true),
-            mode: spec::mode(self.limit, shared)?,
+            mode,
             resume_grace: resume_grace?,
             resume,
+            limits: spec::HoldLimits {
+                lock_delay: spec::lock_delay(self.lock_delay_ms, mode)?,
+                max_hold: spec::max_hold(self.max_hold_ms, ttl)?,
+            },
         })
     }
 }
@@ -68,6 +79,9 @@ impl TryFrom<pb::LeaseAcquire> for LeaseSpec {
             limit: request.limit,
             mode: request.mode,
             resume_token: request.resume_token,
+            more_names: request.more_names,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
         };
         ask.spec(ttl, spec::resume_grace(request.resume_grace_ms, ttl))
     }
@@ -86,9 +100,30 @@ impl TryFrom<pb::AcquireRequest> for LeaseSpec {
             fair: request.fair,
             limit: request.limit,
             mode: request.mode,
+            more_names: request.more_names,
+            lock_delay_ms: request.lock_delay_ms,
+            max_hold_ms: request.max_hold_ms,
             ..Default::default()
         })
     }
+}
+
+/// Each name's fencing token, `name` first then `more_names` in the order asked (`Acquired`,
+/// `AcquireResponse`, `SessionAcquired`).
+pub fn fences<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    fencing_token: u64,
+    more_fences: &[u64],
+) -> Vec<pb::NameFence> {
+    let tokens = std::iter::once(fencing_token).chain(more_fences.iter().copied());
+    names
+        .into_iter()
+        .zip(tokens)
+        .map(|(name, fencing_token)| pb::NameFence {
+            name: name.to_owned(),
+            fencing_token,
+        })
+        .collect()
 }
 
 fn response(event: Event) -> LeaseResponse {
@@ -138,10 +173,11 @@ impl LeaseStream for LockStream {
             ttl_ms: pb::millis(held.spec.ttl),
             valid_for_ms: pb::millis(vouched.valid_for),
             valid_to_ms: pb::millis_u64(vouched.valid_to),
-            fences: vec![pb::NameFence {
-                name: held.spec.name.as_str().to_owned(),
-                fencing_token: held.fencing_token,
-            }],
+            fences: fences(
+                held.spec.names().map(LockName::as_str),
+                held.fencing_token,
+                held.more_fences,
+            ),
         }))))
     }
 

@@ -89,6 +89,13 @@ impl LockKeys {
         [self.base(), ":watched"].concat()
     }
 
+    /// A lock-delay (string `<delay ms>:<holder>`): set when a lease that asked for one takes
+    /// the name, renewed with it to outlive it by the delay, deleted by a clean release. While
+    /// it exists and the lock does not, the name is taken by nobody (a lost holder's delay).
+    pub fn delay(&self) -> String {
+        [self.base(), ":delay"].concat()
+    }
+
     /// The tokens revoked lately (a set, kept as long as the longest revoked lease had left, so
     /// nothing stays behind): a renewal that finds its key gone before its server heard the
     /// revocation's message reads it, and tells its holder REVOKED rather than TAKEN.

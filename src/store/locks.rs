@@ -23,7 +23,10 @@ mod types;
 
 pub use super::scan::MAX_SCAN_PAGES;
 use scripts::Scripts;
-pub use types::{AcquireOutcome, Described, HolderState, LockState, Mode, Resumed, Waiter};
+pub use types::{
+    AcquireOutcome, Described, HoldLimits, HolderState, LockState, Mode, Resumed, TokenState,
+    Waiter,
+};
 
 /// The locks under one key prefix. Cheap to clone: one pointer.
 #[derive(Clone)]
@@ -113,6 +116,60 @@ impl Locks {
         }
     }
 
+    /// A unary `Extend`: resets the TTL if `token` still holds the lock, never past the lease's
+    /// max-hold ceiling, and renews its lock-delay key if it has one. Sent on its own, not
+    /// batched: the stream's renewals ([`Locks::extend`]) need neither (their server knows both).
+    /// `Some(ttl set)` when extended (less than `ttl` near the ceiling); `None` when not ours, or
+    /// the ceiling is reached. Redlock: a majority must extend it; the shortest TTL they set.
+    pub async fn extend_capped(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<Option<Duration>> {
+        const CONTEXT: &str = "extend";
+        let answers = self
+            .0
+            .nodes
+            .gather(
+                |_, connection| {
+                    let mut script_keys = permit_script_keys(keys);
+                    script_keys.push(keys.delay());
+                    connection.eval::<i64>(
+                        &self.0.scripts.extend.one,
+                        CONTEXT,
+                        script_keys,
+                        vec![
+                            Value::from(token.secret()),
+                            Value::from(millis(ttl)),
+                            Value::from("1"),
+                        ],
+                    )
+                },
+                |answers| {
+                    let yes = answers.count(|&set| set > 0);
+                    answers.is_majority(yes) || answers.rules_out_majority(answers.ok.len() - yes)
+                },
+            )
+            .await;
+        let yes = answers.count(|&set| set > 0);
+        if answers.is_majority(yes) {
+            let shortest = answers
+                .ok
+                .iter()
+                .map(|(_, set)| *set)
+                .filter(|&set| set > 0)
+                .min();
+            Ok(shortest
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis))
+        } else if answers.rules_out_majority(answers.ok.len() - yes) {
+            Ok(None)
+        } else {
+            Err(answers.into_error(CONTEXT))
+        }
+    }
+
     /// Extends a group of leases at once (a session's round), one answer each, in order: on
     /// one node (or a cluster) as one request to its batches; with Redlock each lease still
     /// needs its own majority.
@@ -152,6 +209,7 @@ impl Locks {
                         keys.holders(),
                         keys.permits(),
                         keys.watched(),
+                        keys.delay(),
                     ],
                     vec![
                         Value::from(token.secret()),
@@ -264,18 +322,22 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| async move {
-                    let reply: Vec<u64> = connection
+                    let mut script_keys = permit_script_keys(keys);
+                    script_keys.push(keys.delay());
+                    let reply: Vec<i64> = connection
                         .eval(
                             &self.0.scripts.resume,
                             CONTEXT,
-                            permit_script_keys(keys),
+                            script_keys,
                             vec![Value::from(token.secret()), Value::from(millis(ttl))],
                         )
                         .await?;
                     Ok(match reply.as_slice() {
-                        [fencing_token, attachment] => Some(Resumed {
-                            fencing_token: *fencing_token,
-                            attachment: *attachment,
+                        [fencing_token, attachment, ceiling, delayed] => Some(Resumed {
+                            fencing_token: u64::try_from(*fencing_token).unwrap_or(0),
+                            attachment: u64::try_from(*attachment).unwrap_or(0),
+                            ceiling: u64::try_from(*ceiling).ok().map(Duration::from_millis),
+                            delayed: *delayed == 1,
                         }),
                         _ => None,
                     })
@@ -285,7 +347,17 @@ impl Locks {
             .await;
         let resumed: Vec<Resumed> = answers.ok.iter().filter_map(|(_, r)| *r).collect();
         if answers.is_majority(resumed.len()) {
-            return Ok(resumed.into_iter().max_by_key(|r| r.fencing_token));
+            // The nearest ceiling any of them keeps: never vouched past.
+            let ceiling = resumed.iter().filter_map(|r| r.ceiling).min();
+            let delayed = resumed.iter().any(|r| r.delayed);
+            return Ok(resumed
+                .into_iter()
+                .max_by_key(|r| r.fencing_token)
+                .map(|r| Resumed {
+                    ceiling,
+                    delayed,
+                    ..r
+                }));
         }
         if answers.is_majority(answers.ok.len()) {
             return Ok(None);
@@ -311,6 +383,7 @@ impl Locks {
                     keys.holders(),
                     keys.permits(),
                     keys.watched(),
+                    keys.delay(),
                 ],
                 vec![
                     Value::from(token.secret()),

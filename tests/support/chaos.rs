@@ -23,6 +23,7 @@ use super::{RedisServer, ServerProcess};
 
 mod primitives;
 pub mod revoke;
+pub mod several;
 use primitives::Primitives;
 
 pub const LOCK: &str = "chaos";

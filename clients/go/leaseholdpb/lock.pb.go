@@ -382,7 +382,9 @@ type LeaseAcquire struct {
 	// Further names to hold together with `name`, all or none: the lease is
 	// acquired only when every name is taken, with one token and one fencing
 	// token per name (`Acquired.fences`), renewed together, and lost as a
-	// whole when any of them is lost (the others are then released). Callers
+	// whole when any of them is lost (the others are no longer renewed and
+	// expire by their TTL: they are not released while the holder may still
+	// believe in them). Callers
 	// asking for overlapping sets in any order cannot deadlock: the server
 	// takes the names in one canonical order and waits (in the name's line)
 	// only while it holds none of them (docs/primitives.md). Names may live in

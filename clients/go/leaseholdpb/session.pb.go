@@ -306,7 +306,9 @@ type SessionAcquire struct {
 	// As in LeaseAcquire.lock_delay_ms.
 	LockDelayMs uint32 `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// As in LeaseAcquire.max_hold_ms: at the ceiling this lease alone is
-	// `lease_lost` with code LOST_REASON_MAX_HOLD.
+	// `lease_lost` with code LOST_REASON_MAX_HOLD. `kept_alive` vouches for
+	// the session as a whole: a client believes in this lease no later than
+	// its ceiling by its own clock (from before it sent this acquire).
 	MaxHoldMs     uint32 `protobuf:"varint,11,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

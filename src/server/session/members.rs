@@ -16,7 +16,7 @@ use crate::lease::held::{Holding, Leadership, Lock};
 use crate::lease::life::{End, Life, LostCode, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::{NOT_HELD, REVOKED};
-use crate::lease::spec::LeaseSpec;
+use crate::lease::spec::{LeaseSpec, LockName};
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Counted, HeldFor};
 use crate::pb::{self, session_response::Event};
@@ -24,7 +24,7 @@ use crate::server::admission::LeaseSlot;
 use crate::server::auth::{Role, Scope};
 use crate::server::campaign::Campaign;
 use crate::server::lease_stream::{Held, LeaseStream, Step};
-use crate::server::lock_stream::LockAsk;
+use crate::server::lock_stream::{self, LockAsk};
 use crate::store::Token;
 
 /// One lease of the session, by the client's id.
@@ -159,6 +159,7 @@ impl Session {
             holder => holder,
         };
         let ask = LockAsk {
+            more_names: acquire.more_names,
             name: acquire.name,
             wait_ms: acquire.wait_ms,
             holder,
@@ -166,11 +167,14 @@ impl Session {
             limit: acquire.limit,
             mode: acquire.mode,
             resume_token: acquire.resume_token,
+            lock_delay_ms: acquire.lock_delay_ms,
+            max_hold_ms: acquire.max_hold_ms,
         };
         let spec = ask.spec(terms.ttl, Ok(terms.grace))?;
-        self.caller
-            .allow(Scope::Lock, spec.name.as_str(), Role::Hold)?;
-        let life = Life::claim(Lock::at(&self.streams.store, &spec.name), &spec);
+        for name in spec.names() {
+            self.caller.allow(Scope::Lock, name.as_str(), Role::Hold)?;
+        }
+        let life = Life::claim(Lock::of(&self.streams.store, &spec), &spec);
         self.start(id, spec, Start::Lock(life))
     }
 
@@ -275,6 +279,7 @@ impl Session {
         let Acquisition {
             fencing_token,
             attachment,
+            more_fences,
             ..
         } = acquisition;
         let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
@@ -284,6 +289,7 @@ impl Session {
                 lease: life.lease(),
                 spec,
                 fencing_token,
+                more_fences: &[],
             };
             let end = match stream.acquired(&held, vouched).await {
                 Ok(Step::Reply(_)) => None,
@@ -306,6 +312,11 @@ impl Session {
         info!(id, lock = %name, lease = kind.token().lease_id(), fencing_token, resumed = attachment > 0, "acquired on the session");
         kind.join(group, serial, &clock);
         let token = kind.token().secret().to_owned();
+        let fences = match &kind {
+            Kind::Lock(life) => fences(life.lease().holding(), &name, fencing_token, &more_fences),
+            // A leadership's fencing token is its own field alone.
+            Kind::Campaign(..) => Vec::new(),
+        };
         self.leases.insert(
             id,
             Slot::Held(Box::new(Member {
@@ -322,8 +333,7 @@ impl Session {
             fencing_token,
             valid_for_ms: pb::millis(vouched.valid_for),
             valid_to_ms: pb::millis_u64(vouched.valid_to),
-            // Filled in by multi-name acquisitions (issue 41).
-            fences: Vec::new(),
+            fences,
         }))
         .await;
     }
@@ -356,6 +366,7 @@ impl Session {
             lease: life.lease(),
             spec,
             fencing_token: member.fencing_token,
+            more_fences: &[],
         };
         match stream.handle(proclaim.value, &held).await? {
             Step::Reply(_) => {
@@ -404,9 +415,13 @@ impl Session {
         if let Some(Slot::Held(mut member)) = self.leases.remove(&id) {
             let (cause, reason) = match code {
                 LostCode::Revoked => ("revoked", REVOKED),
+                LostCode::MaxHold => ("max_hold", crate::lease::scheduler::MAX_HOLD),
                 _ => ("not_held", NOT_HELD),
             };
-            let reason = reason.to_owned();
+            let reason = match &member.kind {
+                Kind::Lock(life) => life.lease().holding().lost_reason(reason.to_owned()),
+                Kind::Campaign(..) => reason.to_owned(),
+            };
             let end = End::Lost {
                 cause,
                 reason,
@@ -420,6 +435,17 @@ impl Session {
     async fn ended(&mut self, id: u64, member: &mut Member, end: End) {
         if let Ok(Told::Lost(reason, code)) = member.kind.end(end).await {
             self.lease_lost(id, reason, code).await;
+        }
+    }
+}
+
+/// A session lock's fencing token per name: `name` first, then `more_names` in the order asked.
+fn fences(lock: &Lock, name: &str, fencing_token: u64, more_fences: &[u64]) -> Vec<pb::NameFence> {
+    match &lock.more {
+        None => lock_stream::fences([name], fencing_token, more_fences),
+        Some(more) => {
+            let names = more.names.iter().map(LockName::as_str);
+            lock_stream::fences(names, fencing_token, more_fences)
         }
     }
 }

@@ -3,11 +3,12 @@
 -- KEYS[1] lock (string, see lease.lua)  KEYS[2] the slot's fencing counter
 -- KEYS[3] line (zset: fair waiter id -> arrival, microseconds)
 -- KEYS[4] deadlines (zset: every waiter id -> ms)  KEYS[5] holders  KEYS[6] permits (permits.lua)
--- KEYS[7] the watched mark and channel (announce in lease.lua)
+-- KEYS[7] the watched mark and channel (announce in lease.lua)  KEYS[8] the lock-delay key
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description  ARGV[4] waiter id
 -- ARGV[5] '1' if fair  ARGV[6] '1' to join the line if the lock is taken  ARGV[7] waiter ttl in ms
 -- ARGV[8] wake-up channel  ARGV[9] arrival in microseconds for the line ('' : this Redis's clock)
 -- ARGV[10] kind: the limit ('1': a plain lock, a writer), or 'shared' (a reader)
+-- ARGV[11] lock-delay in ms ('0': none; plain locks only)  ARGV[12] max-hold in ms ('0': none)
 -- Returns {1, fence} when acquired; {0, remaining ttl ms (-2: free), holder, position} when not
 -- (position 1 is next in line; 0 means not in line); {2, kind held} when the name is held with
 -- another limit (or shared against a semaphore).
@@ -47,6 +48,7 @@ local fence_held = ours(current, token)
 if fence_held then
   leave_line()
   redis.call('PEXPIRE', KEYS[1], ttl)
+  keep_with(KEYS[8], ttl)
   return announced({1, fence_held})
 end
 local permits_held = live_permits(KEYS[5], KEYS[6], now_ms)
@@ -58,6 +60,15 @@ if permit_expiry(KEYS[5], token, now_ms) then
 end
 
 local exclusive_held = current ~= false
+-- A lost holder's lock-delay still running: the name is taken by nobody, for everyone, until
+-- its key expires (waiters keep their places; the head's timer is the delay's PTTL).
+local delay_left = 0
+if not exclusive_held and permits_held == 0 then
+  delay_left = redis.call('PTTL', KEYS[8])
+  if delay_left == -2 then
+    delay_left = 0
+  end
+end
 local held_kind = nil
 if exclusive_held then
   held_kind = '1'
@@ -97,17 +108,29 @@ else
   may_go = free > 0 and ((not fair) or place() < free)
 end
 
-if may_go and not exclusive_held then
+if may_go and not exclusive_held and delay_left == 0 then
   leave_line()
   -- One counter per slot, whatever holds the name, so tokens grow across permits, readers and
   -- writers alike.
   local fence = next_fence(KEYS[2], now_us)
   redis.call('SET', KEYS[2], fence)
+  local max_hold = tonumber(ARGV[12])
   if kind == '1' then
-    redis.call('SET', KEYS[1], lock_value(token, fence, 0, ARGV[3]), 'PX', ttl)
+    local attachment = '0'
+    if max_hold > 0 then
+      attachment = '0/' .. string.format('%.0f', now_ms + max_hold)
+    end
+    redis.call('SET', KEYS[1], lock_value(token, fence, attachment, ARGV[3]), 'PX', ttl)
+    local delay = tonumber(ARGV[11])
+    if delay > 0 then
+      redis.call('SET', KEYS[8], delay .. ':' .. ARGV[3], 'PX', ttl + delay)
+    end
   else
     redis.call('ZADD', KEYS[5], now_ms + ttl, token)
     redis.call('HSET', KEYS[6], 'kind', kind, 'f:' .. token, fence, 'h:' .. token, ARGV[3])
+    if max_hold > 0 then
+      redis.call('HSET', KEYS[6], 'd:' .. token, string.format('%.0f', now_ms + max_hold))
+    end
     expire_permits(KEYS[5], KEYS[6])
   end
   changed = true
@@ -143,8 +166,11 @@ elseif permits_held > 0 then
   local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   remaining = tonumber(first[2]) - now_ms
   holder = redis.call('HGET', KEYS[6], 'h:' .. first[1]) or ''
+elseif delay_left ~= 0 then
+  remaining = delay_left
+  holder = string.match(redis.call('GET', KEYS[8]) or '', '^%d+:(.*)$') or ''
 end
-if #dead > 0 and not exclusive_held then
+if #dead > 0 and not exclusive_held and delay_left == 0 then
   -- The line moved while the lock may be free: wake whoever may go now.
   redis.call('SPUBLISH', ARGV[8], wake_message(KEYS[3], KEYS[5]))
 end

@@ -141,7 +141,8 @@ impl Locks {
         if let Some(refusal) = connection.eviction_refusal() {
             return Err(refusal);
         }
-        if waiter.first_attempt && waiter.mode == Mode::LOCK {
+        // A lease with limits writes them: acquire.lua's.
+        if waiter.first_attempt && waiter.mode == Mode::LOCK && waiter.limits.is_none() {
             let reply: Vec<Value> = connection
                 .eval(
                     &self.0.scripts.take,
@@ -152,6 +153,7 @@ impl Locks {
                         keys.deadlines(),
                         keys.holders(),
                         keys.watched(),
+                        keys.delay(),
                     ],
                     vec![
                         Value::from(token.secret()),
@@ -180,6 +182,7 @@ impl Locks {
                     keys.holders(),
                     keys.permits(),
                     keys.watched(),
+                    keys.delay(),
                 ],
                 vec![
                     Value::from(token.secret()),
@@ -192,6 +195,8 @@ impl Locks {
                     Value::from(keys.channel().as_str()),
                     Value::from(arrival.map(|us| us.to_string()).unwrap_or_default()),
                     Value::from(waiter.mode.kind()),
+                    Value::from(waiter.limits.lock_delay.map_or(0, millis)),
+                    Value::from(waiter.limits.max_hold.map_or(0, millis)),
                 ],
             )
             .await?;

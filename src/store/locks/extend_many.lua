@@ -7,7 +7,8 @@
 -- (see permits.lua), in the same slot. The lock's value: see lease.lua (prepended).
 -- KEYS[1] the first lock
 -- ARGV[4i-3] lock  ARGV[4i-2] token  ARGV[4i-1] ttl in ms
--- ARGV[4i] a key kept two TTLs past the lease (an election's state), or ''
+-- ARGV[4i] a key kept with the lease (keep_with in lease.lua: an election's state, a lock-delay
+-- key), or ''
 -- Returns one 1 (extended) or 0 (gone or someone else's) per lock, in order.
 local now_ms = nil
 local extended = {}
@@ -18,7 +19,7 @@ for i = 1, #ARGV / 4 do
   if ours(value, token) then
     redis.call('PEXPIRE', lock, ttl)
     if kept ~= '' then
-      redis.call('PEXPIRE', kept, 3 * tonumber(ttl))
+      keep_with(kept, tonumber(ttl))
     end
     extended[i] = 1
   elseif not value then

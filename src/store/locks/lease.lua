@@ -1,6 +1,9 @@
 -- Prepended (when loaded) to every script that reads or writes a lock's value: the one key a
 -- plain lock is, and the fencing counter of its hash slot (see keys.rs).
--- lock (string): <token>:<fencing token>:<attachment>:<holder>, with the lease's TTL
+-- lock (string): <token>:<fencing token>:<attachment>:<holder>, with the lease's TTL; the
+-- attachment field is `<attachments>`, or `<attachments>/<ceiling>` for a lease with a max-hold
+-- (the ceiling in ms by this Redis's clock: a lease resumed on another server keeps it)
+-- delay (string, lock-delay only): <delay ms>:<holder>, kept the delay past the lease's TTL
 
 local function clock_ms()
   local now = redis.call('TIME')
@@ -18,6 +21,27 @@ local function ours(value, token)
     return string.match(value, '^([^:]*):([^:]*):(.*)$', #token + 2)
   end
   return nil
+end
+
+-- The attachments counted in an attachment field, and the lease's max-hold ceiling (or nil).
+local function attachments_of(field)
+  return tonumber(string.match(field, '^[^/]*')) or 0
+end
+local function ceiling_of(field)
+  return tonumber(string.match(field, '/(%d+)$'))
+end
+
+-- Renews the key kept with a lease to its TTL `ttl`: a lock-delay key (`...:delay`) to the
+-- delay past it (nothing if it is gone), anything else (an election's state) to two TTLs past.
+local function keep_with(kept, ttl)
+  if string.sub(kept, -6) == ':delay' then
+    local delay = redis.call('GET', kept)
+    if delay then
+      redis.call('PEXPIRE', kept, ttl + (tonumber(string.match(delay, '^%d+')) or 0))
+    end
+  else
+    redis.call('PEXPIRE', kept, 3 * ttl)
+  end
 end
 
 -- Whoever's lease `value` is: fence, holder ('' and 0 for a value we did not write).

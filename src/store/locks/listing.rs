@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::types::{Described, HolderState, LockState, Mode};
+use super::types::{Described, HolderState, LockState, Mode, TokenState};
 use super::{Locks, bad_reply, pttl};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::connection::{Connection, millis};
 use crate::store::keys::LockKeys;
 use crate::store::keys::{lock_key_pattern, lock_name};
@@ -46,6 +46,59 @@ impl Locks {
     /// every node (see [`LockKeys::watched`]): every change after this read is announced.
     pub async fn read_watched(&self, keys: &LockKeys, mark_ttl: Duration) -> Result<Described> {
         self.read(keys, Some(mark_ttl)).await
+    }
+
+    /// Whether `fencing_token` is a live holding of the lock (`Check`): one read-only script per
+    /// node. On Redlock, current only if a majority says so; otherwise held (superseded, with
+    /// the highest token among those that say held) if a majority holds it; free when enough
+    /// answered to rule both out.
+    pub async fn check(&self, keys: &LockKeys, fencing_token: u64) -> Result<TokenState> {
+        const CONTEXT: &str = "check";
+        let asked = fencing_token.to_string();
+        let answers = self
+            .0
+            .nodes
+            .gather(
+                |_, connection| async {
+                    let reply: Vec<u64> = connection
+                        .eval(
+                            &self.0.scripts.check,
+                            CONTEXT,
+                            vec![keys.lock().to_owned(), keys.holders(), keys.permits()],
+                            vec![Value::from(asked.as_str())],
+                        )
+                        .await?;
+                    match reply.as_slice() {
+                        [1, _] => Ok(TokenState::Current),
+                        [2, current] => Ok(TokenState::Superseded { current: *current }),
+                        [3, _] => Ok(TokenState::Free),
+                        _ => Err(Error::BadReply {
+                            context: CONTEXT,
+                            detail: format!("{reply:?}"),
+                        }),
+                    }
+                },
+                |_| false,
+            )
+            .await;
+        let current = answers.count(|state| *state == TokenState::Current);
+        let held = answers.count(|state| *state != TokenState::Free);
+        if answers.is_majority(current) {
+            return Ok(TokenState::Current);
+        }
+        if answers.is_majority(held) {
+            let superseded = answers.ok.iter().filter_map(|(_, state)| match state {
+                TokenState::Superseded { current } => Some(*current),
+                _ => None,
+            });
+            return Ok(TokenState::Superseded {
+                current: superseded.max().unwrap_or(fencing_token),
+            });
+        }
+        if answers.is_majority(answers.ok.len()) {
+            return Ok(TokenState::Free);
+        }
+        Err(answers.into_error(CONTEXT))
     }
 
     async fn read(&self, keys: &LockKeys, mark_ttl: Option<Duration>) -> Result<Described> {

@@ -2,10 +2,11 @@
 -- holders of a semaphore (limit > 1), or the readers of a shared lock. A plain lock (one exclusive holder)
 -- keeps its token in the `lock` string instead, so its path pays nothing for this.
 -- holders (zset: token -> expiry, ms by this Redis's clock)
--- permits (hash: kind = limit or 'shared', f:<token> fence, h:<token> holder, a:<token> attachments)
+-- permits (hash: kind = limit or 'shared', f:<token> fence, h:<token> holder, a:<token> attachments,
+-- d:<token> the max-hold ceiling in ms by this Redis's clock, if any)
 
 local function forget_permit(permits, token)
-  redis.call('HDEL', permits, 'f:' .. token, 'h:' .. token, 'a:' .. token)
+  redis.call('HDEL', permits, 'f:' .. token, 'h:' .. token, 'a:' .. token, 'd:' .. token)
 end
 
 -- Both keys live exactly as long as the longest-lived permit; gone with the last one.

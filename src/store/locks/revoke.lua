@@ -1,6 +1,7 @@
 -- Revoke holdings of a lock by force: every holder, or the one with a given fencing token.
 -- KEYS[1] lock  KEYS[2] line  KEYS[3] deadlines  KEYS[4] holders  KEYS[5] permits
 -- KEYS[6] the watched mark (announce in lease.lua)  KEYS[7] the revoked tokens (a set)
+-- KEYS[8] the lock-delay key: a revoked lock's delay runs from now
 -- ARGV[1] fencing token ('0': every holder)  ARGV[2] wake-up channel  ARGV[3] revocations channel
 -- Returns {holder, fencing token, remaining ttl ms, ...} for each holding ended; {} if none.
 -- Every server listens on the revocations channel (one per key prefix, plain PUBLISH, which a
@@ -17,6 +18,10 @@ if value then
     tokens[1] = string.match(value, '^([^:]*):')
     longest = ended[3]
     redis.call('DEL', KEYS[1])
+    local delay = tonumber(string.match(redis.call('GET', KEYS[8]) or '', '^%d+'))
+    if delay and delay > 0 then
+      redis.call('PEXPIRE', KEYS[8], delay)
+    end
   end
 else
   local now_ms = clock_ms()

@@ -51,6 +51,7 @@ impl Locks {
                             keys.permits(),
                             keys.watched(),
                             keys.revoked(),
+                            keys.delay(),
                         ],
                         vec![
                             Value::from(fencing_token.to_string()),

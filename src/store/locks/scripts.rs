@@ -33,6 +33,8 @@ pub(super) struct Scripts {
     pub(super) resume: Script,
     pub(super) detach: Script,
     pub(super) revoke: Script,
+    /// A read only (`Check`): runs where writes are refused.
+    pub(super) check: Script,
 }
 
 impl Scripts {
@@ -60,10 +62,14 @@ impl Scripts {
             resume: with_permits!("resume.lua"),
             detach: with_permits!("detach.lua"),
             revoke: with_permits!("revoke.lua"),
+            check: Script::from_lua(concat!(
+                "#!lua flags=no-writes\n",
+                include_str!("check.lua")
+            )),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 12] {
+    pub(super) fn all(&self) -> [&Script; 13] {
         [
             &self.take,
             &self.resume,
@@ -77,6 +83,7 @@ impl Scripts {
             &self.leave,
             &self.refresh,
             &self.revoke,
+            &self.check,
         ]
     }
 }

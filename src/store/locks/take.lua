@@ -5,9 +5,10 @@
 -- already ours) is acquire.lua's, which the caller runs next.
 -- KEYS[1] lock  KEYS[2] the slot's fencing counter  KEYS[3] deadlines  KEYS[4] holders
 -- KEYS[5] the watched mark (a watched name goes to acquire.lua, which announces the change)
+-- KEYS[6] the lock-delay key (a name in its delay goes to acquire.lua, which refuses it)
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description
 -- Returns {1, fence} when acquired; {0} when acquire.lua must decide.
-if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) ~= 0 then
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6]) ~= 0 then
   return {0}
 end
 -- The clock is read only when the slot's counter is new (see next_fence in lease.lua).

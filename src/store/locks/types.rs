@@ -22,9 +22,27 @@ pub struct Waiter<'a> {
     pub arrival_us: u64,
     /// What it asks for: a plain lock, a permit, a shared hold.
     pub mode: Mode,
+    /// The limits on its holding (lock-delay, max-hold), written with it when it is taken.
+    pub limits: HoldLimits,
     /// Its first attempt: a plain lock then tries the common case alone first (`take.lua`: a
     /// script with few arguments). Later attempts follow a wait, so the common case is unlikely.
     pub first_attempt: bool,
+}
+
+/// Limits on one holding, kept in Redis with it (a resumed lease keeps them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoldLimits {
+    /// Lock-delay: how long the name stays taken after the holding is lost (not released).
+    /// Plain locks only.
+    pub lock_delay: Option<Duration>,
+    /// Max-hold: the ceiling on the holding, from its acquisition.
+    pub max_hold: Option<Duration>,
+}
+
+impl HoldLimits {
+    pub fn is_none(&self) -> bool {
+        self.lock_delay.is_none() && self.max_hold.is_none()
+    }
 }
 
 /// What an acquire attempt found.
@@ -86,4 +104,21 @@ pub struct Resumed {
     /// Counts the lease's attachments: the server holding the newest one is the only one that
     /// may shorten it to its grace when its stream breaks.
     pub attachment: u64,
+    /// What is left before its max-hold ceiling (from before the resume was sent), if it has
+    /// one.
+    pub ceiling: Option<Duration>,
+    /// Whether it has a lock-delay key to keep with it.
+    pub delayed: bool,
+}
+
+/// What a fencing token is to its name now (`Check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenState {
+    /// A live holding of the name has it.
+    Current,
+    /// The name is held under other fencing tokens: the oldest holder's.
+    Superseded {
+        current: u64,
+    },
+    Free,
 }
