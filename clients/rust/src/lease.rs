@@ -119,8 +119,9 @@ impl LeaseBuilder {
     /// Hold these names too, together with the first, all or none: the lease is acquired once
     /// every name is taken (waiting, with [`LeaseBuilder::wait`], while holding none of them),
     /// with one fencing token per name ([`LeaseGuard::fences`]), and lost as a whole when any
-    /// is. Two leases asking for overlapping names in any order cannot deadlock. Plain
-    /// exclusive locks only; at most 32 names in all.
+    /// is (the others then expire by their TTL, never released while this process may still
+    /// believe in them). Two leases asking for overlapping names in any order cannot deadlock.
+    /// Plain exclusive locks only; at most 32 names in all.
     ///
     /// ```no_run
     /// # async fn example(client: leasehold_client::Client) -> Result<(), leasehold_client::ClientError> {
