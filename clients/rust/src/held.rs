@@ -246,16 +246,17 @@ impl MaxHold {
         })
     }
 
-    /// The max hold's end by this process's clock, for a lease whose acquire was sent on a
-    /// stream opened at `opened` and held with `valid_to_ms`: the max hold counted from the
-    /// earliest instant the server can have taken it. That is when the acquire was sent, or
-    /// later for one that waited in line: the server vouches for its TTL from the moment it
-    /// took the lease, `valid_to_ms` after its stream reached it (which is after `opened`), so
-    /// it took it no sooner than `opened + valid_to_ms - ttl`. Never past the server's own
-    /// ceiling, which counts from that moment too.
-    pub(crate) fn ceiling(&self, opened: Instant, valid_to_ms: u64) -> Instant {
+    /// The max hold's end by this process's clock, for a lease whose acquire was sent at
+    /// `sent`, on a stream opened at `opened`, and held with `valid_to_ms`: the max hold
+    /// counted from the earliest instant the server can have taken it. That is when the
+    /// acquire was sent, or later for one that waited in line: the server vouches for at most
+    /// the TTL from the moment it took the lease, `valid_to_ms` after its stream reached it
+    /// (which is after `opened`), so it took it no sooner than `opened + valid_to_ms - ttl`.
+    /// Never past the server's own ceiling, which counts from that moment too.
+    pub(crate) fn ceiling(&self, sent: Instant, opened: Instant, valid_to_ms: u64) -> Instant {
         let vouched = Duration::from_millis(valid_to_ms);
-        opened + vouched.saturating_sub(self.ttl) + self.max_hold
+        let taken = sent.max(opened + vouched.saturating_sub(self.ttl));
+        taken + self.max_hold
     }
 }
 
@@ -289,11 +290,16 @@ mod tests {
         let max_hold = MaxHold::of(3_000, 1_000).expect("a max hold");
         assert_eq!(MaxHold::of(3_000, 0), None);
         // Taken at once (vouched for its TTL from the stream's opening): counted from the send.
-        let ceiling = max_hold.ceiling(opened, 3_000);
+        let ceiling = max_hold.ceiling(opened, opened, 3_000);
         assert_eq!(ceiling, opened + Duration::from_secs(1));
         // Taken after waiting 5 s in line: counted from then at the earliest.
-        let waited = max_hold.ceiling(opened, 8_000);
+        let waited = max_hold.ceiling(opened, opened, 8_000);
         assert_eq!(waited, opened + Duration::from_secs(6));
+        // Asked for 2 s after its (session's) stream opened, vouched for less than a TTL since:
+        // counted from the ask.
+        let asked = opened + Duration::from_secs(2);
+        let session = max_hold.ceiling(asked, opened, 4_000);
+        assert_eq!(session, asked + Duration::from_secs(1));
 
         let (mut keeper, belief) = Keeper::new(opened + Duration::from_secs(3), Some(ceiling));
         assert_eq!(belief.valid_until(), ceiling);

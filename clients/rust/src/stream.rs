@@ -330,7 +330,9 @@ impl<K: Kind> HeldStream<K> {
                                 fencing_token,
                                 fences,
                                 valid_until: until,
-                                ceiling: ceiling.map(|c| c.ceiling(self.line.opened, valid_to_ms)),
+                                ceiling: ceiling.map(|c| {
+                                    c.ceiling(self.line.opened, self.line.opened, valid_to_ms)
+                                }),
                             });
                         }
                     }
@@ -468,7 +470,7 @@ async fn attach<K: Kind>(
                 }
                 let ceiling = kind
                     .max_hold()
-                    .map(|max_hold| max_hold.ceiling(line.opened, valid_to_ms));
+                    .map(|max_hold| max_hold.ceiling(line.opened, line.opened, valid_to_ms));
                 let attached = Attached {
                     token,
                     fencing_token,

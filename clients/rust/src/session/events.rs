@@ -77,16 +77,18 @@ impl Task {
                         stream.send(Action::Release(pb::SessionRelease { id }));
                     }
                     phase @ Phase::Pending(_) => {
-                        // The max hold counts from when the session's stream opened, or later
-                        // for a lease taken later (see MaxHold::ceiling).
+                        // The max hold counts from when it was asked for at the earliest (see
+                        // MaxHold::ceiling).
                         let (name, max_hold) = match &entry.ask {
                             Ask::Lock(ask) => {
                                 (&ask.name, MaxHold::of(self.open.ttl_ms, ask.max_hold_ms))
                             }
                             Ask::Campaign(campaign) => (&campaign.election, None),
                         };
-                        let ceiling = max_hold
-                            .map(|max_hold| max_hold.ceiling(stream.opened, acquired.valid_to_ms));
+                        let asked_at = entry.asked_at.unwrap_or(stream.opened);
+                        let ceiling = max_hold.map(|max_hold| {
+                            max_hold.ceiling(asked_at, stream.opened, acquired.valid_to_ms)
+                        });
                         let fences = fences_or_first(
                             name,
                             acquired.fencing_token,

@@ -18,6 +18,9 @@ pub(super) struct Entry {
     pub(super) phase: Phase,
     /// The stream generation it was last asked for on (`None`: not yet).
     pub(super) sent: Option<u64>,
+    /// When it was last asked for while pending: it is taken no sooner (its max hold counts
+    /// from then at the earliest).
+    pub(super) asked_at: Option<Instant>,
 }
 
 /// What the caller of `take` gets.

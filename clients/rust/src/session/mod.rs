@@ -266,6 +266,7 @@ impl Session {
                     ask,
                     phase: Phase::Pending(reply),
                     sent: None,
+                    asked_at: None,
                 },
             );
             id
