@@ -148,16 +148,12 @@ async fn a_sessions_lease_holds_several_names_until_its_max_hold() {
             Some(pair.token())
         );
     }
-    let loss = within(EVENT_TIMEOUT, "the loss at the max hold", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            assert!(pair.valid_until() <= ceiling, "believed past the max hold");
-            tokio::select! {
-                loss = pair.loss() => break loss,
-                _ = tick.tick() => {}
-            }
-        }
-    })
+    let loss = crate::conformance::lost_by(
+        EVENT_TIMEOUT,
+        ceiling,
+        || pair.valid_until(),
+        || pair.loss(),
+    )
     .await;
     assert_eq!(loss.code, LostReason::MaxHold, "{loss:?}");
     assert!(sent.elapsed() >= ttl);

@@ -906,6 +906,27 @@ async fn conformance_lock_delay_after_loss() {
     assert!(again.release().await.unwrap());
 }
 
+/// Waits (within `limit`) for the loss `loss` completes with, checking every 20 ms until then
+/// that the validity (`valid_until`) never reaches past `ceiling`.
+pub(crate) async fn lost_by<F: Future<Output = leasehold_client::Loss>>(
+    limit: Duration,
+    ceiling: Instant,
+    valid_until: impl Fn() -> Instant,
+    loss: impl Fn() -> F,
+) -> leasehold_client::Loss {
+    within(limit, "the loss at the max hold", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            assert!(valid_until() <= ceiling, "believed past the max hold");
+            tokio::select! {
+                loss = loss() => break loss,
+                _ = tick.tick() => {}
+            }
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_max_hold_ends_lease() {
     use leasehold_client::LostReason;
@@ -925,16 +946,12 @@ async fn conformance_max_hold_ends_lease() {
     // The validity, checked as it moves until the loss, never reaches past the max hold after
     // the acquire was sent (between `sent` and now).
     let ceiling = Instant::now() + max_hold;
-    let loss = within(Duration::from_secs(3), "the loss at the max hold", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            assert!(guard.valid_until() <= ceiling, "believed past the max hold");
-            tokio::select! {
-                loss = guard.loss() => break loss,
-                _ = tick.tick() => {}
-            }
-        }
-    })
+    let loss = lost_by(
+        Duration::from_secs(3),
+        ceiling,
+        || guard.valid_until(),
+        || guard.loss(),
+    )
     .await;
     let after = sent.elapsed();
     assert_eq!(loss.code, LostReason::MaxHold, "{loss:?}");
