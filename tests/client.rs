@@ -116,3 +116,47 @@ async fn an_acquisition_heard_after_its_validity_is_not_believed() {
         Err(other) => panic!("unexpected {other:?}"),
     }
 }
+
+/// A session's lease takes more names and a max hold as a lease does: each name's fencing token
+/// in the order asked, both names held, and at the max hold it alone is lost (typed MAX_HOLD),
+/// never believed past it, while the session and its other lease go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_lease_holds_several_names_until_its_max_hold() {
+    use leasehold_client::LostReason;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis).await;
+    let direct = redis.client().await;
+    let client = Client::connect(server.url()).await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let session = client.session().ttl(ttl).open().await.unwrap();
+    let other = session.lock("other").acquire().await.unwrap();
+    let sent = tokio::time::Instant::now();
+    let pair = session
+        .lock("b")
+        .more_names(["a"])
+        .max_hold(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let ceiling = tokio::time::Instant::now() + ttl;
+    let names: Vec<&str> = pair.fences().iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["b", "a"]);
+    assert_eq!(pair.fences()[0].1, pair.fencing_token());
+    for name in ["a", "b"] {
+        assert_eq!(
+            get(&direct, &lock_key(name)).await.as_deref(),
+            Some(pair.token())
+        );
+    }
+    let loss = crate::conformance::lost_by(
+        EVENT_TIMEOUT,
+        ceiling,
+        || pair.valid_until(),
+        || pair.loss(),
+    )
+    .await;
+    assert_eq!(loss.code, LostReason::MaxHold, "{loss:?}");
+    assert!(sent.elapsed() >= ttl);
+    assert!(!other.is_lost() && !session.is_ended());
+    assert!(other.release().await.unwrap());
+}

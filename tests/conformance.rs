@@ -790,3 +790,212 @@ async fn conformance_revoke_ends_holding() {
     assert!(operator.revoke("job", None).await.unwrap().is_empty());
     drop(first_server);
 }
+
+/// Waits (within 5 s) until `name` has `count` leases waiting for it, as the server reports.
+async fn waiting_for(client: &Client, name: &str, count: u32) {
+    within(Duration::from_secs(5), "the waiters in line", async {
+        while client.describe(name).await.unwrap().waiting < count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_all_or_none() {
+    let (_redis, _server, client, direct) = start().await;
+    let b_held = client.lease("b").holder("other").acquire().await.unwrap();
+    let refused = client.lease("a").more_names(["b"]).acquire().await;
+    assert_eq!(refusal(refused).code(), Code::Aborted);
+    // Nothing was left taken: a is free.
+    let a = client.lease("a").acquire().await.unwrap();
+    assert!(a.release().await.unwrap());
+
+    // Two waiting leases on the same pair, asked in opposite orders, while b is held.
+    let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
+    for asked in [["a", "b"], ["b", "a"]] {
+        let (client, granted) = (client.clone(), granted.clone());
+        tokio::spawn(async move {
+            let lease = client.lease(asked[0]).more_names([asked[1]]);
+            let held = lease.wait(Duration::from_secs(20)).acquire().await;
+            let _ = granted.send((asked, held));
+        });
+    }
+    waiting_for(&client, "b", 2).await;
+    assert!(b_held.release().await.unwrap());
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let (asked, held) = within(Duration::from_secs(5), "a pair granted", grants.recv())
+            .await
+            .expect("a grant");
+        let held = held.unwrap_or_else(|error| panic!("{asked:?} refused: {error}"));
+        let names: Vec<&str> = held.fences().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names, asked,
+            "one fencing token per name, in the order asked"
+        );
+        assert!(held.fences().iter().all(|(_, fence)| *fence > 0));
+        assert_eq!(held.fences()[0].1, held.fencing_token());
+        for name in asked {
+            assert_eq!(
+                get(&direct, &lock_key(name)).await.as_deref(),
+                Some(held.token()),
+                "{name}'s key while {asked:?} holds"
+            );
+            let thief = client.lease(name).acquire().await;
+            assert_eq!(
+                refusal(thief).code(),
+                Code::Aborted,
+                "{name} taken beside {asked:?}"
+            );
+        }
+        assert!(held.release().await.unwrap());
+        turns.push(asked);
+    }
+    assert_ne!(turns[0], turns[1]);
+    // The last release freed both names.
+    for name in ["a", "b"] {
+        let free = client.lease(name).acquire().await.unwrap();
+        assert!(free.release().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_lock_delay_after_loss() {
+    use leasehold_client::LostReason;
+    let (_redis, _server, client, _direct) = start().await;
+    let delay = Duration::from_secs(1);
+    let held = client
+        .lease("job")
+        .lock_delay(delay)
+        .acquire()
+        .await
+        .unwrap();
+    let revoked_at = Instant::now();
+    assert_eq!(client.revoke("job", None).await.unwrap().len(), 1);
+    let loss = within(
+        Duration::from_secs(2),
+        "the revoked lease's loss",
+        held.loss(),
+    )
+    .await;
+    assert_eq!(loss.code, LostReason::Revoked, "{loss:?}");
+    let refused = client.lease("job").acquire().await;
+    assert_eq!(
+        refusal(refused).code(),
+        Code::Aborted,
+        "taken within the delay"
+    );
+    let waiter = client.lease("job").wait(Duration::from_secs(5)).acquire();
+    let next = within(Duration::from_secs(5), "the waiter granted", waiter)
+        .await
+        .unwrap();
+    let after = revoked_at.elapsed();
+    assert!(after >= delay, "granted {after:?} after the revoke");
+    assert!(next.release().await.unwrap());
+
+    // A clean release leaves the name free at once.
+    let clean = client
+        .lease("job")
+        .lock_delay(delay)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(clean.release().await.unwrap());
+    let again = client.lease("job").acquire().await.unwrap();
+    assert!(again.release().await.unwrap());
+}
+
+/// Waits (within `limit`) for the loss `loss` completes with, checking every 20 ms until then
+/// that the validity (`valid_until`) never reaches past `ceiling`.
+pub(crate) async fn lost_by<F: Future<Output = leasehold_client::Loss>>(
+    limit: Duration,
+    ceiling: Instant,
+    valid_until: impl Fn() -> Instant,
+    loss: impl Fn() -> F,
+) -> leasehold_client::Loss {
+    within(limit, "the loss at the max hold", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            assert!(valid_until() <= ceiling, "believed past the max hold");
+            tokio::select! {
+                loss = loss() => break loss,
+                _ = tick.tick() => {}
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_max_hold_ends_lease() {
+    use leasehold_client::LostReason;
+    let (_redis, _server, client, direct) = start().await;
+    // The scenario's line says ttl 3 s, which the protocol refuses (a max hold is at least the
+    // TTL): a TTL of 1 s, whose key still holds at the loss (renewed at a third of it, it
+    // expires about 1.7 s after the acquire).
+    let max_hold = Duration::from_secs(1);
+    let sent = Instant::now();
+    let guard = client
+        .lease("job")
+        .ttl(max_hold)
+        .max_hold(max_hold)
+        .acquire()
+        .await
+        .unwrap();
+    // The validity, checked as it moves until the loss, never reaches past the max hold after
+    // the acquire was sent (between `sent` and now).
+    let ceiling = Instant::now() + max_hold;
+    let loss = lost_by(
+        Duration::from_secs(3),
+        ceiling,
+        || guard.valid_until(),
+        || guard.loss(),
+    )
+    .await;
+    let after = sent.elapsed();
+    assert_eq!(loss.code, LostReason::MaxHold, "{loss:?}");
+    assert!(after >= max_hold, "lost {after:?} after the acquire");
+    assert!(
+        after <= Duration::from_secs(3),
+        "lost {after:?} after the acquire"
+    );
+    // Its key still holds it: nobody else takes the name before its TTL runs out.
+    assert_eq!(
+        get(&direct, &lock_key("job")).await.as_deref(),
+        Some(guard.token())
+    );
+    let refused = client.lease("job").acquire().await;
+    assert_eq!(refusal(refused).code(), Code::Aborted);
+    assert!(
+        guard.outages().is_empty(),
+        "a lease at its max hold was resumed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_token_check() {
+    use leasehold_client::TokenState;
+    let (_redis, _server, client, _direct) = start().await;
+    assert_eq!(
+        client.check("job", 1).await.unwrap().state,
+        TokenState::Free
+    );
+    let held = client.lease("job").acquire().await.unwrap();
+    let fence = held.fencing_token();
+    let current = client.check("job", fence).await.unwrap();
+    assert_eq!(
+        (current.state, current.current_fencing_token),
+        (TokenState::Current, fence)
+    );
+    let stale = client.check("job", fence - 1).await.unwrap();
+    assert_eq!(
+        (stale.state, stale.current_fencing_token),
+        (TokenState::Superseded, fence)
+    );
+    assert!(held.release().await.unwrap());
+    assert_eq!(
+        client.check("job", fence).await.unwrap().state,
+        TokenState::Free
+    );
+}

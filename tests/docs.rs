@@ -165,8 +165,9 @@ fn help(command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-const COMMANDS: [&str; 10] = [
-    "serve", "run", "elect", "leader", "status", "watch", "release", "revoke", "health", "bench",
+const COMMANDS: [&str; 11] = [
+    "serve", "run", "elect", "leader", "status", "watch", "check", "release", "revoke", "health",
+    "bench",
 ];
 
 /// The `--options` a text names.

@@ -27,6 +27,7 @@ mod lease;
 mod leftovers;
 mod lifecycle;
 mod limits;
+mod names_cli;
 mod operations;
 mod redlock;
 mod revoke;

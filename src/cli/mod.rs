@@ -1,5 +1,6 @@
 //! The `leasehold` command line: `serve`, and the client commands `run`, `elect`, `leader`,
-//! `status`, `release` and `bench`. Not library API: this folder belongs to the binary alone.
+//! `status`, `watch`, `check`, `release`, `revoke`, `health` and `bench`. Not library API: this
+//! folder belongs to the binary alone.
 //!
 //! - here: the arguments (clap) and which command runs;
 //! - [`serve`]: the server process (Redis, listener, signals);
@@ -7,10 +8,11 @@
 //!   [`group`]: the command's process group; [`watchdog`]: stops that group if `run` dies;
 //! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
 //! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`; [`watch`]: `watch`,
-//!   a line per change;
+//!   a line per change; [`check`]: `check`, whether a fencing token is current;
 //! - [`bench`]: what a lease costs against direct Redis.
 
 mod bench;
+mod check;
 mod config;
 mod elect;
 mod group;
@@ -102,17 +104,20 @@ enum Command {
   leasehold run --ttl 30s --wait 5m backup -- pg_dump -f /backups/db.sql mydb
   leasehold run --limit 4 --wait 1h encoder -- ./encode.sh   (at most 4 at once)
   leasehold run --shared --wait 1m catalog -- ./read-catalog.sh
+  leasehold run --wait 1m account-17 account-42 -- ./transfer.sh   (both names, all or none)
+  leasehold run --max-hold 6h --lock-delay 15s nightly-report -- ./report.sh
 
-The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK in its environment. It runs in a
-process group of its own: when run stops it (lease lost, SIGINT or SIGTERM to run), the whole
-group gets SIGTERM, then SIGKILL after --grace, and so do processes it leaves running when it
-ends; if run is killed, a watchdog process does the same, by the lease's end at the latest. A
+The command gets LEASEHOLD_FENCING_TOKEN and LEASEHOLD_LOCK (the first name's) and
+LEASEHOLD_FENCING_TOKENS (a name=token line per name, in the order given) in its environment. It
+runs in a process group of its own: when run stops it (lease lost, SIGINT or SIGTERM to run), the
+whole group gets SIGTERM, then SIGKILL after --grace, and so do processes it leaves running when
+it ends; if run is killed, a watchdog process does the same, by the lease's end at the latest. A
 process that leaves the group (setsid, a daemon) escapes all of this.
 Exit status: the command's own; 75 if the lock stayed taken for the whole wait; 76 if the lease
-was lost while the command ran (it gets SIGTERM, then SIGKILL after --grace); 64 if an argument
-is refused; 69 if the server could not be reached or could not serve the request; 77 if the server
-did not accept the token or certificate, or the grant does not cover the lock; 127 if the command
-could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
+was lost, or reached --max-hold, while the command ran (it gets SIGTERM, then SIGKILL after
+--grace); 64 if an argument is refused; 69 if the server could not be reached or could not serve
+the request; 77 if the server did not accept the token or certificate, or the grant does not
+cover the lock; 127 if the command could not be started; 130/143 when interrupted (SIGINT/SIGTERM).")]
     Run(RunArgs),
     /// Show who holds locks: the named ones, or every held lock.
     #[command(after_help = "Examples:
@@ -157,6 +162,8 @@ the server did not accept the token or certificate, or the grant does not cover 
     /// End a holding by force (an operator's call; needs the admin role): every holder of a lock,
     /// one by its fencing token, or an election's leader.
     Revoke(revoke::RevokeArgs),
+    /// Whether a fencing token is the current holding of a lock: exit 0 if so, 1 if not.
+    Check(check::CheckArgs),
     /// Run a command while leader of an election (or, with --observe, follow who leads).
     Elect(elect::ElectArgs),
     /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
@@ -200,6 +207,14 @@ struct ServerArg {
 }
 
 impl ServerArg {
+    /// A client of the server, or the exit status that says why there is none.
+    async fn client(&self) -> Result<leasehold_client::Client, ExitCode> {
+        let connect = self.options().map_err(usage)?;
+        leasehold_client::Client::connect_with(connect)
+            .await
+            .map_err(fail)
+    }
+
     /// How to connect: the address, TLS files read, and the token (file, else LEASEHOLD_TOKEN).
     fn options(&self) -> Result<ConnectOptions, String> {
         let read = |path: &PathBuf| {
@@ -249,8 +264,17 @@ struct RunArgs {
     /// stopped for a deploy or crashes): stop the command at once instead (exit 76).
     #[arg(long)]
     no_resume: bool,
-    /// The lock's name.
-    name: String,
+    /// Lock-delay: if the lease is lost (expired, revoked, its server gone past its grace), its
+    /// names cannot be taken for this long after (15s); a release frees them at once.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    lock_delay: Option<Duration>,
+    /// A ceiling on the hold (6h): at it the command is stopped as on a lost lease (exit 76).
+    /// At least --ttl.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    max_hold: Option<Duration>,
+    /// The lock's name; several names are held together, all or none (plain locks only).
+    #[arg(required = true)]
+    names: Vec<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -372,6 +396,7 @@ pub async fn main() -> ExitCode {
             Err(problem) => usage(problem),
         },
         Command::Revoke(args) => revoke::command(args).await,
+        Command::Check(args) => check::command(args).await,
         Command::Health(args) => match args.server.options() {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
@@ -431,7 +456,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, elect, leader, status, watch, release, revoke, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, elect, leader, status, watch, check, release, revoke, health or bench (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),

@@ -31,7 +31,7 @@ impl StatusLine {
     }
 
     /// What a lock's waiter sees: who holds it, and our place in line.
-    pub fn lock_held(name: &str, waiting: &pb::Waiting) -> String {
+    pub fn lock_held(names: &[String], waiting: &pb::Waiting) -> String {
         let place = match waiting.position {
             0 => String::new(),
             1 => ", next in line".to_owned(),
@@ -42,7 +42,14 @@ impl StatusLine {
         } else {
             waiting.holder.clone()
         };
-        format!("waiting for lock {name:?} held by {holder}{place}")
+        let what = match names.len() {
+            1 => "lock",
+            _ => "locks",
+        };
+        format!(
+            "waiting for {what} {} held by {holder}{place}",
+            quoted(names)
+        )
     }
 
     /// What a candidate sees: who leads the election, if anyone.
@@ -81,4 +88,10 @@ impl StatusLine {
             self.shown = false;
         }
     }
+}
+
+/// Names as messages show them: each quoted, comma-separated (`"a", "b"`).
+pub fn quoted(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("{name:?}")).collect();
+    quoted.join(", ")
 }

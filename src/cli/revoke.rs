@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use leasehold_client::Client;
-
-use super::{ServerArg, fail, usage};
+use super::{ServerArg, fail};
 
 /// `leasehold revoke`'s arguments.
 #[derive(clap::Args)]
@@ -44,13 +42,9 @@ pub async fn command(args: RevokeArgs) -> ExitCode {
         fencing_token,
         election,
     } = args;
-    let connect = match server.options() {
-        Ok(connect) => connect,
-        Err(problem) => return usage(problem),
-    };
-    let client = match Client::connect_with(connect).await {
+    let client = match server.client().await {
         Ok(client) => client,
-        Err(error) => return fail(error),
+        Err(code) => return code,
     };
     let ended: Vec<(String, u64)> = if election {
         match client.revoke_leader(name.clone(), fencing_token).await {

@@ -207,10 +207,21 @@ impl Client {
         name: impl Into<String>,
         token: impl Into<String>,
     ) -> Result<bool, ClientError> {
+        self.release_all([name.into()], token).await
+    }
+
+    /// Releases every name of an acquisition of several names (the first, then its more names,
+    /// as acquired) by its token: each the token still holds. `false`: it held none of them.
+    pub async fn release_all<S: Into<String>>(
+        &self,
+        names: impl IntoIterator<Item = S>,
+        token: impl Into<String>,
+    ) -> Result<bool, ClientError> {
+        let mut names = names.into_iter().map(Into::into);
         let request = pb::ReleaseRequest {
-            name: name.into(),
+            name: names.next().unwrap_or_default(),
+            more_names: names.collect(),
             token: token.into(),
-            ..Default::default()
         };
         let answer = self
             .idempotent(|transport| {

@@ -188,6 +188,7 @@ impl Kind for Campaign {
             Some(Event::Elected(elected)) => Heard::Held {
                 token: elected.token.clone(),
                 fencing_token: elected.term,
+                fences: Vec::new(),
                 valid_for_ms: elected.valid_for_ms,
                 valid_to_ms: elected.valid_to_ms,
                 event: Event::Elected(elected),
@@ -381,6 +382,7 @@ fn lost(loss: Loss) -> pb::Lost {
         LostReason::Unreachable => pb::LostReason::Unreachable,
         LostReason::Shutdown => pb::LostReason::Shutdown,
         LostReason::Revoked => pb::LostReason::Revoked,
+        LostReason::MaxHold => pb::LostReason::MaxHold,
         LostReason::Unspecified => pb::LostReason::Unspecified,
     };
     pb::Lost {

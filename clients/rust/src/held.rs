@@ -29,6 +29,10 @@ pub enum LostReason {
     Shutdown,
     /// An operator revoked it (`Client::revoke`, `Client::revoke_leader`): never resumed.
     Revoked,
+    /// It reached the max hold it was asked with ([`crate::LeaseBuilder::max_hold`]): the
+    /// server stopped renewing it (its key may hold until its TTL runs out), or this process's
+    /// clock reached the ceiling first. Final: never resumed.
+    MaxHold,
 }
 
 impl LostReason {
@@ -39,6 +43,7 @@ impl LostReason {
             Ok(crate::pb::LostReason::Unreachable) => LostReason::Unreachable,
             Ok(crate::pb::LostReason::Shutdown) => LostReason::Shutdown,
             Ok(crate::pb::LostReason::Revoked) => LostReason::Revoked,
+            Ok(crate::pb::LostReason::MaxHold) => LostReason::MaxHold,
             _ => LostReason::Unspecified,
         }
     }
@@ -96,17 +101,22 @@ pub(crate) struct Belief {
 #[derive(Debug)]
 pub(crate) struct Keeper {
     valid_until: Instant,
+    /// The max hold's end by this process's clock: no vouch moves the validity past it.
+    ceiling: Option<Instant>,
     valid: watch::Sender<Instant>,
     state: watch::Sender<LeaseState>,
 }
 
 impl Keeper {
-    /// A belief held until `valid_until`, and its holder's side.
-    pub(crate) fn new(valid_until: Instant) -> (Keeper, Belief) {
+    /// A belief held until `valid_until`, never past `ceiling` (a max hold), and its holder's
+    /// side.
+    pub(crate) fn new(valid_until: Instant, ceiling: Option<Instant>) -> (Keeper, Belief) {
+        let valid_until = capped(valid_until, ceiling);
         let (state, state_rx) = watch::channel(LeaseState::Held);
         let (valid, valid_rx) = watch::channel(valid_until);
         let keeper = Keeper {
             valid_until,
+            ceiling,
             valid,
             state,
         };
@@ -122,10 +132,25 @@ impl Keeper {
         self.valid_until
     }
 
-    /// The server now vouches for it until `valid_until`, as the holder reads it too.
+    /// The server now vouches for it until `valid_until` (never past the ceiling), as the
+    /// holder reads it too.
     pub(crate) fn vouch(&mut self, valid_until: Instant) {
+        let valid_until = capped(valid_until, self.ceiling);
         self.valid_until = valid_until;
         self.valid.send_replace(valid_until);
+    }
+
+    /// Why the belief ends when its validity runs out unconfirmed: the max hold, when that is
+    /// what it reached (the server's own `lost` with MAX_HOLD is then on its way, or lost);
+    /// else `silent`, nothing vouches for it any more.
+    pub(crate) fn ran_out(&self, silent: String) -> Loss {
+        match self.ceiling {
+            Some(ceiling) if self.valid_until >= ceiling => Loss {
+                code: LostReason::MaxHold,
+                reason: "the max hold was reached".to_owned(),
+            },
+            _ => Loss::from(silent),
+        }
     }
 
     /// The validity as it moves, for a holder that reads it while another task follows the
@@ -199,6 +224,42 @@ pub(crate) fn vouched_until(opened: Instant, valid_for_ms: u32, valid_to_ms: u64
     from_receipt.min(opened + Duration::from_millis(valid_to_ms))
 }
 
+/// `valid_until`, or the ceiling if that comes first.
+fn capped(valid_until: Instant, ceiling: Option<Instant>) -> Instant {
+    ceiling.map_or(valid_until, |ceiling| valid_until.min(ceiling))
+}
+
+/// A max hold asked for, and the TTL of the lease it bounds: enough to place its end on this
+/// process's clock once the lease is held (see [`MaxHold::ceiling`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MaxHold {
+    pub(crate) ttl: Duration,
+    pub(crate) max_hold: Duration,
+}
+
+impl MaxHold {
+    /// Both read from a request's milliseconds; `None` without a max hold.
+    pub(crate) fn of(ttl_ms: u32, max_hold_ms: u32) -> Option<Self> {
+        (max_hold_ms > 0).then(|| MaxHold {
+            ttl: Duration::from_millis(ttl_ms.into()),
+            max_hold: Duration::from_millis(max_hold_ms.into()),
+        })
+    }
+
+    /// The max hold's end by this process's clock, for a lease whose acquire was sent at
+    /// `sent`, on a stream opened at `opened`, and held with `valid_to_ms`: the max hold
+    /// counted from the earliest instant the server can have taken it. That is when the
+    /// acquire was sent, or later for one that waited in line: the server vouches for at most
+    /// the TTL from the moment it took the lease, `valid_to_ms` after its stream reached it
+    /// (which is after `opened`), so it took it no sooner than `opened + valid_to_ms - ttl`.
+    /// Never past the server's own ceiling, which counts from that moment too.
+    pub(crate) fn ceiling(&self, sent: Instant, opened: Instant, valid_to_ms: u64) -> Instant {
+        let vouched = Duration::from_millis(valid_to_ms);
+        let taken = sent.max(opened + vouched.saturating_sub(self.ttl));
+        taken + self.max_hold
+    }
+}
+
 /// Whether a broken stream may be resumed: the transport failed or the server went away, rather
 /// than the server saying no.
 pub(crate) fn resumable(status: &Status) -> bool {
@@ -210,4 +271,54 @@ pub(crate) fn resumable(status: &Status) -> bool {
             | Code::Cancelled
             | Code::DeadlineExceeded
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_hold_is_read_from_the_protocol() {
+        let code = crate::pb::LostReason::MaxHold as i32;
+        assert_eq!(LostReason::from_code(code), LostReason::MaxHold);
+        assert_eq!(LostReason::from_code(99), LostReason::Unspecified);
+    }
+
+    #[test]
+    fn no_vouch_reaches_past_the_max_hold() {
+        let opened = Instant::now();
+        let max_hold = MaxHold::of(3_000, 1_000).expect("a max hold");
+        assert_eq!(MaxHold::of(3_000, 0), None);
+        // Taken at once (vouched for its TTL from the stream's opening): counted from the send.
+        let ceiling = max_hold.ceiling(opened, opened, 3_000);
+        assert_eq!(ceiling, opened + Duration::from_secs(1));
+        // Taken after waiting 5 s in line: counted from then at the earliest.
+        let waited = max_hold.ceiling(opened, opened, 8_000);
+        assert_eq!(waited, opened + Duration::from_secs(6));
+        // Asked for 2 s after its (session's) stream opened, vouched for less than a TTL since:
+        // counted from the ask.
+        let asked = opened + Duration::from_secs(2);
+        let session = max_hold.ceiling(asked, opened, 4_000);
+        assert_eq!(session, asked + Duration::from_secs(1));
+
+        let (mut keeper, belief) = Keeper::new(opened + Duration::from_secs(3), Some(ceiling));
+        assert_eq!(belief.valid_until(), ceiling);
+        keeper.vouch(opened + Duration::from_millis(500));
+        assert_eq!(belief.valid_until(), opened + Duration::from_millis(500));
+        assert_eq!(
+            keeper.ran_out("silent".into()).code,
+            LostReason::Unreachable
+        );
+        keeper.vouch(opened + Duration::from_secs(10));
+        assert_eq!(belief.valid_until(), ceiling);
+        let loss = keeper.ran_out("silent".into());
+        assert_eq!(loss.code, LostReason::MaxHold, "{loss:?}");
+
+        let (keeper, belief) = Keeper::new(opened + Duration::from_secs(3), None);
+        assert_eq!(belief.valid_until(), opened + Duration::from_secs(3));
+        assert_eq!(
+            keeper.ran_out("silent".into()).code,
+            LostReason::Unreachable
+        );
+    }
 }

@@ -10,7 +10,7 @@ use tokio::time::{Instant, timeout_at};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use crate::held::{Belief, LeaseState, Loss};
+use crate::held::{Belief, LeaseState, Loss, MaxHold};
 use crate::pb::lease_request::Action;
 use crate::pb::lease_response::Event;
 use crate::pb::lock_service_client::LockServiceClient;
@@ -23,6 +23,9 @@ use crate::{Client, ClientError, Transport};
 pub struct LeaseBuilder {
     client: Client,
     name: String,
+    more_names: Vec<String>,
+    lock_delay: Duration,
+    max_hold: Duration,
     ttl: Duration,
     wait: Duration,
     holder: String,
@@ -39,6 +42,9 @@ impl LeaseBuilder {
         LeaseBuilder {
             client,
             name,
+            more_names: Vec::new(),
+            lock_delay: Duration::ZERO,
+            max_hold: Duration::ZERO,
             ttl: Duration::from_secs(30),
             wait: Duration::ZERO,
             holder: String::new(),
@@ -110,6 +116,45 @@ impl LeaseBuilder {
         self
     }
 
+    /// Hold these names too, together with the first, all or none: the lease is acquired once
+    /// every name is taken (waiting, with [`LeaseBuilder::wait`], while holding none of them),
+    /// with one fencing token per name ([`LeaseGuard::fences`]), and lost as a whole when any
+    /// is (the others then expire by their TTL, never released while this process may still
+    /// believe in them). Two leases asking for overlapping names in any order cannot deadlock.
+    /// Plain exclusive locks only; at most 32 names in all.
+    ///
+    /// ```no_run
+    /// # async fn example(client: leasehold_client::Client) -> Result<(), leasehold_client::ClientError> {
+    /// let both = client.lease("account-17").more_names(["account-42"]).acquire().await?;
+    /// for (name, fencing_token) in both.fences() {
+    ///     println!("{name}: fencing token {fencing_token}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn more_names<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.more_names.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Lock-delay (Chubby's; Consul's): if this lease is lost (it expired, was revoked, or its
+    /// stream broke and its grace ran out), its names cannot be taken for this long after, so
+    /// that a resource without fencing is not written by the next holder while this one may
+    /// still be writing. A release frees them at once. Default: none; at most 1 hour.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// A ceiling on the hold, from its acquisition: the server stops renewing the lease then
+    /// and the guard is lost with [`crate::LostReason::MaxHold`] (never resumed). The guard's
+    /// validity never reaches past it, counted on this process's clock from when the acquire was
+    /// sent (or later, for a lease that waited). Default: none; at least the TTL, at most 7
+    /// days.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
+        self
+    }
+
     /// Reattach to the lease `token` holds (kept after its stream broke) instead of taking a
     /// new one: same token, fencing token and place. `NOT_FOUND` if it is gone.
     pub fn resume(mut self, token: impl Into<String>) -> Self {
@@ -134,6 +179,9 @@ impl LeaseBuilder {
         };
         let acquire = pb::LeaseAcquire {
             name: self.name,
+            more_names: self.more_names,
+            lock_delay_ms: millis(self.lock_delay),
+            max_hold_ms: millis(self.max_hold),
             ttl_ms: millis(self.ttl),
             wait_ms: millis(self.wait),
             holder: self.holder,
@@ -147,7 +195,6 @@ impl LeaseBuilder {
             .into(),
             resume_token: self.resume_token,
             resume_grace_ms: millis(resume_grace),
-            ..Default::default()
         };
         let client = self.client;
         let mut on_waiting = |event: Event| {
@@ -175,6 +222,7 @@ impl LeaseBuilder {
             return Err(ClientError::Protocol("acquired, but not held".into()));
         };
         let (token, fencing_token) = (holding.token.clone(), holding.fencing_token);
+        let fences = fences_or_first(&stream.kind.0.name, fencing_token, &holding.fences);
         let (let_go, let_go_rx) = mpsc::channel(1);
         let outages = Arc::new(Mutex::new(Vec::new()));
         let watcher = Watcher {
@@ -187,6 +235,7 @@ impl LeaseBuilder {
         tokio::spawn(watcher.run());
         Ok(LeaseGuard {
             fencing_token,
+            fences,
             token,
             let_go: Some(let_go),
             outages,
@@ -227,6 +276,10 @@ impl Kind for Lease {
         &self.0.name
     }
 
+    fn max_hold(&self) -> Option<MaxHold> {
+        MaxHold::of(self.0.ttl_ms, self.0.max_hold_ms)
+    }
+
     fn stop(&self) -> LeaseRequest {
         LeaseRequest {
             action: Some(Action::Release(pb::LeaseRelease {})),
@@ -238,6 +291,7 @@ impl Kind for Lease {
             Some(Event::Acquired(acquired)) => Heard::Held {
                 token: acquired.token.clone(),
                 fencing_token: acquired.fencing_token,
+                fences: fences(&acquired.fences),
                 valid_for_ms: acquired.valid_for_ms,
                 valid_to_ms: acquired.valid_to_ms,
                 event: Event::Acquired(acquired),
@@ -331,11 +385,14 @@ impl Watcher {
             return LeaseState::Lost(broke.to_owned().into());
         };
         let valid_until = holding.keeper.valid_until();
+        let acquire = &self.stream.kind.0;
+        let mut names = vec![acquire.name.clone()];
+        names.extend(acquire.more_names.iter().cloned());
         let released = timeout_at(
             valid_until.max(Instant::now() + LAST_RETRY),
             self.stream
                 .client()
-                .release(self.stream.kind.0.name.clone(), holding.token.clone()),
+                .release_all(names, holding.token.clone()),
         )
         .await;
         match released {
@@ -345,6 +402,26 @@ impl Watcher {
             }
             Err(_) => LeaseState::Lost(format!("{broke}; release by token timed out").into()),
         }
+    }
+}
+
+/// The protocol's `fences` as (name, fencing token) pairs.
+pub(crate) fn fences(fences: &[pb::NameFence]) -> Vec<(String, u64)> {
+    fences
+        .iter()
+        .map(|fence| (fence.name.clone(), fence.fencing_token))
+        .collect()
+}
+
+/// `fences`, or the one name's own pair from a server that predates them.
+pub(crate) fn fences_or_first(
+    name: &str,
+    fencing_token: u64,
+    fences: &[(String, u64)],
+) -> Vec<(String, u64)> {
+    match fences.is_empty() {
+        true => vec![(name.to_owned(), fencing_token)],
+        false => fences.to_vec(),
     }
 }
 
@@ -369,6 +446,7 @@ type Outages = Arc<Mutex<Vec<Outage>>>;
 #[derive(Debug)]
 pub struct LeaseGuard {
     fencing_token: u64,
+    fences: Vec<(String, u64)>,
     token: String,
     /// To the watcher: a message releases, dropping releases too.
     let_go: Option<mpsc::Sender<()>>,
@@ -380,6 +458,12 @@ impl LeaseGuard {
     /// The fencing token of this acquisition: pass it to the resource the lock protects.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// Each name's fencing token, in the order asked (the first name's is
+    /// [`LeaseGuard::fencing_token`]): one pair for a lease on one name.
+    pub fn fences(&self) -> &[(String, u64)] {
+        &self.fences
     }
 
     /// The acquisition's secret (for the unary `Extend`/`Release` calls; never log it).
@@ -395,7 +479,7 @@ impl LeaseGuard {
     }
 
     /// As [`LeaseGuard::lost`], with why typed: [`LostReason::Revoked`] when an operator
-    /// revoked it.
+    /// revoked it, [`crate::LostReason::MaxHold`] when its max hold was reached.
     pub async fn loss(&self) -> Loss {
         self.belief.loss().await
     }
@@ -433,5 +517,22 @@ impl LeaseGuard {
             .await
             .ok_or_else(|| ClientError::Protocol("lease watcher stopped".into()))?;
         Ok(matches!(end, LeaseState::Released { was_held: true }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fences_are_read_in_the_order_sent_and_default_to_the_first_name() {
+        let sent = [("b", 12), ("a", 7)].map(|(name, fencing_token)| pb::NameFence {
+            name: name.to_owned(),
+            fencing_token,
+        });
+        let read = fences(&sent);
+        assert_eq!(read, [("b".to_owned(), 12), ("a".to_owned(), 7)]);
+        assert_eq!(fences_or_first("b", 12, &read), read);
+        assert_eq!(fences_or_first("job", 3, &[]), [("job".to_owned(), 3)]);
     }
 }

@@ -6,7 +6,8 @@
 //! - [`lease`]: [`LeaseBuilder`] and [`LeaseGuard`] (`lost()`, `fencing_token()`, `release()`);
 //!   a held lease resumes on another server on its own when its stream breaks.
 //! - [`election`]: `campaign`, `leader`; [`observation`]: `observe`.
-//! - [`watch`]: `watch`, a lock's state on every change as a `Stream`.
+//! - [`watch`]: `watch`, a lock's state on every change as a `Stream`; [`check`]: `check`,
+//!   whether a fencing token is the current holding of a name.
 //! - [`session`]: many leases and leaderships on one stream.
 //!
 //! A lease and a leadership run on one held-stream core (`stream.rs`: renewals, this process's
@@ -43,6 +44,7 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+pub mod check;
 pub mod client;
 pub mod election;
 mod error;
@@ -58,6 +60,7 @@ pub mod session;
 mod stream;
 pub mod watch;
 
+pub use check::{TokenCheck, TokenState};
 pub use client::{BearerToken, Client, ConnectOptions, Transport};
 pub use election::{Candidate, Leader};
 pub use error::ClientError;

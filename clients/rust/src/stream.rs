@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use crate::client::moves_on;
-use crate::held::{Belief, Keeper, Loss, resumable, vouched_until};
+use crate::held::{Belief, Keeper, Loss, MaxHold, resumable, vouched_until};
 use crate::replicas::Replica;
 use crate::{Client, Transport};
 
@@ -57,6 +57,10 @@ pub(crate) trait Kind: Send + 'static {
     fn clocked(&self) -> bool {
         true
     }
+    /// The max hold it was asked with, if any: its validity never reaches past it.
+    fn max_hold(&self) -> Option<MaxHold> {
+        None
+    }
 }
 
 /// What a message says.
@@ -65,6 +69,8 @@ pub(crate) enum Heard<E> {
     Held {
         token: String,
         fencing_token: u64,
+        /// Each name's fencing token (a lease on several names), in the order asked.
+        fences: Vec<(String, u64)>,
         valid_for_ms: u32,
         valid_to_ms: u64,
         event: E,
@@ -117,11 +123,23 @@ pub(crate) struct Line<K: Kind> {
     opened: Instant,
 }
 
-/// It is held: its secret, its fencing token, and until when it is believed.
+/// It is held: its secret, its fencing tokens, and until when it is believed.
 pub(crate) struct Holding {
     pub(crate) token: String,
     pub(crate) fencing_token: u64,
+    /// Each name's fencing token, in the order asked (one pair for a single name).
+    pub(crate) fences: Vec<(String, u64)>,
     pub(crate) keeper: Keeper,
+}
+
+/// What opening a stream found once it is held.
+pub(crate) struct Attached {
+    token: String,
+    fencing_token: u64,
+    fences: Vec<(String, u64)>,
+    valid_until: Instant,
+    /// The max hold's end, by this process's clock.
+    ceiling: Option<Instant>,
 }
 
 /// A held (or to be held) thing on its stream, and what resumes it.
@@ -181,7 +199,7 @@ impl<K: Kind> HeldStream<K> {
         on_waiting: &mut impl FnMut(K::Event),
     ) -> Result<Self, Opening> {
         let first = kind.start(None);
-        let (line, holding) = attach(client, &kind, first, on_waiting).await?;
+        let (line, attached) = attach(client, &kind, first, on_waiting).await?;
         let mut stream = HeldStream {
             kind,
             client: client.clone(),
@@ -189,15 +207,16 @@ impl<K: Kind> HeldStream<K> {
             holding: None,
             belief: None,
         };
-        stream.hold(holding);
+        stream.hold(attached);
         Ok(stream)
     }
 
-    fn hold(&mut self, (token, fencing_token, valid_until): (String, u64, Instant)) {
-        let (keeper, belief) = Keeper::new(valid_until);
+    fn hold(&mut self, attached: Attached) {
+        let (keeper, belief) = Keeper::new(attached.valid_until, attached.ceiling);
         self.holding = Some(Holding {
-            token,
-            fencing_token,
+            token: attached.token,
+            fencing_token: attached.fencing_token,
+            fences: attached.fences,
             keeper,
         });
         self.belief = Some(belief);
@@ -253,10 +272,14 @@ impl<K: Kind> HeldStream<K> {
                 Some(valid_until) => tokio::select! {
                     message = responses.message() => message,
                     () = sleep_until(valid_until) => {
-                        return Next::Lost(Loss::from(format!(
+                        let silent = format!(
                             "no renewal confirmed before the {} ran out (server silent)",
                             K::WHAT
-                        )));
+                        );
+                        return Next::Lost(match &self.holding {
+                            Some(holding) => holding.keeper.ran_out(silent),
+                            None => Loss::from(silent),
+                        });
                     }
                 },
                 None => responses.message().await,
@@ -288,6 +311,7 @@ impl<K: Kind> HeldStream<K> {
                 Heard::Held {
                     token,
                     fencing_token,
+                    fences,
                     valid_for_ms,
                     valid_to_ms,
                     event,
@@ -299,7 +323,18 @@ impl<K: Kind> HeldStream<K> {
                     }
                     match &mut self.holding {
                         Some(holding) => holding.keeper.vouch(until),
-                        None => self.hold((token, fencing_token, until)),
+                        None => {
+                            let ceiling = self.kind.max_hold();
+                            self.hold(Attached {
+                                token,
+                                fencing_token,
+                                fences,
+                                valid_until: until,
+                                ceiling: ceiling.map(|c| {
+                                    c.ceiling(self.line.opened, self.line.opened, valid_to_ms)
+                                }),
+                            });
+                        }
                     }
                     return Next::Event(event);
                 }
@@ -336,15 +371,17 @@ impl<K: Kind> HeldStream<K> {
             let first = self.kind.start(Some(&token));
             let attempt = attach(&self.client, &self.kind, first, &mut no_waiting);
             match timeout_at(attempt_ends, attempt).await {
-                Ok(Ok((line, (_, resumed_fencing, until)))) => {
+                Ok(Ok((line, resumed))) => {
+                    let resumed_fencing = resumed.fencing_token;
                     if resumed_fencing != fencing_token {
                         return Err(format!(
                             "resumed with fencing token {resumed_fencing}, not {fencing_token}"
                         ));
                     }
                     self.line = line;
+                    // The max hold counts from the first acquisition: its ceiling stays.
                     if let Some(holding) = &mut self.holding {
-                        holding.keeper.vouch(until);
+                        holding.keeper.vouch(resumed.valid_until);
                     }
                     tracing::info!(name = %self.kind.name(), stream = K::STREAM, "held stream resumed");
                     return Ok(());
@@ -382,13 +419,13 @@ fn late<K: Kind>() -> String {
 }
 
 /// Opens a stream with `first` and reads up to `Held`: the stream, and the hold's token,
-/// fencing token and validity.
+/// fencing tokens and validity.
 async fn attach<K: Kind>(
     client: &Client,
     kind: &K,
     first: K::Request,
     on_waiting: &mut impl FnMut(K::Event),
-) -> Result<(Line<K>, (String, u64, Instant)), Opening> {
+) -> Result<(Line<K>, Attached), Opening> {
     let sort = |status: Status| {
         if moves_on(&status) {
             Opening::Moved(status)
@@ -420,6 +457,7 @@ async fn attach<K: Kind>(
             Heard::Held {
                 token,
                 fencing_token,
+                fences,
                 valid_for_ms,
                 valid_to_ms,
                 ..
@@ -430,7 +468,17 @@ async fn attach<K: Kind>(
                     // now. Dropping the stream lets go of it (or keeps it only for its grace).
                     return Err(Opening::Broken(late::<K>()));
                 }
-                return Ok((line, (token, fencing_token, valid_until)));
+                let ceiling = kind
+                    .max_hold()
+                    .map(|max_hold| max_hold.ceiling(line.opened, line.opened, valid_to_ms));
+                let attached = Attached {
+                    token,
+                    fencing_token,
+                    fences,
+                    valid_until,
+                    ceiling,
+                };
+                return Ok((line, attached));
             }
             Heard::Waiting(event) => on_waiting(event),
             Heard::Lost(reason) => {

@@ -4,10 +4,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::Status;
 
+use super::Ask;
 use super::leases::{Entry, Held, Phase, Taken, lock};
 use super::task::{Stop, Stream, Task};
 use crate::ClientError;
-use crate::held::{LeaseState, Loss, LostReason, vouched_until};
+use crate::held::{LeaseState, Loss, LostReason, MaxHold, vouched_until};
+use crate::lease::{fences, fences_or_first};
 use crate::pb;
 use crate::pb::session_request::Action;
 use crate::pb::session_response::Event;
@@ -75,12 +77,34 @@ impl Task {
                         stream.send(Action::Release(pb::SessionRelease { id }));
                     }
                     phase @ Phase::Pending(_) => {
-                        let (held, belief) =
-                            Held::new(acquired.token.clone(), acquired.fencing_token, valid_until);
+                        // The max hold counts from when it was asked for at the earliest (see
+                        // MaxHold::ceiling).
+                        let (name, max_hold) = match &entry.ask {
+                            Ask::Lock(ask) => {
+                                (&ask.name, MaxHold::of(self.open.ttl_ms, ask.max_hold_ms))
+                            }
+                            Ask::Campaign(campaign) => (&campaign.election, None),
+                        };
+                        let asked_at = entry.asked_at.unwrap_or(stream.opened);
+                        let ceiling = max_hold.map(|max_hold| {
+                            max_hold.ceiling(asked_at, stream.opened, acquired.valid_to_ms)
+                        });
+                        let fences = fences_or_first(
+                            name,
+                            acquired.fencing_token,
+                            &fences(&acquired.fences),
+                        );
+                        let (held, belief) = Held::new(
+                            acquired.token.clone(),
+                            acquired.fencing_token,
+                            valid_until,
+                            ceiling,
+                        );
                         let held = Phase::Held(held);
                         if let Phase::Pending(reply) = std::mem::replace(phase, held) {
                             let taken = Taken {
                                 fencing_token: acquired.fencing_token,
+                                fences,
                                 token: acquired.token,
                                 belief,
                             };

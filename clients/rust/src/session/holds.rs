@@ -11,6 +11,7 @@ use crate::held::Belief;
 pub struct SessionLease {
     pub(super) id: u64,
     pub(super) fencing_token: u64,
+    pub(super) fences: Vec<(String, u64)>,
     pub(super) token: String,
     /// Lost or not, and until when the session's task last had it vouched for.
     pub(super) belief: Belief,
@@ -22,6 +23,11 @@ impl SessionLease {
     /// The fencing token of this acquisition (a leadership's term).
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// Each name's fencing token, in the order asked (as [`crate::LeaseGuard::fences`]).
+    pub fn fences(&self) -> &[(String, u64)] {
+        &self.fences
     }
 
     /// The acquisition's secret (never log it).

@@ -18,11 +18,15 @@ pub(super) struct Entry {
     pub(super) phase: Phase,
     /// The stream generation it was last asked for on (`None`: not yet).
     pub(super) sent: Option<u64>,
+    /// When it was last asked for while pending: it is taken no sooner (its max hold counts
+    /// from then at the earliest).
+    pub(super) asked_at: Option<Instant>,
 }
 
 /// What the caller of `take` gets.
 pub(super) struct Taken {
     pub(super) fencing_token: u64,
+    pub(super) fences: Vec<(String, u64)>,
     pub(super) token: String,
     pub(super) belief: Belief,
 }
@@ -80,9 +84,15 @@ pub(super) fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl Held {
-    /// A lease just taken, vouched for until `valid_until`, and its holder's side.
-    pub(super) fn new(token: String, fencing_token: u64, valid_until: Instant) -> (Held, Belief) {
-        let (keeper, belief) = Keeper::new(valid_until);
+    /// A lease just taken, vouched for until `valid_until` (never past `ceiling`, its max
+    /// hold), and its holder's side.
+    pub(super) fn new(
+        token: String,
+        fencing_token: u64,
+        valid_until: Instant,
+        ceiling: Option<Instant>,
+    ) -> (Held, Belief) {
+        let (keeper, belief) = Keeper::new(valid_until, ceiling);
         let held = Held {
             token,
             fencing_token,
@@ -112,14 +122,16 @@ impl Held {
         }
     }
 
-    /// The lease's validity ran out unconfirmed: lost, by this process's clock.
+    /// The lease's validity ran out unconfirmed: lost, by this process's clock (at its max
+    /// hold, or for `reason`).
     pub(super) fn expired(self, reason: String) {
         let released = if self.releasing.is_some() {
             Err(unconfirmed_release())
         } else {
             Ok(false)
         };
-        self.end(LeaseState::Lost(reason.into()), released);
+        let loss = self.keeper.ran_out(reason);
+        self.end(LeaseState::Lost(loss), released);
     }
 }
 

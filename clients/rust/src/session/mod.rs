@@ -168,6 +168,27 @@ impl SessionLockBuilder<'_> {
         self
     }
 
+    /// Hold these names too, all or none (as [`crate::LeaseBuilder::more_names`]).
+    pub fn more_names<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.request
+            .more_names
+            .extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Lock-delay after a loss (as [`crate::LeaseBuilder::lock_delay`]).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.request.lock_delay_ms = millis(delay);
+        self
+    }
+
+    /// A ceiling on this lease's hold (as [`crate::LeaseBuilder::max_hold`]): at it, this lease
+    /// alone is lost with [`crate::LostReason::MaxHold`].
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.request.max_hold_ms = millis(max_hold);
+        self
+    }
+
     /// Takes the lock, waiting as configured. A taken lock is `ClientError::Status` with
     /// `ABORTED`, its details as [`ClientError::refusal`] reads them. Dropping the future while
     /// it waits gives up.
@@ -245,6 +266,7 @@ impl Session {
                     ask,
                     phase: Phase::Pending(reply),
                     sent: None,
+                    asked_at: None,
                 },
             );
             id
@@ -263,6 +285,7 @@ impl Session {
         Ok(SessionLease {
             id,
             fencing_token: taken.fencing_token,
+            fences: taken.fences,
             token: taken.token,
             belief: taken.belief,
             commands: self.commands.clone(),

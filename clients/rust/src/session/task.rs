@@ -196,7 +196,10 @@ impl Task {
                 held.resuming = true;
                 held.token.clone()
             }
-            Phase::Pending(_) => String::new(),
+            Phase::Pending(_) => {
+                entry.asked_at = Some(Instant::now());
+                String::new()
+            }
         };
         let action = match entry.ask.clone() {
             Ask::Lock(mut acquire) => {
