@@ -21,6 +21,24 @@ pub async fn available(client: &Client) -> bool {
     client.echo().echo(request).await.is_ok()
 }
 
+/// One unary echo that makes the server ask Redis once (a `PING`): the floor of any call that
+/// needs one Redis round trip, such as `Check`.
+pub async fn unary_with_redis(client: &Client, operations: usize) -> Result<Figures, BenchError> {
+    let echo = client.echo();
+    sequential("gRPC echo + Redis PING: 1 unary call", operations, || {
+        let mut echo = echo.clone();
+        async move {
+            let request = EchoRequest {
+                payload: vec![0; PAYLOAD_BYTES],
+                redis: true,
+            };
+            echo.echo(request).await.map_err(ClientError::from)?;
+            Ok(())
+        }
+    })
+    .await
+}
+
 /// Two unary echoes one after the other: the gRPC part of unary `Acquire` + `Release`. With
 /// `redis`, each also makes the server ask Redis once (a `PING`): the floor of two calls that
 /// each need one Redis round trip, the server's own hop to Redis included.

@@ -10,7 +10,9 @@
 //! 3. many locks: as many clients on distinct names at once;
 //! 4. held leases: server RSS and CPU, and the renewal scripts Redis serves;
 //! 5. primitives: acquire + release of a semaphore's permit and of a shared hold, against the
-//!    plain lock.
+//!    plain lock;
+//! 6. check: the token check (`Check`) against one direct Redis `GET` and a unary echo that
+//!    pings Redis once.
 //!
 //! The rslock and etcd peers are in `benches/peers.rs`, a separate binary, so the server never
 //! links them.
@@ -26,6 +28,7 @@ use tokio::time::Instant;
 use leasehold::store::Token;
 use leasehold_client::{Client, ConnectOptions};
 
+mod check;
 mod contention;
 mod echo;
 mod figures;
@@ -75,6 +78,7 @@ pub enum Section {
     Many,
     Held,
     Primitives,
+    Check,
 }
 
 impl BenchOptions {
@@ -109,6 +113,9 @@ pub async fn run(options: &BenchOptions) -> Result<serde_json::Value, BenchError
     }
     if options.runs(Section::Primitives) {
         figures["primitives"] = primitives::section(options, &progress).await?;
+    }
+    if options.runs(Section::Check) {
+        figures["check"] = check::section(options, &redis, &progress).await?;
     }
     Ok(figures)
 }
