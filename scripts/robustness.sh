@@ -87,8 +87,8 @@ PY
 broken token-without-counter chaos::holder_server_killed checker \
   src/store/locks/acquire.lua \
   "  redis.call('SET', KEYS[2], fence)
-  if kind" \
-  "  if kind"
+  local max_hold" \
+  "  local max_hold"
 # A fenced resource that forgets to compare tokens (the client's helper, clients/rust/src/fenced.lua):
 # the frozen client's late write is accepted.
 broken fence-not-compared chaos::holder_client_frozen_then_writes_late checker \
@@ -107,8 +107,8 @@ broken validity-overstated chaos::holder_server_paused_longer_than_the_ttl check
 # than one renewal period, the most a data-loss fault may show (the checker's bound).
 broken extend-without-token chaos::lock_key_expires_early_under_the_holder checker \
   src/store/locks/extend.lua \
-  "if ours(redis.call('GET', KEYS[1]), ARGV[1]) then" \
-  "if redis.call('GET', KEYS[1]) then" \
+  "local _, attachment = ours(redis.call('GET', KEYS[1]), ARGV[1])" \
+  "local attachment = redis.call('GET', KEYS[1]) and '0'" \
   src/store/locks/extend_many.lua \
   "  if ours(value, token) then" \
   "  if value then"
@@ -148,8 +148,8 @@ broken revocation-ignored revoke::a_holder_revoked_through_another_server_is_tol
 # (so acquire.lua never announces it either), and a watcher does not hear the lock taken.
 broken acquisition-not-announced watch::watchers_on_two_servers_see_every_change_once test \
   src/store/locks/take.lua \
-  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) ~= 0 then" \
-  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4]) ~= 0 then"
+  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6]) ~= 0 then" \
+  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[6]) ~= 0 then"
 # A renewal that finds its key gone does not read the revoked tokens: a holder whose server
 # missed the revocation's message is told TAKEN, not REVOKED.
 broken revocation-record-ignored revoke::a_holder_whose_server_missed_the_revocation_is_told_revoked_at_its_next_renewal test \
