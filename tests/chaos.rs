@@ -509,6 +509,7 @@ async fn several_names_held_through_a_server_killed() {
     run.kill_server(0);
     sleep(Duration::from_millis(1_500)).await;
     let held = run.finish("several-server-killed").await;
+    eprintln!("FIGURE several-server-killed: {held} sets held");
     assert!(held >= 10, "only {held} sets held");
 }
 
@@ -522,5 +523,6 @@ async fn several_names_held_through_redis_paused() {
     run.redis.resume();
     sleep(Duration::from_millis(1_200)).await;
     let held = run.finish("several-redis-paused").await;
+    eprintln!("FIGURE several-redis-paused: {held} sets held");
     assert!(held >= 10, "only {held} sets held");
 }
