@@ -459,3 +459,44 @@ async fn max_hold_ends_a_session_lease_alone_while_its_key_holds() {
         Some(other.token.as_str())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_follows_a_stream_that_ends_without_a_release_but_not_one_that_releases() {
+    let (_redis, _server, direct, mut client) = setup().await;
+    // Dropped without a `release` and without a grace: released at once, and its delay runs.
+    let mut dropped = LeaseStream::open(
+        &mut client,
+        limited_stream("delay/dropped", 5_000, 800, 0, 0),
+    )
+    .await;
+    dropped.acquired().await;
+    let ended = std::time::Instant::now();
+    drop(dropped);
+    wait_until_gone(&direct, &lock_key("delay/dropped"), Duration::from_secs(2)).await;
+    assert!(
+        !free_now(&mut client, "delay/dropped").await,
+        "taken in its delay"
+    );
+    let got = within(Duration::from_secs(3), "the name after its delay", async {
+        loop {
+            if free_now(&mut client, "delay/dropped").await {
+                return ended.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        got >= Duration::from_millis(800),
+        "taken {got:?} after the end"
+    );
+    // A `release` message: free at once.
+    let mut released = LeaseStream::open(
+        &mut client,
+        limited_stream("delay/released", 5_000, 800, 0, 0),
+    )
+    .await;
+    released.acquired().await;
+    assert!(released.release().await, "was held");
+    assert!(free_now(&mut client, "delay/released").await);
+}

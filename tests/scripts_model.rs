@@ -1162,7 +1162,7 @@ impl Context {
             Op::Release { who, name } => {
                 let client = who.resolve(&models[name]);
                 let released = locks
-                    .release(&keys[name], &tokens[client])
+                    .release(&keys[name], &tokens[client], true)
                     .await
                     .map_err(|error| format!("release failed: {error}"))?;
                 let model = &mut models[name];

@@ -208,7 +208,7 @@ async fn a_lease_over_several_names_resumes_whole_or_not_at_all() {
     let resumable = |wait_ms, resume_token: &str| {
         let mut request = acquire_all(&names, 5_000, wait_ms, "all");
         if let Some(Action::Acquire(acquire)) = &mut request.action {
-            acquire.resume_grace_ms = 5_000;
+            acquire.resume_grace_ms = 400;
             acquire.resume_token = resume_token.to_owned();
         }
         request
@@ -221,11 +221,17 @@ async fn a_lease_over_several_names_resumes_whole_or_not_at_all() {
     let again = resumed.acquired().await;
     assert_eq!(again.fences, first.fences, "same fencing token per name");
     drop(resumed);
-    // One name gone: NOT_FOUND, and the other is not left held.
+    // One name gone: NOT_FOUND, and the other is not left held: not released (its holder may
+    // believe in it until its grace runs out) but shortened back to the grace.
     let _: i64 = direct.del(lock_key("m-b")).await.unwrap();
     let mut refused = LeaseStream::open(&mut client, resumable(0, &first.token)).await;
     assert_eq!(refused.status().await.code(), Code::NotFound);
-    assert_eq!(get(&direct, &lock_key("m-a")).await, None);
+    let pttl: i64 = direct.pttl(lock_key("m-a")).await.unwrap();
+    assert!(
+        (1..=400).contains(&pttl),
+        "m-a's TTL {pttl} ms, not its grace"
+    );
+    wait_until_gone(&direct, &lock_key("m-a"), Duration::from_secs(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

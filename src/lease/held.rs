@@ -34,7 +34,9 @@ pub trait Holding: Clone + Send + Sync + 'static {
     fn lock(&self) -> &Lock;
     fn lock_mut(&mut self) -> &mut Lock;
     /// Lets go of the lease. `Ok(false)`: it was not, or no longer, ours.
-    fn release(&self, token: &Token) -> impl Future<Output = Result<bool>> + Send;
+    /// `clean`: the holder's own release (the name is free at once); otherwise its lock-delay,
+    /// if any, runs from now ([`crate::store::locks::Locks::release`]).
+    fn release(&self, token: &Token, clean: bool) -> impl Future<Output = Result<bool>> + Send;
     /// What is left to do once the lease of `token` is lost, if anything: never a release of
     /// what its holder may believe in (see [`HeldLease::lost`]).
     fn after_loss(
@@ -78,16 +80,13 @@ impl Holding for Lock {
         self
     }
 
-    async fn release(&self, token: &Token) -> Result<bool> {
+    async fn release(&self, token: &Token, clean: bool) -> Result<bool> {
         match &self.more {
-            None => self.locks.release(&self.keys, token).await,
-            Some(_) => several::release_all(self, token).await,
+            None => self.locks.release(&self.keys, token, clean).await,
+            Some(_) => several::release_all(self, token, clean).await,
         }
     }
 
-    /// One name: nothing, what is still ours expires by its TTL. Several: a lease lost on one
-    /// name is lost as a whole, and the names still ours are released (the holder is told
-    /// Lost as this starts), so its set never stays half-held.
     /// Nothing, even for a lease over several names whose other names still hold: its holder
     /// believes in them until it hears `lost` (or its validity runs out), so releasing them now
     /// would let the next holder in while it may still be writing. They expire by their TTL,
@@ -130,8 +129,8 @@ impl Holding for Leadership {
 
     /// Releases the lease (the next candidate is woken), then retires the announcement unless a
     /// successor already replaced it, so no exit leaves a stale leader behind.
-    async fn release(&self, token: &Token) -> Result<bool> {
-        let was_held = self.lease.release(token).await?;
+    async fn release(&self, token: &Token, clean: bool) -> Result<bool> {
+        let was_held = self.lease.release(token, clean).await?;
         self.elections.retire_stale_leader(&self.election).await?;
         Ok(was_held)
     }
@@ -307,9 +306,10 @@ impl<H: Holding> HeldLease<H> {
         }
     }
 
-    /// Lets go now. `Ok(false)`: the lease was no longer ours. On an error the drop still tries.
-    pub async fn release(&mut self) -> Result<bool> {
-        let was_held = self.holding().release(self.token()).await?;
+    /// Lets go now; `clean` if its holder asked (see [`Holding::release`]). `Ok(false)`: the
+    /// lease was no longer ours. On an error the drop still tries.
+    pub async fn release(&mut self, clean: bool) -> Result<bool> {
+        let was_held = self.holding().release(self.token(), clean).await?;
         self.armed = false;
         Ok(was_held)
     }
@@ -325,7 +325,8 @@ impl<H: Holding> Drop for HeldLease<H> {
         self.holding().lock().locks.connection().in_background(
             span,
             "release failed; the lease expires by its TTL",
-            async move { claim.holding.release(&claim.token).await.map(|_| ()) },
+            // Dropped armed: its stream ended without a release (or a refusal raced a grant).
+            async move { claim.holding.release(&claim.token, false).await.map(|_| ()) },
         );
     }
 }

@@ -337,12 +337,15 @@ impl<H: Holding> Life<H> {
     /// holder before its lease is kept, so it moves at once). `Err` only if a release the
     /// holder asked for failed: the lease, still armed, is then let go in the background.
     pub async fn end(&mut self, end: End, tell: impl FnOnce(&Told)) -> Result<Told> {
+        // Only the holder's own release frees a name at once; any other end starts its
+        // lock-delay.
+        let clean = matches!(end, End::ReleaseAsked);
         let fate = fate(self.phase, end, self.grace.is_some());
         self.stop_renewing();
         let held = self.phase == Phase::Held;
         let told = match fate {
             Fate::Release => {
-                let was_held = self.lease.release().await?;
+                let was_held = self.lease.release(clean).await?;
                 info!(was_held, "released");
                 Told::Released { was_held }
             }
@@ -363,7 +366,7 @@ impl<H: Holding> Life<H> {
                 return Ok(told);
             }
             Fate::ShutDown => {
-                let released = self.lease.release().await;
+                let released = self.lease.release(false).await;
                 info!("released for shutdown");
                 self.metrics().lost("shutdown");
                 Told::ShutDown(released)

@@ -207,7 +207,11 @@ async fn let_go(
     taken: &mut [Option<(u64, Instant)>],
 ) -> Result<()> {
     let held: Vec<usize> = (0..taken.len()).filter(|&i| taken[i].is_some()).collect();
-    let released = join_all(held.iter().map(|&i| lock.locks.release(keys[i], token))).await;
+    let released = join_all(
+        held.iter()
+            .map(|&i| lock.locks.release(keys[i], token, true)),
+    )
+    .await;
     for result in released {
         result?;
     }
@@ -216,12 +220,12 @@ async fn let_go(
 }
 
 /// Resumes every name of the lease `token` holds. [`Error::NotResumable`] naming the first
-/// name it no longer holds; the names resumed before it are released then, so a lease that
-/// cannot come back whole does not stay half-held.
+/// name it no longer holds; the names resumed before it are then shortened back to the grace,
+/// never released (see below), so a lease that cannot come back whole does not stay held.
 pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<Acquisition> {
     let sent_at = Instant::now();
     let mut fences = Vec::new();
-    let mut attachment = 0;
+    let (mut attachment, mut attached) = (0, Vec::new());
     let (mut ceiling, mut delayed) = (None::<Duration>, false);
     let keys: Vec<&LockKeys> = lock.all_keys().collect();
     for (name, name_keys) in spec.names().zip(&keys) {
@@ -229,6 +233,7 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
         match resumed {
             Some(resumed) => {
                 attachment = attachment.max(resumed.attachment);
+                attached.push(resumed.attachment);
                 fences.push(resumed.fencing_token);
                 // The earliest ceiling of any name is the lease's.
                 ceiling = match (ceiling, resumed.ceiling) {
@@ -238,8 +243,16 @@ pub async fn resume_all(lock: &Lock, token: &Token, spec: &LeaseSpec) -> Result<
                 delayed |= resumed.delayed;
             }
             None => {
-                let back = &keys[..fences.len()];
-                join_all(back.iter().map(|keys| lock.locks.release(keys, token))).await;
+                // Never released: the holder may believe in them until its last validity
+                // (at most its grace) runs out. Shortened back to that grace instead, so the set
+                // does not stay held a whole TTL (their lock-delay, if any, follows).
+                let back = keys[..fences.len()].iter().zip(&attached);
+                if let Some(grace) = spec.resume_grace {
+                    join_all(back.map(|(keys, &attachment)| {
+                        lock.locks.detach(keys, token, grace, attachment)
+                    }))
+                    .await;
+                }
                 return Err(Error::NotResumable {
                     name: name.to_string(),
                 });
@@ -298,8 +311,12 @@ pub async fn extend_all_capped(
 }
 
 /// Releases every name `token` still holds: `Ok(true)` if any was.
-pub async fn release_all(lock: &Lock, token: &Token) -> Result<bool> {
-    let answers = join_all(lock.all_keys().map(|keys| lock.locks.release(keys, token))).await;
+pub async fn release_all(lock: &Lock, token: &Token, clean: bool) -> Result<bool> {
+    let answers = join_all(
+        lock.all_keys()
+            .map(|keys| lock.locks.release(keys, token, clean)),
+    )
+    .await;
     answers
         .into_iter()
         .try_fold(false, |any, answer| Ok(answer? || any))

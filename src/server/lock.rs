@@ -149,7 +149,7 @@ impl LockService for LockServer {
         let caller = Caller::of(&request);
         let request = request.into_inner();
         let (lock, token) = self.named(&caller, request.name, request.more_names, request.token)?;
-        let released = lock.release(&token).await?;
+        let released = lock.release(&token, true).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 

@@ -196,7 +196,9 @@ impl Locks {
 
     /// Deletes the lock if `token` still holds it, and wakes the waiters. `false` means it was
     /// already gone or not ours. Redlock: on every primary, waiting for all their answers.
-    pub async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    /// `clean`: the holder's own release, which frees the name at once; otherwise (a stream
+    /// that ended without one, a server shutting down) the lease's lock-delay runs from now.
+    pub async fn release(&self, keys: &LockKeys, token: &Token, clean: bool) -> Result<bool> {
         let answers = self
             .on_every_node("release", |connection| {
                 connection.eval::<i64>(
@@ -214,6 +216,7 @@ impl Locks {
                     vec![
                         Value::from(token.secret()),
                         Value::from(keys.channel().as_str()),
+                        Value::from(if clean { "1" } else { "0" }),
                     ],
                 )
             })

@@ -396,9 +396,15 @@ type LeaseAcquire struct {
 	// expired, was revoked, or its stream broke and its grace ran out), each
 	// of its names cannot be taken for this many milliseconds more, so that an
 	// unfenced resource is not written by the next holder while the lost one
-	// may still be writing. A clean release (`release`, or a stream end that
-	// releases) frees the name at once. Waiters keep their place in line. 0
+	// may still be writing. Only the holder's own release (a `release`
+	// message, the unary Release, a session's release or close) frees the name
+	// at once; a stream that ends without one (broken, half-closed or
+	// cancelled, without a grace) and a server shutdown start the delay, as a
+	// loss does, since the server cannot tell them from a holder cut off. A
+	// revocation starts it at the revoke. Waiters keep their place in line. 0
 	// (the default): none. At most 1 hour. Only for plain exclusive locks.
+	// Send it (and `max_hold_ms`, `more_names`) only once every server runs a
+	// version that knows it: an older server ignores it.
 	LockDelayMs uint32 `protobuf:"varint,11,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// A ceiling on the hold, in milliseconds from the acquisition: the server
 	// stops renewing the lease then and tells the holder `lost` with code

@@ -103,7 +103,7 @@ impl Locks {
                     return Ok(AcquireOutcome::Acquired { fencing_token });
                 }
                 Err(error) => {
-                    self.release(keys, token).await?;
+                    self.release(keys, token, true).await?;
                     return Err(error);
                 }
             }
@@ -111,7 +111,7 @@ impl Locks {
         if !fences.is_empty() || !answers.failed.is_empty() {
             // Given back (also where the answer was lost but the command may have landed)
             // before the next attempt, which reuses the token.
-            self.release(keys, token).await?;
+            self.release(keys, token, true).await?;
         }
         if answers.unreachable() {
             return Err(answers.into_error("acquire"));

@@ -95,7 +95,9 @@ impl Locks {
                 current: superseded.max().unwrap_or(fencing_token),
             });
         }
-        if answers.is_majority(answers.ok.len()) {
+        // Free only when the free answers alone rule out a majority holding it (nodes that did
+        // not answer may be the ones holding it).
+        if answers.rules_out_majority(answers.ok.len() - held) {
             return Ok(TokenState::Free);
         }
         Err(answers.into_error(CONTEXT))

@@ -5,10 +5,15 @@
 -- ARGV[1] token  ARGV[2] ttl in ms
 -- Returns {fence, attachment, ms left before its max-hold ceiling (-1: none), 1 if it has a
 -- lock-delay} when resumed; {} when the lease is gone or was never this token's.
+-- A lease past its max-hold ceiling is not resumed (its holder was, or will be, told MAX_HOLD):
+-- resuming it would buy another TTL each time.
 local fence, field, holder = ours(redis.call('GET', KEYS[1]), ARGV[1])
 if fence then
   local attachment = attachments_of(field) + 1
   local ceiling = ceiling_of(field)
+  if ceiling and ceiling <= clock_ms() then
+    return {}
+  end
   local kept = attachment
   local left = -1
   if ceiling then
@@ -21,6 +26,10 @@ if fence then
 end
 local now_ms = clock_ms()
 if permit_expiry(KEYS[2], ARGV[1], now_ms) then
+  local past = tonumber(redis.call('HGET', KEYS[3], 'd:' .. ARGV[1]))
+  if past and past <= now_ms then
+    return {}
+  end
   redis.call('ZADD', KEYS[2], 'XX', now_ms + tonumber(ARGV[2]), ARGV[1])
   local attached = redis.call('HINCRBY', KEYS[3], 'a:' .. ARGV[1], 1)
   expire_permits(KEYS[2], KEYS[3])
