@@ -99,6 +99,16 @@ ensure_node_installed() {
   fi
 }
 
+# buf (the proto contract's lint and breaking-change check) at target/buf/node_modules/.bin/buf,
+# from the npm registry (@bufbuild/buf ships the binary): for .ci/run and scripts/bump-version.sh.
+ensure_buf_installed() {
+  if [ ! -x target/buf/node_modules/.bin/buf ] ||
+    [ "$(target/buf/node_modules/.bin/buf --version)" != 1.75.0 ]; then
+    ensure_node_installed
+    npm install --silent --no-audit --no-fund --prefix target/buf @bufbuild/buf@1.75.0
+  fi
+}
+
 # Prometheus and promtool (Debian's package) for deploy/prometheus/test.sh, which starts its own
 # Prometheus: the package's service is kept from starting (policy-rc.d) and disabled.
 ensure_prometheus_installed() {
