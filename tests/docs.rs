@@ -165,9 +165,20 @@ fn help(command: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-const COMMANDS: [&str; 11] = [
-    "serve", "run", "elect", "leader", "status", "watch", "check", "release", "revoke", "health",
+const COMMANDS: [&str; 13] = [
+    "serve",
+    "run",
+    "elect",
+    "leader",
+    "status",
+    "watch",
+    "check",
+    "release",
+    "revoke",
+    "health",
     "bench",
+    "completions",
+    "manpage",
 ];
 
 /// The `--options` a text names.

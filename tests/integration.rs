@@ -22,6 +22,7 @@ mod fence;
 mod handover;
 mod input;
 mod input_props;
+mod install_cli;
 mod layout;
 mod lease;
 mod leftovers;

@@ -1,5 +1,6 @@
 //! The `leasehold` command line: `serve`, and the client commands `run`, `elect`, `leader`,
-//! `status`, `watch`, `check`, `release`, `revoke`, `health` and `bench`. Not library API: this
+//! `status`, `watch`, `check`, `release`, `revoke`, `health` and `bench`; `completions` and
+//! `manpage` for installing it. Not library API: this
 //! folder belongs to the binary alone.
 //!
 //! - here: the arguments (clap) and which command runs;
@@ -9,7 +10,8 @@
 //! - [`elect`]: `elect` (a command run while leader, as [`job`] runs `run`'s), `leader`;
 //! - [`inspect`]: `status` and `release`; [`revoke`]: an operator's `revoke`; [`watch`]: `watch`,
 //!   a line per change; [`check`]: `check`, whether a fencing token is current;
-//! - [`bench`]: what a lease costs against direct Redis.
+//! - [`bench`]: what a lease costs against direct Redis;
+//! - [`install`]: `completions` and `manpage`, for installing the binary as a tool.
 
 mod bench;
 mod check;
@@ -17,6 +19,7 @@ mod config;
 mod elect;
 mod group;
 mod inspect;
+mod install;
 mod job;
 mod progress;
 mod revoke;
@@ -84,7 +87,8 @@ fn fail(error: ClientError) -> ExitCode {
 #[derive(Parser)]
 #[command(
     name = "leasehold",
-    version,
+    // The commit built (build.rs): `leasehold 0.1.0 (a097d5b 2026-12-07)`.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LEASEHOLD_COMMIT"), ")"),
     about = "A distributed lock service on Redis, held for the life of a gRPC stream"
 )]
 struct Cli {
@@ -168,6 +172,21 @@ the server did not accept the token or certificate, or the grant does not cover 
     Elect(elect::ElectArgs),
     /// Show who leads an election (its value and term): exit 0, or 1 if nobody does.
     Leader(elect::LeaderArgs),
+    /// Print a completion script for bash, zsh or fish to stdout.
+    #[command(after_help = "Examples:
+  leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold
+  leasehold completions zsh > ~/.zfunc/_leasehold   (with ~/.zfunc in fpath)
+  leasehold completions fish > ~/.config/fish/completions/leasehold.fish
+
+Exit status: 0 when written; 1 if the script could not be written; 64 if an argument is refused.")]
+    Completions(install::CompletionsArgs),
+    /// Print the man page, leasehold(1), to stdout (or a page per command with --out).
+    #[command(after_help = "Examples:
+  leasehold manpage > ~/.local/share/man/man1/leasehold.1
+  leasehold manpage --out ~/.local/share/man/man1
+
+Exit status: 0 when written; 1 if a page could not be written; 64 if an argument is refused.")]
+    Manpage(install::ManpageArgs),
     /// Started by `run` beside its command (not for people): stops the command's process group
     /// if `run` dies.
     #[command(name = watchdog::SUBCOMMAND, hide = true)]
@@ -401,6 +420,8 @@ pub async fn main() -> ExitCode {
             Ok(connect) => inspect::health(connect).await,
             Err(problem) => usage(problem),
         },
+        Command::Completions(args) => install::completions(args),
+        Command::Manpage(args) => install::manpage(args),
         Command::RunWatchdog(args) => watchdog::watch(args.grace),
     }
 }
@@ -456,7 +477,7 @@ fn refused(error: clap::Error) -> String {
     let first = first.trim_start_matches("error: ");
     match error.kind() {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            "a command is needed: serve, run, elect, leader, status, watch, check, release, revoke, health or bench (see leasehold --help)"
+            "a command is needed: serve, run, elect, leader, status, watch, check, release, revoke, health, bench, completions or manpage (see leasehold --help)"
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),
