@@ -61,7 +61,7 @@ cargo test "$@"
 # installed in a venv, and tested against the binary that cargo test just built.
 venv=target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check pytest
+"$venv/bin/pip" install -q --disable-pip-version-check pytest build
 rm -rf target/py-wheels
 "$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w target/py-wheels ./clients/python
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall target/py-wheels/leasehold_client-*.whl
@@ -95,8 +95,12 @@ java_suite=$!
 # protoc-gen-es), tsc --noEmit, node --test against the binary.
 suite node clients/node/test.sh "$binary" &
 node_suite=$!
+# Every client as a package (python -m build, npm pack, mvn install, cargo package, a Go module
+# replace'd to clients/go), each used from a fresh project against a server: scripts/packages.sh.
+suite packages scripts/packages.sh "$binary" &
+packages_suite=$!
 failed=0
-for pid in "$python_suite" "$go_suite" "$java_suite" "$node_suite"; do
+for pid in "$python_suite" "$go_suite" "$java_suite" "$node_suite" "$packages_suite"; do
   wait "$pid" || failed=1
 done
 exit "$failed"

@@ -6,12 +6,16 @@ The stubs are generated at build time (never committed) into the wheel as the pa
 """
 
 import os
+import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO = os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
+# An sdist carries its own copy of the protos (BuildSdist); a checkout has the repository's.
+BUNDLED = os.path.join(HERE, "proto")
+PROTO = BUNDLED if os.path.isdir(BUNDLED) else os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
 PROTOS = ["leasehold/v1/lock.proto", "leasehold/v1/election.proto",
           "leasehold/v1/session.proto"]
 
@@ -36,6 +40,18 @@ class BuildWithStubs(build_py):
             open(os.path.join(out, package, "__init__.py"), "a").close()
 
 
+class BuildSdist(sdist):
+    """sdist with the protos copied in (proto/, beside setup.py): `python -m build` builds the
+    wheel from the sdist, and a user's pip builds from it alone, away from the repository."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        for path in PROTOS:
+            target = os.path.join(base_dir, "proto", path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(os.path.join(PROTO, path), target)
+
+
 def requirements():
     """The package's dependencies. The generated stubs check their runtime when imported: they
     refuse a grpcio older than the grpcio-tools that generated them, and a protobuf older than
@@ -49,4 +65,4 @@ def requirements():
             "grpcio-status>=1.60", "googleapis-common-protos>=1.56"]
 
 
-setup(cmdclass={"build_py": BuildWithStubs}, install_requires=requirements())
+setup(cmdclass={"build_py": BuildWithStubs, "sdist": BuildSdist}, install_requires=requirements())
