@@ -14,7 +14,8 @@ COPY clients/rust/src clients/rust/src
 COPY vendor vendor
 # Declared in Cargo.toml: copied so every declared target exists (it is not built here).
 COPY benches benches
-RUN cargo build --release --locked --bin leasehold
+# Symbols stripped: 19.7 MB instead of 26.2 (x86_64). A panic still names its file and line.
+RUN CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin leasehold
 
 # The runtime: distroless cc (Debian 12, as the build stage): glibc, libgcc_s, CA certificates
 # (tonic's native roots read them), no shell and no package manager. The binary needs nothing
