@@ -111,6 +111,8 @@ trap cleanup EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 
 start_replica() { # env file -> "pid addr"
+  # A previous run's output would answer the wait below before the new process truncates it.
+  rm -f "$1.out" "$1.err"
   env -i PATH="$PATH" $(cat "$1") LEASEHOLD_REDIS="redis://127.0.0.1:$port" \
     LEASEHOLD_LISTEN=127.0.0.1:0 LEASEHOLD_METRICS=127.0.0.1:0 "$binary" serve >"$1.out" 2>"$1.err" &
   local pid=$!
