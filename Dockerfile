@@ -14,18 +14,24 @@ COPY clients/rust/src clients/rust/src
 COPY vendor vendor
 # Declared in Cargo.toml: copied so every declared target exists (it is not built here).
 COPY benches benches
-RUN cargo build --release --locked --bin leasehold
+# Symbols stripped: 19.7 MB instead of 26.2 (x86_64). A panic still names its file and line.
+RUN CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin leasehold
 
-FROM debian:bookworm-slim
-RUN useradd --system --no-create-home leasehold
+# The runtime: distroless cc (Debian 12, as the build stage): glibc, libgcc_s, CA certificates
+# (tonic's native roots read them), no shell and no package manager. The binary needs nothing
+# else (TLS is rustls): scripts/check-containers.sh fails if `ldd` shows it a library beyond
+# glibc and libgcc_s. Its nonroot user is uid 65532, given as numbers so that Kubernetes'
+# runAsNonRoot can check it (the Helm chart runs as the same uid).
+FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/leasehold /usr/local/bin/leasehold
-USER leasehold
+USER 65532:65532
 EXPOSE 50051
 ENV LEASEHOLD_LISTEN=0.0.0.0:50051
 # gRPC health (SERVING while Redis answers), through the binary itself: no extra probe tool.
+# Exec form only (here and below): the image has no shell to run a string through.
 # With --tls-cert, override it: leasehold health --server https://localhost:50051 --tls-ca CA.pem
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["leasehold", "health", "--server", "http://127.0.0.1:50051"]
+  CMD ["/usr/local/bin/leasehold", "health", "--server", "http://127.0.0.1:50051"]
 # SIGTERM (docker stop): health turns NOT_SERVING, the listening socket closes, leases with a
 # resume grace are handed over (their clients resume them on another replica), the others are
 # released and their holders told Lost, and the process exits 0 within the drain. The drain is
@@ -33,5 +39,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
 # `docker stop -t`, compose's stop_grace_period).
 ENV LEASEHOLD_DRAIN=8s
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["leasehold"]
+ENTRYPOINT ["/usr/local/bin/leasehold"]
 CMD ["serve"]

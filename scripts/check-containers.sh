@@ -2,8 +2,11 @@
 # Checks the Dockerfile and compose.yaml where no Docker engine runs (CI, these machines):
 #  1. the Dockerfile's build stage, run as a script: its COPY lines fill a fresh context (so a
 #     file the build needs but the Dockerfile forgets fails here), then its RUN lines run in it;
-#  2. the final stage: a non-root USER, and its HEALTHCHECK command, run as written against the
-#     binary just built, says healthy with Redis up and unhealthy with Redis down;
+#  2. the final stage, as far as it can be read without its base image: every library the binary
+#     loads (`ldd`) is one the base ships, the USER is a numeric non-root uid, HEALTHCHECK,
+#     ENTRYPOINT and CMD are exec form (no shell in the image) and run a file the stage copies
+#     in; then its HEALTHCHECK command, run as written against the binary just built, says
+#     healthy with Redis up and unhealthy with Redis down;
 #  3. compose.yaml: Redis and at least two replicas, every LEASEHOLD_* variable one that
 #     `leasehold serve` reads, and the replicas started with their environment share one Redis
 #     (a lock taken through one is refused through the other).
@@ -48,9 +51,50 @@ echo "--- the Dockerfile's build stage as a script:"; cat "$work/stage.sh"
 binary="$work/target/release/leasehold"
 [ -x "$binary" ]
 
-# 2. The final stage: non-root, and the HEALTHCHECK as written.
-grep -Eq '^USER +[a-z]' Dockerfile || { echo "the final image must not run as root" >&2; exit 1; }
-[ "$(grep -E '^USER ' Dockerfile | tail -n1 | awk '{print $2}')" != root ]
+# 2. The final stage: what its base must hold, its user, its commands' form and paths (each
+# failure one sentence); then the HEALTHCHECK as written.
+ldd "$binary" >"$work/ldd.txt"
+python3 - "$work/ldd.txt" <<'PY'
+import json, os, re, sys
+# What this check counts on each runtime base to ship, of what a Rust binary links: glibc's
+# parts (the loader, libc, libm, the libdl/libpthread/librt stubs) and libgcc_s; the kernel's
+# vDSO is in every process. A library beyond these (libssl from a crate's default features, say)
+# builds fine and may be missing from the image, which would die at its first start: look first.
+GLIBC = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "libc.so.6",
+         "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+BASES = {"gcr.io/distroless/cc-debian12": GLIBC | {"libgcc_s.so.1"}}
+def fail(sentence):
+    sys.exit(f"Dockerfile: {sentence}")
+text = open("Dockerfile").read().replace("\\\n", " ")
+stage = re.split(r"^FROM +", text, flags=re.M)[-1]
+base = stage.split()[0]
+shipped = BASES.get(re.split(r"[:@]", base)[0])
+if shipped is None:
+    fail(f"the runtime base {base} is not one whose libraries this check knows (add it to BASES)")
+needed = {os.path.basename(line.split()[0]) for line in open(sys.argv[1]) if line.strip()}
+if needed - shipped:
+    fail(f"the binary now needs {', '.join(sorted(needed - shipped))}, beyond what this check "
+         f"counts on {base} to ship: drop the dependency (a crate's feature), or check that "
+         "the base ships it and add it to BASES")
+users = re.findall(r"^USER +(\S+)", stage, re.M)
+if not users or not re.fullmatch(r"[1-9][0-9]*(:[0-9]+)?", users[-1]):
+    fail(f"the final stage must run as USER uid:gid, numeric and not root (Kubernetes' "
+         f"runAsNonRoot can check only a number), not {users[-1] if users else 'root'}")
+copied = set(re.findall(r"^COPY .* (/\S+)$", stage, re.M))
+for word, pattern in [("HEALTHCHECK", r"^HEALTHCHECK .*?CMD +(.*)$"),
+                      ("ENTRYPOINT", r"^ENTRYPOINT +(.*)$"), ("CMD", r"^CMD +(.*)$")]:
+    found = re.search(pattern, stage, re.M)
+    try:
+        argv = json.loads(found.group(1)) if found else None
+    except ValueError:
+        argv = None
+    if not isinstance(argv, list) or not argv:
+        fail(f"{word} must be in exec form, a JSON list: the image has no shell to run a string")
+    if word != "CMD" and argv[0] not in copied:
+        fail(f"{word} runs {argv[0]}, which is not an absolute path the final stage copies in")
+print(f"final stage: {base} ships all the binary loads ({', '.join(sorted(needed))});",
+      f"USER {users[-1]}; HEALTHCHECK, ENTRYPOINT and CMD in exec form, running {' '.join(copied)}")
+PY
 healthcheck=$(python3 -c '
 import json, re
 text = open("Dockerfile").read().replace("\\\n", " ")
@@ -67,6 +111,8 @@ trap cleanup EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 
 start_replica() { # env file -> "pid addr"
+  # A previous run's output would answer the wait below before the new process truncates it.
+  rm -f "$1.out" "$1.err"
   env -i PATH="$PATH" $(cat "$1") LEASEHOLD_REDIS="redis://127.0.0.1:$port" \
     LEASEHOLD_LISTEN=127.0.0.1:0 LEASEHOLD_METRICS=127.0.0.1:0 "$binary" serve >"$1.out" 2>"$1.err" &
   local pid=$!
