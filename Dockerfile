@@ -10,6 +10,9 @@ COPY src src
 # The Rust client, a member of the workspace (the CLI uses it); its stubs come from proto/.
 COPY clients/rust/Cargo.toml clients/rust/build.rs clients/rust/README.md clients/rust/
 COPY clients/rust/src clients/rust/src
+# Its build.rs reads clients/rust/proto (a symlink in the repository, so the packaged crate
+# carries the contract): the same files here.
+COPY proto clients/rust/proto
 # fred, patched (see vendor/README.md).
 COPY vendor vendor
 # Declared in Cargo.toml: copied so every declared target exists (it is not built here).
