@@ -53,14 +53,7 @@ fn completions_name_the_commands_and_load_in_their_shell() {
         if !installed(shell) {
             continue;
         }
-        let bin = Path::new(env!("CARGO_BIN_EXE_leasehold"))
-            .parent()
-            .expect("bin dir");
-        let path = format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = path_with_leasehold();
         let output = Command::new(shell)
             .args(["-c", load])
             .env("PATH", path)
@@ -153,14 +146,7 @@ fn the_readmes_install_block_runs_as_written() {
         .expect("an install block in the README");
     let home = std::env::temp_dir().join(format!("leasehold-home-{}", std::process::id()));
     std::fs::create_dir_all(&home).expect("scratch home");
-    let bin = Path::new(env!("CARGO_BIN_EXE_leasehold"))
-        .parent()
-        .expect("bin dir");
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with_leasehold();
     for line in block.lines().filter(|line| !line.trim().is_empty()) {
         let output = Command::new("sh")
             .args(["-c", line])
@@ -176,4 +162,16 @@ fn the_readmes_install_block_runs_as_written() {
     assert_eq!(read(&completion), leasehold(&["completions", "bash"]));
     assert!(read(&page).contains(".TH LEASEHOLD 1"));
     let _ = std::fs::remove_dir_all(&home);
+}
+
+/// `PATH` with the built `leasehold` first, as an installed one would be found.
+fn path_with_leasehold() -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_leasehold"))
+        .parent()
+        .expect("bin dir");
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }

@@ -81,10 +81,7 @@ impl Holding for Lock {
     }
 
     async fn release(&self, token: &Token, clean: bool) -> Result<bool> {
-        match &self.more {
-            None => self.locks.release(&self.keys, token, clean).await,
-            Some(_) => several::release_all(self, token, clean).await,
-        }
+        several::release_all(self, token, clean).await
     }
 
     /// Nothing, even for a lease over several names whose other names still hold: its holder

@@ -51,7 +51,7 @@ pub async fn section(
         redis_cpu[0] += between - before;
         redis_cpu[1] += after - between;
         if with_echo {
-            rounds[2].push(echo::unary_with_redis(&client, per_round).await?);
+            rounds[2].push(echo::unary_calls(&client, per_round, 1, true).await?);
         }
     }
     progress.clear();

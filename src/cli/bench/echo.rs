@@ -21,41 +21,26 @@ pub async fn available(client: &Client) -> bool {
     client.echo().echo(request).await.is_ok()
 }
 
-/// One unary echo that makes the server ask Redis once (a `PING`): the floor of any call that
-/// needs one Redis round trip, such as `Check`.
-pub async fn unary_with_redis(client: &Client, operations: usize) -> Result<Figures, BenchError> {
-    let echo = client.echo();
-    sequential("gRPC echo + Redis PING: 1 unary call", operations, || {
-        let mut echo = echo.clone();
-        async move {
-            let request = EchoRequest {
-                payload: vec![0; PAYLOAD_BYTES],
-                redis: true,
-            };
-            echo.echo(request).await.map_err(ClientError::from)?;
-            Ok(())
-        }
-    })
-    .await
-}
-
-/// Two unary echoes one after the other: the gRPC part of unary `Acquire` + `Release`. With
-/// `redis`, each also makes the server ask Redis once (a `PING`): the floor of two calls that
-/// each need one Redis round trip, the server's own hop to Redis included.
-pub async fn unary_pair(
+/// `calls` unary echoes one after the other. Two: the gRPC part of unary `Acquire` +
+/// `Release`; one: the gRPC part of a `Check`. With `redis`, each also makes the server ask
+/// Redis once (a `PING`): the floor of calls that each need one Redis round trip, the server's
+/// own hop to Redis included.
+pub async fn unary_calls(
     client: &Client,
     operations: usize,
+    calls: usize,
     redis: bool,
 ) -> Result<Figures, BenchError> {
     let echo = client.echo();
-    let path = match redis {
-        false => "gRPC echo: 2 unary calls",
-        true => "gRPC echo + Redis PING: 2 unary calls",
-    };
-    sequential(path, operations, || {
+    let path = format!(
+        "gRPC echo{}: {calls} unary call{}",
+        if redis { " + Redis PING" } else { "" },
+        if calls == 1 { "" } else { "s" }
+    );
+    sequential(&path, operations, || {
         let mut echo = echo.clone();
         async move {
-            for _ in 0..2 {
+            for _ in 0..calls {
                 let request = EchoRequest {
                     payload: vec![0; PAYLOAD_BYTES],
                     redis,

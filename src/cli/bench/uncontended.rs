@@ -50,9 +50,9 @@ pub(super) async fn uncontended_section(
         }
         if with_echo {
             rounds[3].push(echo::stream_pair(&client, per_round, false).await?);
-            rounds[4].push(echo::unary_pair(&client, per_round, false).await?);
+            rounds[4].push(echo::unary_calls(&client, per_round, 2, false).await?);
             rounds[5].push(echo::stream_pair(&client, per_round, true).await?);
-            rounds[6].push(echo::unary_pair(&client, per_round, true).await?);
+            rounds[6].push(echo::unary_calls(&client, per_round, 2, true).await?);
         }
     }
     progress.clear();
