@@ -48,9 +48,12 @@ try_python() {
   local wheel sdist
   wheel=$(ls "$out"/python/leasehold_client-*.whl)
   sdist=$(ls "$out"/python/leasehold_client-*.tar.gz)
+  # The listing is read once: with pipefail, `unzip -l | grep -q` fails when grep stops early.
+  local listing
+  listing=$(unzip -l "$wheel")
   for stub in leasehold/v1/lock_pb2.py leasehold/v1/lock_pb2.pyi leasehold/v1/lock_pb2_grpc.py \
     leasehold/v1/session_pb2_grpc.py leasehold/v1/election_pb2_grpc.py; do
-    unzip -l "$wheel" | grep -q " $stub\$" || { echo "python: the wheel has no $stub" >&2; return 1; }
+    grep -q " $stub\$" <<<"$listing" || { echo "python: the wheel has no $stub" >&2; return 1; }
   done
   echo "python: the wheel carries the generated stubs (leasehold/v1/*_pb2*.py, .pyi)"
   mkdir -p "$work/python"
