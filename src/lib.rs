@@ -11,7 +11,7 @@
 //!
 //! Beside them, for every layer: [`error`] (one error type, one mapping to gRPC statuses),
 //! [`tasks`] (every background task and the shutdown signal), [`metrics`] (Prometheus, per
-//! server), [`tls`] (TLS configurations from PEM files) and [`pb`] (the contract).
+//! server), [`TRACES`] (the target of the spans only traces need), [`tls`] (TLS configurations from PEM files) and [`pb`] (the contract).
 //! The `leasehold` binary's commands live in `src/cli/`, outside the library; they use the Rust
 //! client, its own crate in `clients/rust` (`leasehold-client`).
 
@@ -24,3 +24,8 @@ pub mod server;
 pub mod store;
 pub mod tasks;
 pub mod tls;
+
+/// The tracing target of the spans only traces need (each gRPC call's, each Redis command's):
+/// they are at TRACE level, below the log's, so without `serve --otlp-endpoint` (which lets
+/// them through to OpenTelemetry only) they are never even created.
+pub const TRACES: &str = "leasehold::otel";

@@ -33,6 +33,21 @@ impl Tasks {
         self.tracker.spawn(task);
     }
 
+    /// As [`Tasks::spawn`], for a task that carries on a call's work after its handler returned
+    /// (a stream's driver): its spans are children of the call's. Without a current span (no
+    /// traces, no log span) the task is spawned as it is, carrying no span of its own.
+    pub fn spawn_in_current_span<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let span = tracing::Span::current();
+        if span.is_none() {
+            self.spawn(task);
+        } else {
+            self.spawn(tracing::Instrument::instrument(task, span));
+        }
+    }
+
     /// Completes once shutdown has begun; every long-running task selects on it. (The token's
     /// own future, not an `async fn` around it: every held lease keeps one.)
     pub fn stopping(&self) -> WaitForCancellationFuture<'_> {

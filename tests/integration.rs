@@ -37,6 +37,7 @@ mod semaphore;
 mod sentinel;
 mod session;
 mod several;
+mod traces;
 mod unary;
 mod waiting;
 mod watch;

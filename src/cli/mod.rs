@@ -26,10 +26,10 @@ mod revoke;
 mod run;
 mod serve;
 use serve::ServeArgs;
+mod telemetry;
 mod watch;
 mod watchdog;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -391,12 +391,15 @@ pub async fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(problem) => return usage(problem),
     };
-    let log_format = match &cli.command {
-        Command::Serve(args) => args.log_format,
-        _ => LogFormat::Text,
+    let (log_format, otlp) = match &cli.command {
+        Command::Serve(args) => (args.log_format, args.otlp_endpoint.clone()),
+        _ => (LogFormat::Text, None),
     };
-    init_logs(log_format);
-    match cli.command {
+    let traces = match telemetry::init(log_format, otlp.as_deref()) {
+        Ok(traces) => traces,
+        Err(problem) => return usage(problem),
+    };
+    let code = match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
         Command::Run(args) => run::command(args).await,
         Command::Elect(args) => elect::command(args).await,
@@ -423,7 +426,11 @@ pub async fn main() -> ExitCode {
         Command::Completions(args) => install::completions(args),
         Command::Manpage(args) => install::manpage(args),
         Command::RunWatchdog(args) => watchdog::watch(args.grace),
+    };
+    if let Some(traces) = traces {
+        traces.finish().await;
     }
+    code
 }
 
 /// The command line, with `serve --config FILE` entries added where no flag or variable gave
@@ -481,20 +488,6 @@ fn refused(error: clap::Error) -> String {
                 .to_owned()
         }
         _ => format!("{first} (see --help)"),
-    }
-}
-
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "leasehold=info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        // Colour only for a person at a terminal: no escape codes in files and log collectors.
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
-        // One JSON object per line, with the lease's span (lock name, lease id) in it.
-        LogFormat::Json => logs.json().with_current_span(true).init(),
     }
 }
 

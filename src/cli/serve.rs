@@ -186,6 +186,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig, String> {
         tls,
         auth,
         echo: args.echo,
+        traces: args.otlp_endpoint.is_some(),
     })
 }
 
@@ -320,6 +321,12 @@ pub struct ServeArgs {
     /// Log lines as text or as JSON objects (RUST_LOG sets the levels).
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", default_value = "text")]
     pub(super) log_format: LogFormat,
+    /// Send OpenTelemetry spans to this OTLP/gRPC receiver (e.g. http://localhost:4317): each
+    /// call (continuing the caller's W3C traceparent), each lease's life, each Redis command.
+    /// Off when not given. OTEL_* variables tune the exporter (OTEL_SERVICE_NAME,
+    /// OTEL_TRACES_SAMPLER, OTEL_BSP_SCHEDULE_DELAY, ...).
+    #[arg(long, env = "LEASEHOLD_OTLP_ENDPOINT")]
+    pub(super) otlp_endpoint: Option<String>,
     /// How often to ping client connections (e.g. 5s, 500ms).
     #[arg(long, env = "LEASEHOLD_KEEPALIVE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     keepalive_interval: Duration,

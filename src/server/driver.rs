@@ -68,7 +68,9 @@ pub fn open<K: LeaseStream>(
         inbound: request.into_inner(),
         events,
     };
-    streams.tasks().spawn(Box::new(driver).run(slot));
+    streams
+        .tasks()
+        .spawn_in_current_span(Box::new(driver).run(slot));
     Ok(Response::new(responses))
 }
 

@@ -33,6 +33,7 @@ pub mod lock;
 pub mod lock_stream;
 pub mod message_size;
 pub mod session;
+pub mod traces;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -114,6 +115,9 @@ pub struct ServerConfig {
     pub auth: Option<Arc<AuthPolicy>>,
     /// Also serve the no-op echo service, the transport baseline of `leasehold bench`.
     pub echo: bool,
+    /// A span for each call (see [`traces`]); the process must have an OpenTelemetry layer
+    /// for them to go anywhere (`serve --otlp-endpoint` installs one).
+    pub traces: bool,
 }
 
 impl Default for ServerConfig {
@@ -130,6 +134,7 @@ impl Default for ServerConfig {
             tls: None,
             auth: None,
             echo: false,
+            traces: false,
         }
     }
 }
@@ -232,6 +237,9 @@ pub async fn serve(
         .max_concurrent_streams(max_streams)
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| limit.rewrite(response),
+        ))
+        .layer(tower::util::option_layer(
+            config.traces.then_some(traces::TraceCalls),
         ))
         .add_service(health)
         .add_service(reflection_v1)

@@ -90,7 +90,9 @@ impl SessionService for SessionServer {
             next_serial: 0,
             waits: FuturesUnordered::new(),
         };
-        self.streams.tasks().spawn(Box::new(session).run(slot));
+        self.streams
+            .tasks()
+            .spawn_in_current_span(Box::new(session).run(slot));
         Ok(Response::new(responses))
     }
 }

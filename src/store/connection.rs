@@ -310,7 +310,31 @@ impl Connection {
     /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.
     /// The call first waits its turn among the commands in flight; the timeout starts when it
     /// is sent.
+    ///
+    /// With traces on, the call is a span (`redis <context>`) under the call or the lease that
+    /// sent it; a call of nobody's (the scheduler's batched renewals) starts no trace of its own.
     pub async fn bounded<T>(
+        &self,
+        context: &'static str,
+        call: impl Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T> {
+        if tracing::enabled!(target: crate::TRACES, tracing::Level::TRACE)
+            && !tracing::Span::current().is_none()
+        {
+            let span = tracing::trace_span!(
+                target: crate::TRACES,
+                "redis",
+                otel.name = %format_args!("redis {context}"),
+                otel.kind = "client",
+                db.system = "redis",
+                db.operation = context,
+            );
+            return self.bounded_untraced(context, call).instrument(span).await;
+        }
+        self.bounded_untraced(context, call).await
+    }
+
+    async fn bounded_untraced<T>(
         &self,
         context: &'static str,
         call: impl Future<Output = Result<T, fred::error::Error>>,

@@ -408,6 +408,11 @@ impl ServerProcess {
         Self::spawn(&["--redis", redis_url], extra)
     }
 
+    /// As [`ServerProcess::start`], with extra environment.
+    pub fn start_with_env(redis: &RedisServer, extra: &[&str], env: Vec<(String, String)>) -> Self {
+        Self::spawn_at(None, "127.0.0.1:0", &["--redis", &redis.url()], extra, env)
+    }
+
     /// A server listening on `addr` (a replica started again where it was).
     pub fn start_at(redis_url: &str, addr: SocketAddr, extra: &[&str]) -> Self {
         Self::spawn_at(
