@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-# LEASEHOLD_LOCK_SCRIPTS: another tree's src/store/locks (the build before a change); the keys
-# added since (the watched mark) are passed anyway, and ignored by scripts that predate them.
+# LEASEHOLD_LOCK_SCRIPTS: another tree's src/store/locks (the build before a change), its
+# scripts given the keys and arguments they take (see `legacy` below).
 ROOT = os.environ.get("LEASEHOLD_LOCK_SCRIPTS") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "src", "store", "locks")
 PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
@@ -102,8 +102,17 @@ def main():
         seed_release = r.call("SCRIPT", "LOAD",
                               "if redis.call('GET', KEYS[1]) == ARGV[1] then "
                               "return redis.call('DEL', KEYS[1]) end return 0").decode()
-        take = r.call("SCRIPT", "LOAD", lua("lease.lua", "take.lua")).decode()
-        release = r.call("SCRIPT", "LOAD", lua("lease.lua", "permits.lua", "release.lua")).decode()
+        # Scripts before issue 43 (LEASEHOLD_LOCK_SCRIPTS) took every key of the name, helpers
+        # first; since, the lock's key and the counter (take) or the lock's alone (release).
+        legacy = not os.path.exists(os.path.join(ROOT, "release_rest.lua"))
+        if legacy:
+            take = r.call("SCRIPT", "LOAD", lua("lease.lua", "take.lua")).decode()
+            release = r.call("SCRIPT", "LOAD",
+                             lua("lease.lua", "permits.lua", "release.lua")).decode()
+        else:
+            take = r.call("SCRIPT", "LOAD", lua("take.lua")).decode()
+            release = r.call("SCRIPT", "LOAD", lua("release.lua", "lease.lua", "permits.lua",
+                                                   "release_rest.lua")).decode()
 
         def seed(i):
             key = f"seed{{{i}}}"
@@ -113,12 +122,16 @@ def main():
         def ours(i):
             base = f"leasehold:{{n{i}}}"
             # The counter's tag stands for the name's slot (keys.rs); any tag will do here.
-            return (["EVALSHA", take, 5, f"{base}:lock", f"leasehold:fence:{{{i % 1000:x}}}",
-                     f"{base}:deadlines", f"{base}:lock:holders", f"{base}:watched", TOKEN,
-                     10_000, "report@host-a"],
-                    ["EVALSHA", release, 6, f"{base}:lock", f"{base}:line", f"{base}:deadlines",
-                     f"{base}:lock:holders", f"{base}:lock:permits", f"{base}:watched", TOKEN,
-                     f"{base}:wake"])
+            fence = f"leasehold:fence:{{{i % 1000:x}}}"
+            if legacy:
+                return (["EVALSHA", take, 6, f"{base}:lock", fence, f"{base}:deadlines",
+                         f"{base}:lock:holders", f"{base}:watched", f"{base}:delay", TOKEN,
+                         10_000, "report@host-a"],
+                        ["EVALSHA", release, 7, f"{base}:lock", f"{base}:line",
+                         f"{base}:deadlines", f"{base}:lock:holders", f"{base}:lock:permits",
+                         f"{base}:watched", f"{base}:delay", TOKEN, f"{base}:wake", "1"])
+            return (["EVALSHA", take, 2, f"{base}:lock", fence, TOKEN, 10_000, "report@host-a"],
+                    ["EVALSHA", release, 1, f"{base}:lock", TOKEN, "1"])
 
         def measure(pair, pipelined):
             r.call("FLUSHALL")
@@ -185,11 +198,14 @@ def main():
         rates = {}
         for name, command in (
             ("seed SET NX PX", ["SET", "seed:__rand_int__", TOKEN, "NX", "PX", "100"]),
-            ("Leasehold take.lua", ["EVALSHA", take, "5", "leasehold:{n__rand_int__}:lock",
+            ("Leasehold take.lua", ["EVALSHA", take, "6", "leasehold:{n__rand_int__}:lock",
                                    "leasehold:fence:{0}", "leasehold:{n__rand_int__}:deadlines",
                                    "leasehold:{n__rand_int__}:lock:holders",
-                                   "leasehold:{n__rand_int__}:watched", TOKEN, "100",
-                                   "report@host-a"]),
+                                   "leasehold:{n__rand_int__}:watched",
+                                   "leasehold:{n__rand_int__}:delay", TOKEN, "100",
+                                   "report@host-a"] if legacy else
+             ["EVALSHA", take, "2", "leasehold:{n__rand_int__}:lock", "leasehold:fence:{0}",
+              TOKEN, "100", "report@host-a"]),
         ):
             r.call("FLUSHALL")
             out = subprocess.run(

@@ -148,8 +148,8 @@ broken revocation-ignored revoke::a_holder_revoked_through_another_server_is_tol
 # (so acquire.lua never announces it either), and a watcher does not hear the lock taken.
 broken acquisition-not-announced watch::watchers_on_two_servers_see_every_change_once test \
   src/store/locks/take.lua \
-  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6]) ~= 0 then" \
-  "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[6]) ~= 0 then"
+  "lock .. ':holders', base .. ':watched'," \
+  "lock .. ':holders',"
 # A renewal that finds its key gone does not read the revoked tokens: a holder whose server
 # missed the revocation's message is told TAKEN, not REVOKED.
 broken revocation-record-ignored revoke::a_holder_whose_server_missed_the_revocation_is_told_revoked_at_its_next_renewal test \

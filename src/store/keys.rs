@@ -245,6 +245,25 @@ mod tests {
         assert_eq!(lock_key_pattern("p*[x]:"), "p\\*\\[x\\]:{*}:lock*");
     }
 
+    /// take.lua and release.lua are given the lock's key alone and derive the others from it
+    /// (`base = string.sub(lock, 1, -6)`): the layout they assume is this one.
+    #[test]
+    fn the_scripts_derive_every_key_from_the_locks_as_here() {
+        for name in ["a", "é", "{x}", "a:b"] {
+            let keys = lock_keys("p:", name);
+            let lock = keys.lock();
+            let base = &lock[..lock.len() - 5];
+            assert_eq!(&lock[base.len()..], ":lock");
+            assert_eq!(keys.deadlines(), format!("{base}:deadlines"));
+            assert_eq!(keys.line(), format!("{base}:line"));
+            assert_eq!(keys.watched(), format!("{base}:watched"));
+            assert_eq!(keys.delay(), format!("{base}:delay"));
+            assert_eq!(keys.channel(), format!("{base}:wake"));
+            assert_eq!(keys.holders(), format!("{lock}:holders"));
+            assert_eq!(keys.permits(), format!("{lock}:permits"));
+        }
+    }
+
     #[test]
     fn the_fencing_counter_shares_the_names_slot_and_never_a_names_key() {
         let slot = |key: &str| fred::util::redis_keyslot(key.as_bytes());

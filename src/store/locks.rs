@@ -204,18 +204,10 @@ impl Locks {
                 connection.eval::<i64>(
                     &self.0.scripts.release,
                     "release",
-                    vec![
-                        keys.lock().to_owned(),
-                        keys.line(),
-                        keys.deadlines(),
-                        keys.holders(),
-                        keys.permits(),
-                        keys.watched(),
-                        keys.delay(),
-                    ],
+                    // The name's other keys are derived in the script (fewer arguments).
+                    vec![keys.lock().to_owned()],
                     vec![
                         Value::from(token.secret()),
-                        Value::from(keys.channel().as_str()),
                         Value::from(if clean { "1" } else { "0" }),
                     ],
                 )

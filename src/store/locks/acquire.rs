@@ -147,14 +147,8 @@ impl Locks {
                 .eval(
                     &self.0.scripts.take,
                     CONTEXT,
-                    vec![
-                        keys.lock().to_owned(),
-                        keys.fence(),
-                        keys.deadlines(),
-                        keys.holders(),
-                        keys.watched(),
-                        keys.delay(),
-                    ],
+                    // The name's other keys are derived in the script (fewer arguments).
+                    vec![keys.lock().to_owned(), keys.fence()],
                     vec![
                         Value::from(token.secret()),
                         Value::from(millis(ttl)),

@@ -40,7 +40,8 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         Scripts {
-            take: Script::from_lua(concat!(include_str!("lease.lua"), include_str!("take.lua"))),
+            // Alone: its common case is cut to the bone (see take.lua).
+            take: Script::from_lua(include_str!("take.lua")),
             acquire: with_permits!("acquire.lua"),
             extend: Arc::new(ExtendScripts {
                 one: with_permits!("extend.lua"),
@@ -51,7 +52,13 @@ impl Scripts {
                     include_str!("extend_many.lua")
                 )),
             }),
-            release: with_permits!("release.lua"),
+            // Its common case first, returning before the helpers are defined (see release.lua).
+            release: Script::from_lua(concat!(
+                include_str!("release.lua"),
+                include_str!("lease.lua"),
+                include_str!("permits.lua"),
+                include_str!("release_rest.lua")
+            )),
             describe: with_permits!("describe.lua"),
             leave: with_permits!("leave.lua"),
             refresh: with_permits!("refresh.lua"),
