@@ -14,13 +14,14 @@ cd "$(dirname "$0")/.."
 binary=${LEASEHOLD_BIN:-target/release/leasehold}
 calls=${1:-20000}
 rounds=${2:-3}
-cargo build --release --bin leasehold --example otlp_sink
 source scripts/bench-setup.sh
+sink_bin=target/release/examples/otlp_sink
+[ -x "$sink_bin" ] || cargo build --release --example otlp_sink
 ensure_ghz
 
 redis_port=$(free_port)
 redis "$redis_port"
-target/release/examples/otlp_sink "$work/spans" >"$work/sink.out" &
+"$sink_bin" "$work/spans" >"$work/sink.out" &
 pids+=($!)
 until grep -q "listening on" "$work/sink.out" 2>/dev/null; do sleep 0.05; done
 sink=$(sed -n 's/^otlp sink: listening on //p' "$work/sink.out")
@@ -55,10 +56,23 @@ for round in $(seq "$rounds"); do
   read -r ping_cpu _ < <(ghz_cpu_per_call "${server_pid[off]}" "${server_addr[off]}" \
     leasehold.bench.v1.EchoService/Echo '{"redis":true}' 50 "$calls")
   declare -A cpu=([before]=0)
-  for label in "${labels[@]}"; do
+  # Each round starts with another server, so no build is always first (or always warmest).
+  for i in "${!labels[@]}"; do
+    label=${labels[$(((i + round) % ${#labels[@]}))]}
     read -r cpu[$label] _ < <(acquire "$label" "$round")
   done
+  echo "$ping_cpu ${cpu[before]} ${cpu[off]} ${cpu[on]}" >>"$work/rounds"
   python3 -c "
 p, b, f, o = $ping_cpu, ${cpu[before]}, ${cpu[off]}, ${cpu[on]}
 print(f'| $round | {p:.1f} µs | ' + (f'{b:.1f} µs' if b else '-') + f' | {f:.1f} µs | {o:.1f} µs | {f / p:.2f}x | ' + (f'{f / b:.2f}x' if b else '-') + f' | {o / f:.2f}x | $(cat "$work/spans" 2>/dev/null || echo 0) |')"
 done
+# The rounds' medians: on a shared machine one round can be off by a third either way.
+python3 - "$work/rounds" <<'PY'
+import statistics, sys
+rows = [list(map(float, line.split())) for line in open(sys.argv[1])]
+median = lambda values: statistics.median(values)
+off_floor = median([f / p for p, b, f, o in rows])
+on_off = median([o / f for p, b, f, o in rows])
+off_before = median([f / b for p, b, f, o in rows]) if rows[0][1] else None
+print(f"| median | | | | | {off_floor:.2f}x | " + (f"{off_before:.2f}x" if off_before else "-") + f" | {on_off:.2f}x | |")
+PY

@@ -19,38 +19,55 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracerProvider, Tracer};
+use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
+use tracing_subscriber::registry::LookupSpan;
 
 use super::LogFormat;
 
 /// Installs the process's subscriber: the log, and the OTLP exporter when `otlp` names a
 /// receiver (returned, to be [`Traces::finish`]ed at exit).
+///
+/// Without traces the subscriber is the log alone, as it always was (its filter global, its
+/// layer not boxed): nothing of OpenTelemetry, and no per-layer filtering (whose bookkeeping
+/// every span and event would pay), is in it.
 pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Option<Traces>, String> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "leasehold=info".into());
+    let Some(endpoint) = otlp else {
+        let logs = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        match format {
+            LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+            LogFormat::Json => logs.json().with_current_span(true).init(),
+        }
+        return Ok(None);
+    };
+    let (traces, tracer) = Traces::start(endpoint)?;
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(Traces::filter());
+    tracing_subscriber::registry()
+        .with(log_lines(format).with_filter(filter))
+        .with(otel)
+        .init();
+    Ok(Some(traces))
+}
+
+/// The log on stderr, as text or JSON (as in [`init`]'s subscriber without traces).
+fn log_lines<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let logs = match format {
+    match format {
         // Colour only for a person at a terminal: no escape codes in files and log collectors.
         LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).boxed(),
         // One JSON object per line, with the lease's span (lock name, lease id) in it.
         LogFormat::Json => logs.json().with_current_span(true).boxed(),
-    };
-    let (traces, otel) = match otlp {
-        Some(endpoint) => {
-            let (traces, tracer) = Traces::start(endpoint)?;
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(tracer)
-                .with_filter(Traces::filter());
-            (Some(traces), Some(layer))
-        }
-        None => (None, None),
-    };
-    tracing_subscriber::registry()
-        .with(logs.with_filter(filter))
-        .with(otel)
-        .init();
-    Ok(traces)
+    }
 }
 
 /// The pipeline, kept to be flushed when the process ends.
