@@ -45,10 +45,10 @@ pub struct LeaseholdContender {
 }
 
 impl LeaseholdContender {
-    pub async fn connect(url: &str, name: &str) -> Result<Self, BenchError> {
+    pub async fn connect(url: String, name: String) -> Result<Self, BenchError> {
         Ok(LeaseholdContender {
-            client: Client::connect(url.to_owned()).await?,
-            name: name.to_owned(),
+            client: Client::connect(url).await?,
+            name,
         })
     }
 }
@@ -91,15 +91,8 @@ pub async fn leasehold(
     grants: usize,
     hold: Duration,
 ) -> Result<Contended, BenchError> {
-    let name = format!(
-        "bench-contended-{}",
-        leasehold::store::Token::random().lease_id()
-    );
-    let mut contenders = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        contenders.push(LeaseholdContender::connect(url, &name).await?);
-    }
-    run("Leasehold, Lease stream", contenders, grants, hold).await
+    let connect = |name| LeaseholdContender::connect(url.to_owned(), name);
+    connect_and_run("Leasehold, Lease stream", clients, grants, hold, connect).await
 }
 
 /// etcd's lock API with `clients` contenders (each its own connection and lease).
@@ -109,15 +102,32 @@ pub async fn etcd(
     grants: usize,
     hold: Duration,
 ) -> Result<Contended, BenchError> {
+    let connect = |name: String| async move { EtcdLock::connect(port, &name).await };
+    connect_and_run("etcd v3lock", clients, grants, hold, connect).await
+}
+
+/// Connects `clients` contenders on one fresh lock name, then runs them.
+async fn connect_and_run<C, F, Fut>(
+    path: &str,
+    clients: usize,
+    grants: usize,
+    hold: Duration,
+    connect: F,
+) -> Result<Contended, BenchError>
+where
+    C: Contender,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<C, BenchError>>,
+{
     let name = format!(
         "bench-contended-{}",
         leasehold::store::Token::random().lease_id()
     );
     let mut contenders = Vec::with_capacity(clients);
     for _ in 0..clients {
-        contenders.push(EtcdLock::connect(port, &name).await?);
+        contenders.push(connect(name.clone()).await?);
     }
-    run("etcd v3lock", contenders, grants, hold).await
+    run(path, contenders, grants, hold).await
 }
 
 async fn run<C: Contender>(
