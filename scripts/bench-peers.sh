@@ -20,7 +20,9 @@
 # part of a lock's, and differs between languages several times over), and beside direct Redis
 # from Rust measured minutes apart in the same run.
 #
-# Usage: scripts/bench-peers.sh [--quick]     (--quick: 1,000 pairs a path and 10 hand-offs,
+# Usage: scripts/bench-peers.sh [--quick] [--rust]     (--rust: only `cargo bench --bench peers`,
+# every service in a process of its own and the client pattern the same for all, with contention
+# and hand-off against etcd's lock API; etcd installed first as below. --quick: 1,000 pairs a path and 10 hand-offs,
 # about 1.5 minutes once built; else 5,000 and 30, about 2.5 minutes). LEASEHOLD_BIN picks the server binary (default target/release/
 # leasehold, built if missing). A peer whose toolchain is missing is reported "not measured".
 # The machine is named and its load (`uptime`) printed before and after: on a shared machine
@@ -29,8 +31,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 binary=${LEASEHOLD_BIN:-target/release/leasehold}
-mode="" ops=5000 handoffs=30
-[ "${1:-}" = "--quick" ] && mode=" --quick" ops=1000 handoffs=10
+mode="" ops=5000 handoffs=30 rust_only=false
+for arg in "$@"; do
+  case $arg in
+    --quick) mode=" --quick" ops=1000 handoffs=10 ;;
+    --rust) rust_only=true ;;
+    *) echo "usage: scripts/bench-peers.sh [--quick] [--rust]" >&2; exit 2 ;;
+  esac
+done
 source scripts/bench-setup.sh
 rows=$work/rows.tsv  # language<TAB>path<TAB>ops<TAB>p50_us<TAB>p99_us<TAB>ops_per_s
 : >"$rows"
@@ -44,6 +52,13 @@ if ! command -v etcd >/dev/null 2>&1; then
       apt-get install -y -qq etcd-server >/dev/null; } || true
 fi
 command -v etcd >/dev/null 2>&1 || missing+=("etcd: no etcd binary (apt-get install etcd-server failed)")
+if $rust_only; then
+  echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); Redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2)$(command -v etcd >/dev/null && echo ", etcd $(etcd --version | head -1 | awk '{print $3}')")."
+  echo "Load before: $(uptime | sed 's/.*load average: //')"
+  cargo bench --bench peers -- $mode
+  echo "Load after: $(uptime | sed 's/.*load average: //')"
+  exit 0
+fi
 go_bin=""
 if command -v go >/dev/null 2>&1; then
   say "building benches/peers/go (redsync, etcd client)"
