@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The server's own CPU per unary call, driven by ghz (the common gRPC load tool, by reflection
 # alone), on one server, alternating, each round a ratio:
+#  - gRPC health `Check` (tonic-health, without the lock service's interceptor): the
+#    transport's floor as any gRPC server has it;
 #  - `Echo`: the no-op call (the bench service of `serve --echo`, behind the same layers and
 #    interceptor as the lock service): the transport's floor;
 #  - `Echo` with `redis`: the same plus one `PING` on the server's Redis connection: the floor
@@ -52,16 +54,17 @@ print(f"{(after - before) * 1e6 / ok:.1f} {report['rps']:.0f}")
 EOF
 }
 
-printf "| concurrency | round | Echo: server CPU per call | Echo + PING | Acquire | Acquire / Echo | (Echo + PING) / Echo | Acquire / (Echo + PING) | Echo calls/s | Acquire calls/s | ratio |\n"
-printf "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+printf "| concurrency | round | Check: server CPU per call | Echo | Echo + PING | Acquire | Acquire / Check | Acquire / Echo | (Echo + PING) / Check | Acquire / (Echo + PING) | Echo calls/s | Acquire calls/s | ratio |\n"
+printf "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 for concurrency in 50 200; do
   for round in $(seq "$rounds"); do
+    read -r check_cpu _ < <(run grpc.health.v1.Health/Check '{}' "$concurrency")
     read -r echo_cpu echo_rps < <(run leasehold.bench.v1.EchoService/Echo '{}' "$concurrency")
     read -r ping_cpu _ < <(run leasehold.bench.v1.EchoService/Echo '{"redis":true}' "$concurrency")
     read -r acquire_cpu acquire_rps < <(run leasehold.v1.LockService/Acquire \
       '{"name":"ghz-'"$round"'-{{.RequestNumber}}","ttl_ms":100}' "$concurrency")
     python3 -c "
-e, p, a, er, ar = $echo_cpu, $ping_cpu, $acquire_cpu, $echo_rps, $acquire_rps
-print(f'| $concurrency | $round | {e:.1f} µs | {p:.1f} µs | {a:.1f} µs | {a / e:.2f}x | {p / e:.2f}x | {a / p:.2f}x | {er:.0f} | {ar:.0f} | {ar / er:.2f}x |')"
+h, e, p, a, er, ar = $check_cpu, $echo_cpu, $ping_cpu, $acquire_cpu, $echo_rps, $acquire_rps
+print(f'| $concurrency | $round | {h:.1f} µs | {e:.1f} µs | {p:.1f} µs | {a:.1f} µs | {a / h:.2f}x | {a / e:.2f}x | {p / h:.2f}x | {a / p:.2f}x | {er:.0f} | {ar:.0f} | {ar / er:.2f}x |')"
   done
 done
