@@ -20,11 +20,7 @@ binary=${LEASEHOLD_BIN:-target/release/leasehold}
 calls=${1:-20000}
 rounds=${2:-3}
 source scripts/bench-setup.sh
-ghz=${LEASEHOLD_GHZ:-target/go/bin/ghz}
-if [ ! -x "$ghz" ]; then
-  GOBIN="$PWD/target/go/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0
-  ghz=target/go/bin/ghz
-fi
+ensure_ghz
 
 redis_port=$(free_port)
 redis "$redis_port"
@@ -35,23 +31,9 @@ server=$!
 pids+=("$server")
 until "$binary" status --server "http://127.0.0.1:$grpc_port" >/dev/null 2>&1; do sleep 0.1; done
 
-# User + system CPU seconds of the server so far (100 ticks per second on Linux).
-cpu() { awk '{ printf "%.4f\n", ($14 + $15) / 100 }' "/proc/$server/stat"; }
-
 # One ghz run; prints "<server CPU µs per call> <calls per second>".
 run() { # method, data, concurrency
-  local before after
-  before=$(cpu)
-  "$ghz" --insecure --call "$1" -d "$2" -n "$calls" -c "$3" --connections 10 \
-    --format json -o "$work/report.json" "127.0.0.1:$grpc_port"
-  after=$(cpu)
-  python3 - "$before" "$after" "$work/report.json" <<'EOF'
-import json, sys
-before, after, report = float(sys.argv[1]), float(sys.argv[2]), json.load(open(sys.argv[3]))
-ok = report["statusCodeDistribution"].get("OK", 0)
-assert ok == report["count"], f"not every call succeeded: {report['statusCodeDistribution']}"
-print(f"{(after - before) * 1e6 / ok:.1f} {report['rps']:.0f}")
-EOF
+  ghz_cpu_per_call "$server" "127.0.0.1:$grpc_port" "$1" "$2" "$3" "$calls"
 }
 
 printf "| concurrency | round | Check: server CPU per call | Echo | Echo + PING | Acquire | Acquire / Check | Acquire / Echo | (Echo + PING) / Check | Acquire / (Echo + PING) | Echo calls/s | Acquire calls/s | ratio |\n"
