@@ -143,7 +143,7 @@ impl Locks {
         }
         // A lease with limits writes them: acquire.lua's.
         if waiter.first_attempt && waiter.mode == Mode::LOCK && waiter.limits.is_none() {
-            let reply: Vec<Value> = connection
+            let reply: Value = connection
                 .eval(
                     &self.0.scripts.take,
                     CONTEXT,
@@ -156,10 +156,11 @@ impl Locks {
                     ],
                 )
                 .await?;
-            if let [acquired, fence] = reply.as_slice()
-                && acquired.as_i64() == Some(1)
-            {
-                let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+            // The fencing token (a string) when it acquired; 0 when acquire.lua must decide.
+            if let Value::String(_) | Value::Bytes(_) = reply {
+                let fencing_token = reply
+                    .as_u64()
+                    .ok_or_else(|| bad_reply(CONTEXT, std::slice::from_ref(&reply)))?;
                 return Ok(AcquireOutcome::Acquired { fencing_token });
             }
         }

@@ -11,12 +11,13 @@
 -- KEYS[1] lock (`<base>:lock`, its value as lease.lua's lock_value writes it)
 -- KEYS[2] the slot's fencing counter
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] holder description
--- Returns {1, fence} when acquired; {0} when acquire.lua must decide.
+-- Returns the fence (a string) when acquired; 0 when acquire.lua must decide. A bare value, not
+-- a table: a table costs Redis about 5 % of the pair's instructions (issue 43, BENCHMARKS.md).
 local lock = KEYS[1]
 local base = string.sub(lock, 1, -6)
 if redis.call('EXISTS', lock, base .. ':deadlines', lock .. ':holders', base .. ':watched',
     base .. ':delay') ~= 0 then
-  return {0}
+  return 0
 end
 -- The clock is read only when the slot's counter is new (see next_fence in lease.lua).
 -- '%d' writes every digit of a token (below 2^53) as an integer, where '%.0f' (the same text)
@@ -29,4 +30,4 @@ if fence == '1' then
 end
 -- lock_value(token, fence, 0, holder)
 redis.call('SET', lock, ARGV[1] .. ':' .. fence .. ':0:' .. ARGV[3], 'PX', ARGV[2])
-return {1, fence}
+return fence
