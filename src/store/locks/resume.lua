@@ -11,14 +11,14 @@ local fence, field, holder = ours(redis.call('GET', KEYS[1]), ARGV[1])
 if fence then
   local attachment = attachments_of(field) + 1
   local ceiling = ceiling_of(field)
-  if ceiling and ceiling <= clock_ms() then
-    return {}
-  end
   local kept = attachment
   local left = -1
   if ceiling then
+    left = ceiling - clock_ms()
+    if left <= 0 then
+      return {}
+    end
     kept = attachment .. '/' .. string.format('%.0f', ceiling)
-    left = math.max(ceiling - clock_ms(), 0)
   end
   redis.call('SET', KEYS[1], lock_value(ARGV[1], fence, kept, holder), 'PX', ARGV[2])
   keep_with(KEYS[4], tonumber(ARGV[2]))
@@ -26,18 +26,17 @@ if fence then
 end
 local now_ms = clock_ms()
 if permit_expiry(KEYS[2], ARGV[1], now_ms) then
-  local past = tonumber(redis.call('HGET', KEYS[3], 'd:' .. ARGV[1]))
-  if past and past <= now_ms then
-    return {}
+  local ceiling = tonumber(redis.call('HGET', KEYS[3], 'd:' .. ARGV[1]))
+  local left = -1
+  if ceiling then
+    left = ceiling - now_ms
+    if left <= 0 then
+      return {}
+    end
   end
   redis.call('ZADD', KEYS[2], 'XX', now_ms + tonumber(ARGV[2]), ARGV[1])
   local attached = redis.call('HINCRBY', KEYS[3], 'a:' .. ARGV[1], 1)
   expire_permits(KEYS[2], KEYS[3])
-  local ceiling = tonumber(redis.call('HGET', KEYS[3], 'd:' .. ARGV[1]))
-  local left = -1
-  if ceiling then
-    left = math.max(ceiling - now_ms, 0)
-  end
   return {tonumber(redis.call('HGET', KEYS[3], 'f:' .. ARGV[1])) or 0, attached, left, 0}
 end
 return {}
