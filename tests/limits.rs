@@ -390,6 +390,14 @@ async fn max_hold_ends_a_stream_while_its_key_holds_and_caps_unary_extends() {
         at >= Duration::from_millis(950) && at < Duration::from_millis(1_300),
         "{at:?}"
     );
+    // Past its ceiling the lease cannot be resumed, though its key still holds the token: a
+    // resume would buy it another TTL.
+    let mut resume = acquire_request("hold/stream", 300, 0, "limited");
+    if let Some(leasehold::pb::lease_request::Action::Acquire(acquire)) = resume.action.as_mut() {
+        acquire.resume_token = acquired.token.clone();
+    }
+    let status = LeaseStream::open(&mut client, resume).await.status().await;
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
 
     // Unary: Extend sets no TTL past the ceiling, and is refused once it is reached.
     let got = client
