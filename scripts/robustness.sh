@@ -150,6 +150,13 @@ broken acquisition-not-announced watch::watchers_on_two_servers_see_every_change
   src/store/locks/take.lua \
   "lock .. ':holders', base .. ':watched'," \
   "lock .. ':holders',"
+# A release that does not compare the token (release.lua's common case, which checks it inline
+# before lease.lua's helpers are defined): a unary Release with a stale token deletes the lock of
+# whoever holds it now, and a second holder can take it beside them.
+broken release-without-token unary::a_wrong_token_answers_false_and_leaves_the_lock_alone test \
+  src/store/locks/release.lua \
+  "local held = value and string.sub(value, 1, #token + 1) == token .. ':'" \
+  "local held = value and true"
 # A renewal that finds its key gone does not read the revoked tokens: a holder whose server
 # missed the revocation's message is told TAKEN, not REVOKED.
 broken revocation-record-ignored revoke::a_holder_whose_server_missed_the_revocation_is_told_revoked_at_its_next_renewal test \
