@@ -526,3 +526,46 @@ async fn several_names_held_through_redis_paused() {
     eprintln!("FIGURE several-redis-paused: {held} sets held");
     assert!(held >= 10, "only {held} sets held");
 }
+
+/// Issue 41's limits under faults: every worker asks for a lock-delay and a max-hold and holds
+/// until lost (the ceiling ends every hold), while the server of half of them is killed. Each
+/// name's history has one holder at a time; nobody is vouched for past its max-hold; a holder cut
+/// off by the kill is followed by the next only after its validity end plus the lock-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_and_max_hold_through_a_server_killed() {
+    let mut run = support::chaos::several::Several::start_with(4, Some(LIMITS)).await;
+    sleep(Duration::from_millis(500)).await;
+    // Killed while someone holds through it: that holder is cut off, never told.
+    run.until_held_through(0).await;
+    run.kill_server(0);
+    sleep(Duration::from_millis(2_500)).await;
+    let (held, checked) = run.finish_counted("limits-server-killed").await;
+    eprintln!("FIGURE limits-server-killed: {held} sets held, {checked} cut-off holders followed");
+    assert!(held >= 3, "only {held} sets held");
+    assert!(
+        checked >= 1,
+        "no holder cut off by the kill was followed by another"
+    );
+}
+
+/// The same while Redis is paused longer than the TTL: the holders are told `lost` (their
+/// renewals unanswered), the keys expire meanwhile, and the delay still keeps each name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_and_max_hold_through_redis_paused() {
+    let run = support::chaos::several::Several::start_with(4, Some(LIMITS)).await;
+    sleep(Duration::from_millis(900)).await;
+    run.redis.pause();
+    sleep(Duration::from_millis(700)).await;
+    run.redis.resume();
+    sleep(Duration::from_millis(2_000)).await;
+    let (held, _) = run.finish_counted("limits-redis-paused").await;
+    eprintln!("FIGURE limits-redis-paused: {held} sets held");
+    assert!(held >= 3, "only {held} sets held");
+}
+
+/// A lock-delay longer than a renewal period and a ceiling a little above the TTL (500 ms), so
+/// each hold ends by its max-hold within a second and every loss is followed by a delay.
+const LIMITS: support::chaos::several::Limits = support::chaos::several::Limits {
+    lock_delay: Duration::from_millis(400),
+    max_hold: Duration::from_millis(700),
+};
