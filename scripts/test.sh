@@ -41,21 +41,13 @@ fi
 # and illegal histories; tests/chaos.rs and tests/redlock.rs build it and check their histories.
 (cd tests/checker && go vet ./... && go test -count=1 ./...)
 
-# The Helm chart: helm lint/template for every Redis mode, TLS + auth, the ServiceMonitor; each
-# rendered Deployment's args and env run against real redis-servers (about 10 s).
-deploy/helm/test.sh target/debug/leasehold
-
-# The monitoring files: promtool check/test rules, then a real Prometheus scraping two replicas
-# under a small load: every Grafana panel's query returns data, and the Redis-unreachable alert
-# fires when Redis stops and resolves when it returns (about 60 s).
-deploy/prometheus/test.sh target/debug/leasehold
-
 # Rust: unit, integration (tests/), and doc tests.
 cargo test "$@"
 
-# The clients' suites below are independent (each starts its own redis-server and servers on free
-# ports) and mostly wait on their servers: they run at once, each into its own log, printed
-# whole when it ends; the script fails if any of them does. Install steps come first, in turn.
+# The suites below are independent (each starts its own redis-server and servers on free ports)
+# and mostly wait on their servers: they run at once, each into its own log, printed whole when it
+# ends; the script fails if any of them does. Install steps come first, in turn. (The Prometheus
+# suite waits for alerts about a minute: beside the clients it costs CI no time of its own.)
 
 # Python client: a wheel built from clients/python (its stubs generated from proto/ at build time),
 # installed in a venv, and tested against the binary that cargo test just built.
@@ -73,34 +65,43 @@ ensure_node_installed
 binary="$PWD/target/debug/leasehold"
 mkdir -p target/suites
 suite() {
-  local name=$1
+  local name=$1 log="target/suites/${1// /-}.log"
   shift
-  if "$@" >"target/suites/$name.log" 2>&1; then
-    printf "\n== %s client: passed\n" "$name"
-    cat "target/suites/$name.log"
+  if "$@" >"$log" 2>&1; then
+    printf "\n== %s: passed\n" "$name"
+    cat "$log"
   else
-    printf "\n== %s client: FAILED\n" "$name"
-    cat "target/suites/$name.log"
+    printf "\n== %s: FAILED\n" "$name"
+    cat "$log"
     return 1
   fi
 }
-suite python env LEASEHOLD_BIN="$binary" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests &
+suite "python client" env LEASEHOLD_BIN="$binary" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests &
 python_suite=$!
 # Go client: current grpc-go from the Go module proxy (Go 1.24 or newer), stubs generated now.
-suite go clients/go/test.sh "$binary" &
+suite "go client" clients/go/test.sh "$binary" &
 go_suite=$!
-suite java sh -c "cd clients/java && LEASEHOLD_BIN='$binary' mvn -B -ntp -Dstyle.color=never test" &
+suite "java client" sh -c "cd clients/java && LEASEHOLD_BIN='$binary' mvn -B -ntp -Dstyle.color=never test" &
 java_suite=$!
 # Node client: npm ci (package-lock.json), stubs generated from proto/ at build time (buf +
 # protoc-gen-es), tsc --noEmit, node --test against the binary.
-suite node clients/node/test.sh "$binary" &
+suite "node client" clients/node/test.sh "$binary" &
 node_suite=$!
 # Every client as a package (python -m build, npm pack, mvn install, cargo package, a Go module
 # replace'd to clients/go), each used from a fresh project against a server: scripts/packages.sh.
 suite packages scripts/packages.sh "$binary" &
 packages_suite=$!
+# The Helm chart: helm lint/template for every Redis mode, TLS + auth, the ServiceMonitor; each
+# rendered Deployment's args and env run against real redis-servers (about 10 s).
+suite "helm chart" deploy/helm/test.sh "$binary" &
+helm_suite=$!
+# The monitoring files: promtool check/test rules, then a real Prometheus scraping two replicas
+# under a small load: every Grafana panel's query returns data, and the Redis-unreachable alert
+# fires when Redis stops and resolves when it returns (about 70 s).
+suite prometheus deploy/prometheus/test.sh "$binary" &
+prometheus_suite=$!
 failed=0
-for pid in "$python_suite" "$go_suite" "$java_suite" "$node_suite" "$packages_suite"; do
+for pid in "$python_suite" "$go_suite" "$java_suite" "$node_suite" "$packages_suite" "$helm_suite" "$prometheus_suite"; do
   wait "$pid" || failed=1
 done
 exit "$failed"
