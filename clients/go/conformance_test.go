@@ -651,7 +651,7 @@ func TestConformance_session_holds_many(t *testing.T) {
 
 func TestConformance_session_lease_lost_alone(t *testing.T) {
 	conn, port := start(t)
-	session := newSession(t, conn, SessionOptions{TTL: 600 * time.Millisecond})
+	session := newSession(t, conn, SessionOptions{TTL: 1500 * time.Millisecond})
 	a := holdLock(t, session, "a")
 	b := holdLock(t, session, "b")
 	redisCli(port, "DEL", "leasehold:{a}:lock")

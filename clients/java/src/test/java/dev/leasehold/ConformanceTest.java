@@ -351,7 +351,7 @@ class ConformanceTest {
   void conformance_session_lease_lost_alone() throws Exception {
     try (Servers servers = new Servers();
         LeaseholdClient client = LeaseholdClient.connect(servers.target);
-        Session session = client.session(new SessionOptions().ttl(Duration.ofMillis(600)))) {
+        Session session = client.session(new SessionOptions().ttl(Duration.ofMillis(1500)))) {
       SessionLease a = session.acquire("a");
       SessionLease b = session.acquire("b");
       List<String> bLost = new CopyOnWriteArrayList<>();
