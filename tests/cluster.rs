@@ -31,8 +31,7 @@ async fn a_thousand_locks_spread_over_every_primary_and_hand_over_by_wake_ups() 
                 .unwrap(),
         );
     }
-    let primaries = cluster.primaries();
-    assert_eq!(primaries.len(), 3);
+    let primaries = cluster.primaries_settled(3);
     for port in &primaries {
         assert!(
             cluster.keys_on(*port) > 100,

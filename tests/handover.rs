@@ -322,7 +322,9 @@ fn tempdir() -> std::path::PathBuf {
 async fn a_draining_server_refuses_new_connections_at_once() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let redis = RedisServer::start();
-    let mut server = ServerProcess::start(&redis, &["--drain", "5s"]);
+    // A drain far longer than the test: a loaded machine's slow steps never reach its end (the
+    // server is killed when the test ends).
+    let mut server = ServerProcess::start(&redis, &["--drain", "60s"]);
     let mut watch = HealthWatch::open(&server.url(), "").await;
     assert_eq!(watch.next(EVENT_TIMEOUT).await, ServingStatus::Serving);
     signal(server.pid(), "TERM");

@@ -198,6 +198,24 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The primaries once there are `count` of them (at most 20 s): on a loaded machine a node
+    /// may answer `ROLE` late, or a replica take over for a moment, while the cluster settles.
+    pub fn primaries_settled(&self, count: usize) -> Vec<u16> {
+        let started = Instant::now();
+        loop {
+            let primaries = self.primaries();
+            if primaries.len() == count {
+                return primaries;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{} primaries, not {count}: {primaries:?}",
+                primaries.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether the node on `port` holds `key` (not a replica's copy: ask primaries).
     pub fn holds(&self, port: u16, key: &str) -> bool {
         self.cli(port, &["exists", key]) == "1"
