@@ -3,10 +3,11 @@
 //! A stream is one lease, whose life is a [`Life`] of the lease layer: the driver translates
 //! between the stream's messages and that machine, and decides nothing about the lease itself.
 //! It owns what such streams share: admission, the first message, waiting (and giving up), and
-//! the hold loop, which reads shutdown, a client message, a client gone or a loss the server's
+//! the hold, which reads shutdown, a client message, a client gone or a loss the server's
 //! renewal scheduler found as the lease's [`End`] and tells the client what the machine answers.
-//! Renewals never wake the stream's task: the scheduler renews and tells the client `extended`
-//! itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
+//! No task of its own: the stream's response stream drives it (`hold.rs`, which also says what a
+//! client that stops reading costs). Renewals never poll the hold: the scheduler renews and
+//! tells the client `extended` itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
 //! and what it answers; it never repeats the lifecycle.
 
 use std::sync::Arc;
