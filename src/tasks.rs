@@ -10,7 +10,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::{
+    CancellationToken, WaitForCancellationFuture, WaitForCancellationFutureOwned,
+};
 use tokio_util::task::TaskTracker;
 
 /// The background tasks of one server and its shutdown signal. Cheap to clone.
@@ -52,6 +54,12 @@ impl Tasks {
     /// own future, not an `async fn` around it: every held lease keeps one.)
     pub fn stopping(&self) -> WaitForCancellationFuture<'_> {
         self.stop.cancelled()
+    }
+
+    /// [`Tasks::stopping`] owning its token: for a held lease's state, polled by hand, which
+    /// cannot borrow the set it lives beside.
+    pub fn stopping_owned(&self) -> WaitForCancellationFutureOwned {
+        self.stop.clone().cancelled_owned()
     }
 
     pub fn is_stopping(&self) -> bool {

@@ -148,6 +148,41 @@ async fn a_dropped_stream_frees_the_lock_long_before_its_ttl() {
     assert!(took < Duration::from_secs(3), "freed after {took:?}");
 }
 
+/// The hold has no task of its own: its response stream drives it, so a dropped stream (the
+/// call cancelled) ends the lease from a task started at the drop, as a stream gone: a
+/// resumable lease is kept for its grace (here shortened to it), never released, and resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_keeps_a_resumable_lease_for_its_grace_and_it_resumes() {
+    let (_redis, _server, direct, mut client) = setup().await;
+    let acquire = |resume_token: String| {
+        let mut request = acquire_request("job", 30_000, 0, "");
+        if let Some(leasehold::pb::lease_request::Action::Acquire(acquire)) = &mut request.action {
+            acquire.resume_grace_ms = 2_000;
+            acquire.resume_token = resume_token;
+        }
+        request
+    };
+    let mut lease = LeaseStream::open(&mut client, acquire(String::new())).await;
+    let held = lease.acquired().await;
+    drop(lease); // RST_STREAM: hyper drops the response stream, which held the lease.
+    within(EVENT_TIMEOUT, "the lease shortened to its grace", async {
+        loop {
+            let pttl: i64 = direct.pttl(lock_key("job")).await.unwrap();
+            if (0..=2_000).contains(&pttl) {
+                break;
+            }
+            assert!(pttl > 0, "released, not kept (pttl {pttl})");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let mut resumed = LeaseStream::open(&mut client, acquire(held.token.clone())).await;
+    let again = resumed.acquired().await;
+    assert_eq!(again.fencing_token, held.fencing_token);
+    assert_eq!(get(&direct, &lock_key("job")).await, Some(held.token));
+    assert!(resumed.release().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_frees_the_lock_long_before_its_ttl() {
     let redis = RedisServer::start();

@@ -10,6 +10,7 @@
 //! new set of exits (etcd's v3lock is a thin transport over `concurrency.Mutex` the same way).
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -323,13 +324,17 @@ impl<H: Holding> Life<H> {
     /// Completes when its own renewals find it lost (never for a group's member: the group
     /// reports those). Cancel-safe.
     pub async fn lost(&mut self) -> Lost {
+        std::future::poll_fn(|cx| self.poll_lost(cx)).await
+    }
+
+    /// [`Life::lost`] as a poll, for a holder polled by hand: `cx` is woken when it is lost.
+    pub fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<Lost> {
         match &mut self.renewals {
-            Renewals::Own(scheduled) => {
-                let lost = scheduled.lost().await;
+            Renewals::Own(scheduled) => scheduled.poll_lost(cx).map(|lost| {
                 let reason = self.lease.holding().lock().lost_reason(lost.reason);
                 Lost { reason, ..lost }
-            }
-            Renewals::None | Renewals::Group(..) => std::future::pending().await,
+            }),
+            Renewals::None | Renewals::Group(..) => Poll::Pending,
         }
     }
 

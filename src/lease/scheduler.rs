@@ -11,7 +11,10 @@
 //! its wait for an answer ends at its own validity, and a `0` from Redis loses that lease alone.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -147,10 +150,16 @@ pub struct Scheduled {
 impl Scheduled {
     /// Completes when the lease is lost. Cancel-safe.
     pub async fn lost(&mut self) -> Lost {
-        match (&mut self.lost).await {
-            Ok(lost) => lost,
+        std::future::poll_fn(|cx| self.poll_lost(cx)).await
+    }
+
+    /// [`Scheduled::lost`] as a poll, for a holder polled by hand (a stream's hold keeps no
+    /// future of its own while idle): `cx` is woken when the lease is lost.
+    pub fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<Lost> {
+        match Pin::new(&mut self.lost).poll(cx) {
+            Poll::Ready(Ok(lost)) => Poll::Ready(lost),
             // The scheduler stopped: the server is shutting down, which its leases hear.
-            Err(_) => std::future::pending().await,
+            Poll::Ready(Err(_)) | Poll::Pending => Poll::Pending,
         }
     }
 }

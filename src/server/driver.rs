@@ -3,10 +3,11 @@
 //! A stream is one lease, whose life is a [`Life`] of the lease layer: the driver translates
 //! between the stream's messages and that machine, and decides nothing about the lease itself.
 //! It owns what such streams share: admission, the first message, waiting (and giving up), and
-//! the hold loop, which reads shutdown, a client message, a client gone or a loss the server's
+//! the hold, which reads shutdown, a client message, a client gone or a loss the server's
 //! renewal scheduler found as the lease's [`End`] and tells the client what the machine answers.
-//! Renewals never wake the stream's task: the scheduler renews and tells the client `extended`
-//! itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
+//! No task of its own: the stream's response stream drives it (`hold.rs`, which also says what a
+//! client that stops reading costs). Renewals never poll the hold: the scheduler renews and
+//! tells the client `extended` itself. A kind of stream ([`LeaseStream`]) only says what its messages mean, what it holds,
 //! and what it answers; it never repeats the lifecycle.
 
 use std::sync::Arc;
@@ -18,19 +19,23 @@ use tracing::{Instrument, Span, debug, info, info_span};
 
 use super::admission::{ConnectionLimits, LeaseSlot};
 use super::auth::{Caller, Role, Scope};
-use super::events::{Events, ResponseStream};
+use super::events::{EVENT_BUFFER, Events, ResponseStream};
 use super::lease_stream::{Held, LeaseStream, Move, Step, Tell, Words};
 use crate::error::{Error, Result};
 use crate::lease::acquire::Acquisition;
 use crate::lease::held::Holding;
 use crate::lease::life::{End, Life, LostCode, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
-use crate::lease::scheduler::{Lost, Scheduler};
+use crate::lease::scheduler::Scheduler;
 use crate::lease::spec::LeaseSpec;
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Counted, HeldFor, Metrics};
 use crate::store::Store;
 use crate::tasks::Tasks;
+
+mod hold;
+
+use hold::Drive;
 
 /// What every held-lease stream of one server shares; each stream keeps one pointer to it.
 pub struct Streams {
@@ -54,13 +59,13 @@ impl Streams {
     }
 }
 
-/// Admits a new stream of kind `K` and starts its driver as a task of the server.
+/// Admits a new stream of kind `K`: its response stream drives it (no task of its own).
 pub fn open<K: LeaseStream>(
     streams: &Arc<Streams>,
     request: Request<Streaming<K::Request>>,
 ) -> Result<Response<ResponseStream<K::Response>>, Status> {
     let (slot, caller) = admit(streams, &request)?;
-    let (events, responses) = Events::channel();
+    let (events, responses) = Events::pair(EVENT_BUFFER);
     let driver = Driver::<K, _> {
         streams: streams.clone(),
         opened: Instant::now(),
@@ -69,10 +74,10 @@ pub fn open<K: LeaseStream>(
         events,
         _slot: slot,
     };
-    streams
-        .tasks()
-        .spawn_in_current_span(Box::new(driver).run());
-    Ok(Response::new(responses))
+    Ok(Response::new(Box::pin(Drive::new(
+        Box::new(driver),
+        responses,
+    ))))
 }
 
 /// Admits a stream that holds leases (a `Lease`, a `Campaign`, a `Session`): refused while the
@@ -95,7 +100,7 @@ enum Waited {
     Gone,
 }
 
-/// The task behind one stream.
+/// What one stream's lease is driven with: what the taking needs, and the hold after it.
 struct Driver<K: LeaseStream, S> {
     streams: Arc<Streams>,
     /// When the stream opened: what `Vouched::valid_to` counts from.
@@ -104,13 +109,11 @@ struct Driver<K: LeaseStream, S> {
     caller: Caller,
     inbound: S,
     events: Events<K::Response>,
-    /// Counts the stream against its connection's limit until the driver drops. Kept here, not
-    /// passed to `run`: an async fn keeps a by-value argument twice, for its whole life.
+    /// Counts the stream against its connection's limit until the driver drops.
     _slot: LeaseSlot,
 }
 
-/// What the hold keeps of a lease taken and told: all that a held lease's task carries, beside
-/// the driver.
+/// What the hold keeps of a lease taken and told, beside the driver.
 struct Taken<K: LeaseStream> {
     spec: LeaseSpec,
     stream: K,
@@ -118,8 +121,25 @@ struct Taken<K: LeaseStream> {
     fencing_token: u64,
     /// Counts the lease as held, and its hold time, until the stream ends.
     _held_for: (HeldFor, Option<Counted>),
-    /// The lease's span, which the hold runs in.
-    span: Span,
+}
+
+impl<K: LeaseStream> Taken<K> {
+    /// The lease's span, made again for a step of the hold (a message, the end): not kept
+    /// while the lease is held (with the text log its fields are formatted when it is made:
+    /// 0.36 KB per held lease).
+    fn span(&self) -> Span {
+        lease_span::<K, _>(&self.spec, &self.life)
+    }
+}
+
+/// The span of a lease's log lines: its stream, lock and lease id.
+fn lease_span<K: LeaseStream, H: Holding>(spec: &LeaseSpec, life: &Life<H>) -> Span {
+    info_span!(
+        "lease",
+        stream = K::WORDS.stream,
+        lock = %spec.name,
+        lease = life.token().lease_id()
+    )
 }
 
 impl<K, S> Driver<K, S>
@@ -127,31 +147,16 @@ where
     K: LeaseStream,
     S: Stream<Item = Result<K::Request, Status>> + Unpin + Send,
 {
-    /// Runs the stream to its end; an error becomes the stream's final status. Boxed, so the
-    /// task's future holds one pointer to the driver rather than copies of it.
-    async fn run(mut self: Box<Self>) {
-        let _open = self.streams.metrics().open_stream(K::WORDS.stream);
-        if let Err(error) = self.drive().await {
-            debug!(%error, stream = K::WORDS.stream, "stream ends with an error");
-            self.events.essential(Err(error.into()));
-        }
+    /// The taking, owning the driver: [`Drive`] polls it, and hands the driver on to the hold.
+    async fn taking(mut self: Box<Self>) -> (Box<Self>, Result<Option<Taken<K>>>) {
+        let taken = self.take().await;
+        (self, taken)
     }
 
-    /// Takes the lease, then holds it. Two phases, the first boxed: the task a held lease
-    /// keeps for its whole life is the hold's state alone ([`Taken`] and the hold loop), not the
-    /// waiting phase's nor the layout a future nesting both would need (measured with
-    /// `-Zprint-type-sizes`: 1,648 bytes when the hold was awaited inside the taking).
-    async fn drive(&mut self) -> Result<()> {
-        let Some(mut taken) = Box::pin(self.take()).await? else {
-            return Ok(());
-        };
-        // Kept whole and lent: taken apart, its parts would be kept beside it (measured: 384
-        // bytes more).
-        let span = std::mem::replace(&mut taken.span, Span::none());
-        let held = self.hold(&mut taken).instrument(span).await;
-        // The hold counters stop with the stream.
-        drop(taken);
-        held
+    /// The stream ends with `error` as its final status.
+    fn fail(&self, error: Error) {
+        debug!(%error, stream = K::WORDS.stream, "stream ends with an error");
+        self.events.essential(Err(error.into()));
     }
 
     /// Reads the first message and takes the lease; `None` if the stream ended first (or the
@@ -162,15 +167,10 @@ where
         };
         let holding = K::Holding::of(&self.streams.store, &spec);
         let mut life = Life::claim(holding, &spec);
-        let span = info_span!(
-            "lease",
-            stream = K::WORDS.stream,
-            lock = %spec.name,
-            lease = life.token().lease_id()
-        );
+        let span = lease_span::<K, _>(&spec, &life);
         let taken = self
             .lease(&spec, &mut stream, &mut life)
-            .instrument(span.clone())
+            .instrument(span)
             .await?;
         Ok(taken.map(|(fencing_token, held_for)| Taken {
             spec,
@@ -178,7 +178,6 @@ where
             life,
             fencing_token,
             _held_for: held_for,
-            span,
         }))
     }
 
@@ -186,7 +185,7 @@ where
     async fn first_request(&mut self) -> Result<Option<(LeaseSpec, K)>> {
         let message = tokio::select! {
             message = self.inbound.next() => message,
-            () = self.events.closed() => return Ok(None),
+            () = self.events.gone() => return Ok(None),
             () = self.streams.tasks().stopping() => return Err(Error::ShuttingDown),
         };
         match read::<K>(message) {
@@ -316,80 +315,8 @@ where
                 Move::NoAction => Err(no_action::<K>()),
                 Move::Broken(status) => Err(broken(status, max_message_bytes)),
             },
-            () = events.closed() => Ok(Waited::Gone),
+            () = events.gone() => Ok(Waited::Gone),
             () = tasks.stopping() => Err(Error::ShuttingDown),
-        }
-    }
-
-    /// Holds the lease until it ends: reads what happens as the lease's [`End`], and tells the
-    /// client what its life answers.
-    async fn hold(&mut self, taken: &mut Taken<K>) -> Result<()> {
-        let Taken {
-            spec,
-            stream,
-            life,
-            fencing_token,
-            ..
-        } = taken;
-        // Why the stream ends with an error, if it does: only once the loop ends, so the held
-        // lease's future does not keep room for an error while it waits.
-        let (end, failure) = self.held(stream, spec, *fencing_token, life).await;
-        if let Told::HandedOver { .. } = self.end(life, end).await? {
-            self.streams.metrics().moved("handed_over");
-        }
-        failure.map_or(Ok(()), Err)
-    }
-
-    /// The hold loop: what ends the lease, and why the stream ends with an error, if it does.
-    async fn held(
-        &mut self,
-        stream: &mut K,
-        spec: &LeaseSpec,
-        fencing_token: u64,
-        life: &mut Life<K::Holding>,
-    ) -> (End, Option<Error>) {
-        loop {
-            tokio::select! {
-                biased;
-                () = self.streams.tasks().stopping() => break (End::Shutdown, None),
-                message = self.inbound.next() => match read::<K>(message) {
-                    Move::HalfClosed => break (End::HalfClosed, None),
-                    Move::Release => break (End::ReleaseAsked, None),
-                    Move::Other(message) => {
-                        let held = Held { lease: life.lease(), spec, fencing_token, more_fences: &[] };
-                        match Box::pin(stream.handle(message, &held)).await {
-                            Ok(Step::Reply(answer)) => {
-                                self.events.essential(Ok(answer));
-                            }
-                            Ok(Step::Lost(reason)) => break (End::Superseded(reason), None),
-                            // Redis slow: the client still believes in the lease.
-                            Err(error) => {
-                                break (End::Broken, Some(error));
-                            }
-                        }
-                    }
-                    // A transport failure or an unreadable message: said, in case the client
-                    // can still hear it.
-                    Move::Broken(status) => {
-                        info!(code = ?status.code(), message = status.message(), "client stream broke");
-                        break (End::Broken, Some(self.broken(status)));
-                    }
-                    Move::Start(_) => {
-                        break (End::Refused, Some(second_start::<K>()));
-                    }
-                    Move::NoAction => {
-                        break (End::Refused, Some(no_action::<K>()));
-                    }
-                },
-                () = self.events.closed() => {
-                    info!("client went away");
-                    break (End::Broken, None);
-                }
-                Lost { cause, reason, code, due } = life.lost() => {
-                    let end = End::Lost { cause, reason: due.explain(reason), code };
-                    break (end, None);
-                }
-            }
         }
     }
 

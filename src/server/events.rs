@@ -126,6 +126,13 @@ impl<T> Events<T> {
     where
         T: Send + 'static,
     {
+        let (events, responses) = Self::pair(room);
+        (events, Box::pin(responses))
+    }
+
+    /// A queue of `room` events and its reading side, unboxed: for a response stream that
+    /// drives its lease itself ([`super::driver`]) and reads this queue.
+    pub fn pair(room: usize) -> (Self, Responses<T>) {
         let outbox = Arc::new(Outbox {
             room,
             queue: Mutex::new(Queue {
@@ -140,7 +147,7 @@ impl<T> Events<T> {
         let responses = Responses {
             outbox: outbox.clone(),
         };
-        (Events { outbox }, Box::pin(responses))
+        (Events { outbox }, responses)
     }
 
     /// Best effort: a reader that falls behind misses progress, never the lease itself.
@@ -183,6 +190,21 @@ impl<T> Events<T> {
         .await
     }
 
+    /// Completes once the reading side is gone, registering no waker: only for a driver that its
+    /// own response stream polls ([`super::driver`]). That stream is gone only once dropped, and
+    /// then the driver's rest runs in a task of its own, whose first poll finds it gone; a
+    /// waker kept meanwhile would be a held lease's allocation for nothing.
+    pub async fn gone(&self) {
+        std::future::poll_fn(|_| {
+            if self.outbox.queue().reader_gone {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
     /// Completes when the client stopped listening (cancelled call, broken connection).
     pub async fn closed(&self) {
         std::future::poll_fn(|cx| {
@@ -197,9 +219,20 @@ impl<T> Events<T> {
     }
 }
 
-/// The reading side, handed to tonic as the response stream.
-struct Responses<T> {
+/// The reading side, handed to tonic as the response stream (or read by one).
+pub struct Responses<T> {
     outbox: Arc<Outbox<T>>,
+}
+
+impl<T> Responses<T> {
+    /// The reader stops listening: what dropping it does, before it drops.
+    pub fn close(&self) {
+        let mut queue = self.outbox.queue();
+        queue.reader_gone = true;
+        queue.items.clear();
+        wake_all(&mut queue.room_waiters);
+        wake_all(&mut queue.close_waiters);
+    }
 }
 
 impl<T> Stream for Responses<T> {
@@ -224,11 +257,7 @@ impl<T> Stream for Responses<T> {
 
 impl<T> Drop for Responses<T> {
     fn drop(&mut self) {
-        let mut queue = self.outbox.queue();
-        queue.reader_gone = true;
-        queue.items.clear();
-        wake_all(&mut queue.room_waiters);
-        wake_all(&mut queue.close_waiters);
+        self.close();
     }
 }
 
