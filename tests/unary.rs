@@ -183,6 +183,40 @@ async fn scripts_are_reloaded_when_redis_forgets_them() {
     let _: () = direct.script_flush(false).await.unwrap();
     // Renewal (extend script) survives the flush too.
     assert!(matches!(lease.next().await, Ok(Some(Event::Extended(_)))));
+
+    // A flush between unary calls: each call reloads what it runs (its arguments built again
+    // for the second EVALSHA), the refusal both take.lua and acquire.lua.
+    let _: () = direct.script_flush(false).await.unwrap();
+    let taken = client
+        .acquire(unary_acquire("cron", 30_000, 0, "first"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(taken.acquired);
+    assert_eq!(
+        get(&direct, &lock_key("cron")).await,
+        Some(taken.token.clone())
+    );
+    let _: () = direct.script_flush(false).await.unwrap();
+    let refused = client
+        .acquire(unary_acquire("cron", 30_000, 0, "second"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!refused.acquired);
+    assert_eq!(refused.holder, "first");
+    let _: () = direct.script_flush(false).await.unwrap();
+    let released = client
+        .release(ReleaseRequest {
+            name: "cron".into(),
+            token: taken.token,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(released.released);
+    assert_eq!(get(&direct, &lock_key("cron")).await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

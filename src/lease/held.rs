@@ -318,7 +318,9 @@ impl<H: Holding> Drop for HeldLease<H> {
             return;
         }
         let claim = self.claim.clone();
-        let span = tracing::info_span!("release", lease = claim.token.lease_id());
+        // Its key named: a unary `Acquire` without a wait runs in no span of its own.
+        let key = claim.holding.lock().keys.lock();
+        let span = tracing::info_span!("release", key, lease = claim.token.lease_id());
         self.holding().lock().locks.connection().in_background(
             span,
             "release failed; the lease expires by its TTL",

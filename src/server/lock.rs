@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, info_span, warn};
+use tracing::level_filters::LevelFilter;
+use tracing::{Instrument, Span, info_span, warn};
 
 use super::auth::{Caller, Role, Scope};
 use super::driver::{self, Streams};
@@ -83,7 +84,7 @@ impl LockService for LockServer {
         // mid-command, the attempt may still land in Redis, and is let go on drop.
         let lock = Lock::of(&self.streams.store, &spec);
         let mut lease = HeldLease::claim(lock, Token::random());
-        let span = info_span!("acquire", lock = %spec.name, lease = lease.token().lease_id());
+        let span = acquire_span(&spec, lease.token());
         let room = self.streams.room.as_ref();
         let asked = Instant::now();
         let outcome = Box::pin(acquire(&lease, &spec, room, |_| {}).instrument(span)).await;
@@ -272,6 +273,19 @@ impl LockService for LockServer {
         let counted = self.streams.metrics().open_stream("watch");
         Ok(Response::new(Box::pin(watched(watching, counted))))
     }
+}
+
+/// A unary `Acquire`'s span: the lock's name and the lease id on every line written inside it.
+///
+/// Without a wait, nothing inside writes a line at INFO or above (only waiting does: the line,
+/// the waiting room and their background work), so unless DEBUG lines or traces are on (either
+/// raises the subscriber's level past INFO) none is made: the log format writes a span's fields
+/// as it is created, and creating, entering and closing one took a sixth of the call's own CPU.
+fn acquire_span(spec: &LeaseSpec, token: &Token) -> Span {
+    if spec.wait.is_zero() && LevelFilter::current() < LevelFilter::DEBUG {
+        return Span::none();
+    }
+    info_span!("acquire", lock = %spec.name, lease = token.lease_id())
 }
 
 /// The states of a watch, pulled by the response stream: a reader that falls behind gets the

@@ -271,32 +271,32 @@ impl Connection {
     /// Runs a script by SHA, loading it again if Redis forgot it (restart, `SCRIPT FLUSH`),
     /// within the command timeout.
     ///
+    /// `arguments` builds the script's keys and arguments; it is called again for each retry
+    /// (`NOSCRIPT`, `TRYAGAIN`) instead of a copy being kept for one: fred's
+    /// `evalsha_with_reload` clones both for every call, and those copies and their drops were
+    /// a tenth of a unary `Acquire`'s own CPU.
+    ///
     /// On a cluster, a script refused with `TRYAGAIN` (its keys' slot is moving and they are
     /// split between the two nodes for now; the script did not run) runs again after a short
     /// pause, within the same timeout: the move is usually over in milliseconds, and a release
     /// or a hand-over refused meanwhile would otherwise wait for a TTL.
     ///
-    /// fred's future is boxed: it is large (both `EVALSHA`s and the reload), and every caller's
-    /// future up to the gRPC handler would otherwise carry it and copy it at each move (2-4 % of
-    /// a unary `Acquire`'s CPU went to those copies).
+    /// The call's future is boxed: it is large (both `EVALSHA`s and the reload), and every
+    /// caller's future up to the gRPC handler would otherwise carry it and copy it at each move
+    /// (2-4 % of a unary `Acquire`'s CPU went to those copies).
     pub async fn eval<R: FromValue>(
         &self,
         script: &Script,
         context: &'static str,
-        keys: Vec<String>,
-        args: Vec<Value>,
+        arguments: impl Fn() -> (Vec<String>, Vec<Value>),
     ) -> Result<R> {
-        if !self.0.config.server.is_clustered() {
-            let call = Box::pin(script.evalsha_with_reload(&self.0.client, keys, args));
-            return self.bounded(context, call).await;
-        }
         let client = &self.0.client;
+        let clustered = self.0.config.server.is_clustered();
         let call = Box::pin(async move {
             let mut pause = TRY_AGAIN_FIRST_PAUSE;
             loop {
-                let attempt = script.evalsha_with_reload(client, keys.clone(), args.clone());
-                match attempt.await {
-                    Err(error) if is_try_again(&error) => {
+                match evalsha_with_reload(client, script, &arguments).await {
+                    Err(error) if clustered && is_try_again(&error) => {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(TRY_AGAIN_LAST_PAUSE);
                     }
@@ -544,6 +544,24 @@ const TRY_AGAIN_LAST_PAUSE: Duration = Duration::from_millis(100);
 
 /// Whether Redis refused a command with `TRYAGAIN`: a cluster slot in migration with the
 /// command's keys on both sides of it. The command did not run.
+/// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (on every node of a cluster) and `EVALSHA` once more,
+/// with the arguments built again: fred's `Script::evalsha_with_reload` without its copies.
+async fn evalsha_with_reload<R: FromValue>(
+    client: &Client,
+    script: &Script,
+    arguments: &impl Fn() -> (Vec<String>, Vec<Value>),
+) -> Result<R, fred::error::Error> {
+    let (keys, args) = arguments();
+    match script.evalsha(client, keys, args).await {
+        Err(error) if error.details().starts_with("NOSCRIPT") => {
+            script.load(client).await?;
+            let (keys, args) = arguments();
+            script.evalsha(client, keys, args).await
+        }
+        answer => answer,
+    }
+}
+
 fn is_try_again(error: &fred::error::Error) -> bool {
     error.details().starts_with("TRYAGAIN")
 }

@@ -124,18 +124,18 @@ impl Elections {
         let revision: i64 = self
             .0
             .connection
-            .eval(
-                &self.0.announce,
-                "announce leader",
-                vec![keys.lease.lock().to_owned(), keys.state.clone()],
-                vec![
-                    Value::from(token.secret()),
-                    Value::from(term.to_string()),
-                    Value::Bytes(Bytes::copy_from_slice(value)),
-                    Value::from(keys.events.as_str()),
-                    Value::from(lease_ttl.as_millis().to_string()),
-                ],
-            )
+            .eval(&self.0.announce, "announce leader", move || {
+                (
+                    vec![keys.lease.lock().to_owned(), keys.state.clone()],
+                    vec![
+                        Value::from(token.secret()),
+                        Value::from(term.to_string()),
+                        Value::Bytes(Bytes::copy_from_slice(value)),
+                        Value::from(keys.events.as_str()),
+                        Value::from(lease_ttl.as_millis().to_string()),
+                    ],
+                )
+            })
             .await?;
         Ok(revision > 0)
     }
@@ -149,12 +149,12 @@ impl Elections {
         let reply: Vec<Value> = self
             .0
             .connection
-            .eval(
-                &self.0.retire_stale,
-                CONTEXT,
-                vec![keys.lease.lock().to_owned(), keys.state.clone()],
-                vec![Value::from(keys.events.as_str())],
-            )
+            .eval(&self.0.retire_stale, CONTEXT, move || {
+                (
+                    vec![keys.lease.lock().to_owned(), keys.state.clone()],
+                    vec![Value::from(keys.events.as_str())],
+                )
+            })
             .await?;
         let bad = |detail: &str| Error::BadReply {
             context: CONTEXT,

@@ -133,18 +133,18 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| {
-                    let mut script_keys = permit_script_keys(keys);
-                    script_keys.push(keys.delay());
-                    connection.eval::<i64>(
-                        &self.0.scripts.extend.one,
-                        CONTEXT,
-                        script_keys,
-                        vec![
-                            Value::from(token.secret()),
-                            Value::from(millis(ttl)),
-                            Value::from("1"),
-                        ],
-                    )
+                    connection.eval::<i64>(&self.0.scripts.extend.one, CONTEXT, move || {
+                        let mut script_keys = permit_script_keys(keys);
+                        script_keys.push(keys.delay());
+                        (
+                            script_keys,
+                            vec![
+                                Value::from(token.secret()),
+                                Value::from(millis(ttl)),
+                                Value::from("1"),
+                            ],
+                        )
+                    })
                 },
                 |answers| {
                     let yes = answers.count(|&set| set > 0);
@@ -201,16 +201,16 @@ impl Locks {
     pub async fn release(&self, keys: &LockKeys, token: &Token, clean: bool) -> Result<bool> {
         let answers = self
             .on_every_node("release", |connection| {
-                connection.eval::<i64>(
-                    &self.0.scripts.release,
-                    "release",
-                    // The name's other keys are derived in the script (fewer arguments).
-                    vec![keys.lock().to_owned()],
-                    vec![
-                        Value::from(token.secret()),
-                        Value::from(if clean { "1" } else { "0" }),
-                    ],
-                )
+                connection.eval::<i64>(&self.0.scripts.release, "release", move || {
+                    (
+                        // The name's other keys are derived in the script (fewer arguments).
+                        vec![keys.lock().to_owned()],
+                        vec![
+                            Value::from(token.secret()),
+                            Value::from(if clean { "1" } else { "0" }),
+                        ],
+                    )
+                })
             })
             .await?;
         Ok(answers.count(|&reply| reply == 1) > 0)
@@ -219,18 +219,18 @@ impl Locks {
     /// Takes `waiter_id` out of line (empty: nobody) and wakes the line if the lock is free.
     pub async fn leave(&self, keys: &LockKeys, waiter_id: &str) -> Result<()> {
         self.on_every_node("leave", |connection| {
-            connection.eval::<i64>(
-                &self.0.scripts.leave,
-                "leave",
-                vec![
-                    keys.lock().to_owned(),
-                    keys.line(),
-                    keys.deadlines(),
-                    keys.holders(),
-                    keys.watched(),
-                ],
-                vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
-            )
+            connection.eval::<i64>(&self.0.scripts.leave, "leave", move || {
+                (
+                    vec![
+                        keys.lock().to_owned(),
+                        keys.line(),
+                        keys.deadlines(),
+                        keys.holders(),
+                        keys.watched(),
+                    ],
+                    vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
+                )
+            })
         })
         .await?;
         Ok(())
@@ -244,24 +244,27 @@ impl Locks {
         waiters: &[String],
         waiter_ttl: Duration,
     ) -> Result<()> {
-        let mut args = vec![
-            Value::from(keys.channel().as_str()),
-            Value::from(millis(waiter_ttl)),
-        ];
-        args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
+        let args = move || {
+            let mut args = vec![
+                Value::from(keys.channel().as_str()),
+                Value::from(millis(waiter_ttl)),
+            ];
+            args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
+            args
+        };
         self.on_every_node("refresh line", |connection| {
-            connection.eval::<i64>(
-                &self.0.scripts.refresh,
-                "refresh line",
-                vec![
-                    keys.lock().to_owned(),
-                    keys.line(),
-                    keys.deadlines(),
-                    keys.holders(),
-                    keys.watched(),
-                ],
-                args.clone(),
-            )
+            connection.eval::<i64>(&self.0.scripts.refresh, "refresh line", move || {
+                (
+                    vec![
+                        keys.lock().to_owned(),
+                        keys.line(),
+                        keys.deadlines(),
+                        keys.holders(),
+                        keys.watched(),
+                    ],
+                    args(),
+                )
+            })
         })
         .await?;
         Ok(())
@@ -317,15 +320,15 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| async move {
-                    let mut script_keys = permit_script_keys(keys);
-                    script_keys.push(keys.delay());
                     let reply: Vec<i64> = connection
-                        .eval(
-                            &self.0.scripts.resume,
-                            CONTEXT,
-                            script_keys,
-                            vec![Value::from(token.secret()), Value::from(millis(ttl))],
-                        )
+                        .eval(&self.0.scripts.resume, CONTEXT, move || {
+                            let mut script_keys = permit_script_keys(keys);
+                            script_keys.push(keys.delay());
+                            (
+                                script_keys,
+                                vec![Value::from(token.secret()), Value::from(millis(ttl))],
+                            )
+                        })
                         .await?;
                     Ok(match reply.as_slice() {
                         [fencing_token, attachment, ceiling, delayed] => Some(Resumed {
@@ -370,22 +373,22 @@ impl Locks {
         attachment: u64,
     ) -> Result<()> {
         self.on_every_node("detach", |connection| {
-            connection.eval::<i64>(
-                &self.0.scripts.detach,
-                "detach",
-                vec![
-                    keys.lock().to_owned(),
-                    keys.holders(),
-                    keys.permits(),
-                    keys.watched(),
-                    keys.delay(),
-                ],
-                vec![
-                    Value::from(token.secret()),
-                    Value::from(millis(grace)),
-                    Value::from(attachment.to_string()),
-                ],
-            )
+            connection.eval::<i64>(&self.0.scripts.detach, "detach", move || {
+                (
+                    vec![
+                        keys.lock().to_owned(),
+                        keys.holders(),
+                        keys.permits(),
+                        keys.watched(),
+                        keys.delay(),
+                    ],
+                    vec![
+                        Value::from(token.secret()),
+                        Value::from(millis(grace)),
+                        Value::from(attachment.to_string()),
+                    ],
+                )
+            })
         })
         .await?;
         Ok(())

@@ -258,17 +258,19 @@ impl Batcher {
         if let [_] = chunk.as_slice() {
             return self.one_by_one(chunk).await;
         }
-        let keys = vec![chunk[0].lock.clone()];
-        let mut args = Vec::with_capacity(chunk.len() * 4);
-        for extend in &chunk {
-            args.push(Value::from(extend.lock.as_str()));
-            args.push(Value::from(extend.token.as_str()));
-            args.push(Value::from(extend.ttl_ms));
-            args.push(Value::from(extend.kept_with.as_str()));
-        }
+        let arguments = || {
+            let mut args = Vec::with_capacity(chunk.len() * 4);
+            for extend in &chunk {
+                args.push(Value::from(extend.lock.as_str()));
+                args.push(Value::from(extend.token.as_str()));
+                args.push(Value::from(extend.ttl_ms));
+                args.push(Value::from(extend.kept_with.as_str()));
+            }
+            (vec![chunk[0].lock.clone()], args)
+        };
         let replies: Result<Vec<i64>> = self
             .connection
-            .eval(&self.scripts.many, "extend batch", keys, args)
+            .eval(&self.scripts.many, "extend batch", arguments)
             .await;
         match replies {
             Ok(replies) if replies.len() == chunk.len() => {
@@ -291,19 +293,18 @@ impl Batcher {
         let singles = chunk.into_iter().map(|extend| async move {
             let reply: Result<i64> = this
                 .connection
-                .eval(
-                    &this.scripts.one,
-                    "extend",
-                    {
-                        let [holders, permits] = permit_keys(&extend.lock);
-                        let mut keys = vec![extend.lock, holders, permits];
-                        if !extend.kept_with.is_empty() {
-                            keys.push(extend.kept_with);
-                        }
-                        keys
-                    },
-                    vec![Value::from(extend.token), Value::from(extend.ttl_ms)],
-                )
+                .eval(&this.scripts.one, "extend", || {
+                    let [holders, permits] = permit_keys(&extend.lock);
+                    let mut keys = vec![extend.lock.clone(), holders, permits];
+                    if !extend.kept_with.is_empty() {
+                        keys.push(extend.kept_with.clone());
+                    }
+                    let args = vec![
+                        Value::from(extend.token.as_str()),
+                        Value::from(extend.ttl_ms),
+                    ];
+                    (keys, args)
+                })
                 .await;
             extend.reply.send(reply.map(|reply| reply == 1));
         });

@@ -54,16 +54,16 @@ impl Elections {
         let keys = self.keys(name);
         let reply: Vec<Value> = self
             .connection()
-            .eval(
-                &LISTED,
-                CONTEXT,
-                vec![
-                    keys.lease.lock().to_owned(),
-                    keys.state,
-                    keys.lease.deadlines(),
-                ],
-                Vec::new(),
-            )
+            .eval(&LISTED, CONTEXT, || {
+                (
+                    vec![
+                        keys.lease.lock().to_owned(),
+                        keys.state.clone(),
+                        keys.lease.deadlines(),
+                    ],
+                    Vec::new(),
+                )
+            })
             .await?;
         let bad = |detail: &str| Error::BadReply {
             context: CONTEXT,

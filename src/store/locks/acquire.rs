@@ -144,17 +144,17 @@ impl Locks {
         // A lease with limits writes them: acquire.lua's.
         if waiter.first_attempt && waiter.mode == Mode::LOCK && waiter.limits.is_none() {
             let reply: Value = connection
-                .eval(
-                    &self.0.scripts.take,
-                    CONTEXT,
-                    // The name's other keys are derived in the script (fewer arguments).
-                    vec![keys.lock().to_owned(), keys.fence()],
-                    vec![
-                        Value::from(token.secret()),
-                        Value::from(millis(ttl)),
-                        Value::from(holder),
-                    ],
-                )
+                .eval(&self.0.scripts.take, CONTEXT, move || {
+                    (
+                        // The name's other keys are derived in the script (fewer arguments).
+                        vec![keys.lock().to_owned(), keys.fence()],
+                        vec![
+                            Value::from(token.secret()),
+                            Value::from(millis(ttl)),
+                            Value::from(holder),
+                        ],
+                    )
+                })
                 .await?;
             // The fencing token (a string) when it acquired; 0 when acquire.lua must decide.
             if let Value::String(_) | Value::Bytes(_) = reply {
@@ -166,34 +166,34 @@ impl Locks {
         }
         let flag = |on: bool| Value::from(if on { "1" } else { "0" });
         let reply: Vec<Value> = connection
-            .eval(
-                &self.0.scripts.acquire,
-                CONTEXT,
-                vec![
-                    keys.lock().to_owned(),
-                    keys.fence(),
-                    keys.line(),
-                    keys.deadlines(),
-                    keys.holders(),
-                    keys.permits(),
-                    keys.watched(),
-                    keys.delay(),
-                ],
-                vec![
-                    Value::from(token.secret()),
-                    Value::from(millis(ttl)),
-                    Value::from(holder),
-                    Value::from(waiter.id),
-                    flag(waiter.fair),
-                    flag(waiter.join_line),
-                    Value::from(millis(waiter.ttl)),
-                    Value::from(keys.channel().as_str()),
-                    Value::from(arrival.map(|us| us.to_string()).unwrap_or_default()),
-                    Value::from(waiter.mode.kind()),
-                    Value::from(waiter.limits.lock_delay.map_or(0, millis)),
-                    Value::from(waiter.limits.max_hold.map_or(0, millis)),
-                ],
-            )
+            .eval(&self.0.scripts.acquire, CONTEXT, move || {
+                (
+                    vec![
+                        keys.lock().to_owned(),
+                        keys.fence(),
+                        keys.line(),
+                        keys.deadlines(),
+                        keys.holders(),
+                        keys.permits(),
+                        keys.watched(),
+                        keys.delay(),
+                    ],
+                    vec![
+                        Value::from(token.secret()),
+                        Value::from(millis(ttl)),
+                        Value::from(holder),
+                        Value::from(waiter.id),
+                        flag(waiter.fair),
+                        flag(waiter.join_line),
+                        Value::from(millis(waiter.ttl)),
+                        Value::from(keys.channel().as_str()),
+                        Value::from(arrival.map(|us| us.to_string()).unwrap_or_default()),
+                        Value::from(waiter.mode.kind()),
+                        Value::from(waiter.limits.lock_delay.map_or(0, millis)),
+                        Value::from(waiter.limits.max_hold.map_or(0, millis)),
+                    ],
+                )
+            })
             .await?;
         match reply.as_slice() {
             [acquired, fence] if acquired.as_i64() == Some(1) => {
@@ -232,17 +232,17 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| {
-                    connection.eval::<i64>(
-                        &self.0.scripts.raise_fence,
-                        "raise fence",
-                        vec![
-                            keys.lock().to_owned(),
-                            keys.fence(),
-                            keys.holders(),
-                            keys.permits(),
-                        ],
-                        vec![Value::from(token.secret()), Value::from(fence.to_string())],
-                    )
+                    connection.eval::<i64>(&self.0.scripts.raise_fence, "raise fence", move || {
+                        (
+                            vec![
+                                keys.lock().to_owned(),
+                                keys.fence(),
+                                keys.holders(),
+                                keys.permits(),
+                            ],
+                            vec![Value::from(token.secret()), Value::from(fence.to_string())],
+                        )
+                    })
                 },
                 |answers| answers.is_majority(answers.ok.len()),
             )

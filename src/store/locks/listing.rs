@@ -54,19 +54,19 @@ impl Locks {
     /// answered to rule both out.
     pub async fn check(&self, keys: &LockKeys, fencing_token: u64) -> Result<TokenState> {
         const CONTEXT: &str = "check";
-        let asked = fencing_token.to_string();
+        let asked = &fencing_token.to_string();
         let answers = self
             .0
             .nodes
             .gather(
                 |_, connection| async {
                     let reply: Vec<u64> = connection
-                        .eval(
-                            &self.0.scripts.check,
-                            CONTEXT,
-                            vec![keys.lock().to_owned(), keys.holders(), keys.permits()],
-                            vec![Value::from(asked.as_str())],
-                        )
+                        .eval(&self.0.scripts.check, CONTEXT, move || {
+                            (
+                                vec![keys.lock().to_owned(), keys.holders(), keys.permits()],
+                                vec![Value::from(asked.as_str())],
+                            )
+                        })
                         .await?;
                     match reply.as_slice() {
                         [1, _] => Ok(TokenState::Current),
@@ -150,19 +150,22 @@ impl Locks {
         mark_ttl: Option<Duration>,
     ) -> Result<Described> {
         const CONTEXT: &str = "describe";
-        let mut script_keys = vec![
-            keys.lock().to_owned(),
-            keys.holders(),
-            keys.permits(),
-            keys.deadlines(),
-        ];
-        let mut args = Vec::new();
-        if let Some(ttl) = mark_ttl {
-            script_keys.push(keys.watched());
-            args.push(Value::from(millis(ttl)));
-        }
+        let arguments = || {
+            let mut script_keys = vec![
+                keys.lock().to_owned(),
+                keys.holders(),
+                keys.permits(),
+                keys.deadlines(),
+            ];
+            let mut args = Vec::new();
+            if let Some(ttl) = mark_ttl {
+                script_keys.push(keys.watched());
+                args.push(Value::from(millis(ttl)));
+            }
+            (script_keys, args)
+        };
         let reply: Vec<Value> = connection
-            .eval(&self.0.scripts.describe, CONTEXT, script_keys, args)
+            .eval(&self.0.scripts.describe, CONTEXT, arguments)
             .await?;
         let [waiting, first_leaves, kind, held @ ..] = reply.as_slice() else {
             return Err(bad_reply(CONTEXT, &reply));

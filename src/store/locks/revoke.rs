@@ -34,31 +34,31 @@ impl Locks {
     /// every primary, what any of them ended.
     pub async fn revoke(&self, keys: &LockKeys, fencing_token: u64) -> Result<Vec<HolderState>> {
         const CONTEXT: &str = "revoke";
-        let channel = self.revocations_channel();
+        let channel = &self.revocations_channel();
         let answers = self
             .0
             .nodes
             .gather(
                 |_, connection| {
-                    connection.eval::<Vec<Value>>(
-                        &self.0.scripts.revoke,
-                        CONTEXT,
-                        vec![
-                            keys.lock().to_owned(),
-                            keys.line(),
-                            keys.deadlines(),
-                            keys.holders(),
-                            keys.permits(),
-                            keys.watched(),
-                            keys.revoked(),
-                            keys.delay(),
-                        ],
-                        vec![
-                            Value::from(fencing_token.to_string()),
-                            Value::from(keys.channel().as_str()),
-                            Value::from(channel.as_str()),
-                        ],
-                    )
+                    connection.eval::<Vec<Value>>(&self.0.scripts.revoke, CONTEXT, move || {
+                        (
+                            vec![
+                                keys.lock().to_owned(),
+                                keys.line(),
+                                keys.deadlines(),
+                                keys.holders(),
+                                keys.permits(),
+                                keys.watched(),
+                                keys.revoked(),
+                                keys.delay(),
+                            ],
+                            vec![
+                                Value::from(fencing_token.to_string()),
+                                Value::from(keys.channel().as_str()),
+                                Value::from(channel.as_str()),
+                            ],
+                        )
+                    })
                 },
                 |_| false,
             )
@@ -112,7 +112,7 @@ impl Locks {
     /// primaries each announce it; a repeat is harmless to `revoked`). Subscribed before this
     /// returns.
     pub async fn on_revocation(&self, revoked: impl Fn(&str) + Send + 'static) -> Result<()> {
-        let channel = self.revocations_channel();
+        let channel = &self.revocations_channel();
         let mut subscribers = Vec::new();
         for connection in self.0.nodes.all() {
             let subscriber = connection.subscriber().await?;
