@@ -542,8 +542,6 @@ const SUBSCRIBER_CONNECT_LEAST: Duration = Duration::from_secs(5);
 const TRY_AGAIN_FIRST_PAUSE: Duration = Duration::from_millis(5);
 const TRY_AGAIN_LAST_PAUSE: Duration = Duration::from_millis(100);
 
-/// Whether Redis refused a command with `TRYAGAIN`: a cluster slot in migration with the
-/// command's keys on both sides of it. The command did not run.
 /// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (on every node of a cluster) and `EVALSHA` once more,
 /// with the arguments built again: fred's `Script::evalsha_with_reload` without its copies.
 async fn evalsha_with_reload<R: FromValue>(
@@ -562,6 +560,8 @@ async fn evalsha_with_reload<R: FromValue>(
     }
 }
 
+/// Whether Redis refused a command with `TRYAGAIN`: a cluster slot in migration with the
+/// command's keys on both sides of it. The command did not run.
 fn is_try_again(error: &fred::error::Error) -> bool {
     error.details().starts_with("TRYAGAIN")
 }
