@@ -272,7 +272,7 @@ async fn bench_quick_runs_against_a_real_server() {
         echo: true,
         ..ServerConfig::default()
     };
-    let server = TestServer::start_with(&redis, "leasehold:", config).await;
+    let server = TestServer::start_unhurried(&redis, config).await;
     let out = temp_file("bench.json");
     let mut command = leasehold(&server);
     command.args(["bench", "--quick", "--redis", &redis.url(), "--json"]);

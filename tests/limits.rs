@@ -358,17 +358,19 @@ async fn max_hold_ends_a_stream_while_its_key_holds_and_caps_unary_extends() {
     let mut stream =
         LeaseStream::open(&mut client, limited_stream("hold/stream", 300, 0, 1_000, 0)).await;
     let acquired = stream.acquired().await;
-    let ceiling = Duration::from_millis(1_000);
-    assert!(Duration::from_millis(acquired.valid_for_ms.into()) <= ceiling);
+    // The ceiling counts from when the server sent the take, before the answer arrived here:
+    // nothing is vouched for past that plus the max-hold. Counted with `valid_to_ms` (from the
+    // stream's first request), not from an answer's arrival, which a busy machine delays.
+    let ceiling = Duration::from_millis(1_000) + started.elapsed();
+    assert!(Duration::from_millis(acquired.valid_to_ms) <= ceiling);
     let lost = within(Duration::from_secs(3), "lost at the max-hold", async {
         loop {
             match stream.next().await {
                 Ok(Some(Event::Extended(extended))) => {
-                    let vouched =
-                        started.elapsed() + Duration::from_millis(extended.valid_for_ms.into());
+                    let vouched = Duration::from_millis(extended.valid_to_ms);
                     assert!(
-                        vouched <= ceiling + Duration::from_millis(20),
-                        "vouched to {vouched:?}"
+                        vouched <= ceiling,
+                        "vouched to {vouched:?}, past {ceiling:?}"
                     );
                 }
                 Ok(Some(Event::Lost(lost))) => return lost,
@@ -386,8 +388,9 @@ async fn max_hold_ends_a_stream_while_its_key_holds_and_caps_unary_extends() {
     assert_eq!(lost.code(), leasehold::pb::LostReason::MaxHold);
     assert!(lost.reason.contains("max hold"), "{}", lost.reason);
     let at = started.elapsed();
+    // Told at its ceiling: not before it, and well before the key's next TTL would have run.
     assert!(
-        at >= Duration::from_millis(950) && at < Duration::from_millis(1_300),
+        at >= Duration::from_millis(950) && at < Duration::from_millis(2_000),
         "{at:?}"
     );
     // Past its ceiling the lease cannot be resumed, though its key still holds the token: a

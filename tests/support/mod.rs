@@ -320,6 +320,18 @@ impl TestServer {
         Self::start_at(&redis.url(), prefix, config).await
     }
 
+    /// As [`TestServer::start_with`], its Redis commands given [`EVENT_TIMEOUT`] rather than a
+    /// second: for a test that loads the server on purpose (a benchmark), where a command
+    /// queued behind many may wait past a second on a busy machine, and a fault is not the point.
+    pub async fn start_unhurried(redis: &RedisServer, config: ServerConfig) -> Self {
+        let mut settings = test_settings(&redis.url());
+        settings.command_timeout = EVENT_TIMEOUT;
+        let store = Store::connect(&settings, "leasehold:", Default::default())
+            .await
+            .expect("connect store");
+        Self::serve(store, config).await
+    }
+
     /// A server on the Redis (or Redis Cluster) at `url`.
     pub async fn start_at(url: &str, prefix: &str, config: ServerConfig) -> Self {
         let store = Store::connect(&test_settings(url), prefix, Default::default())
