@@ -257,7 +257,17 @@ async fn a_frozen_server_loses_every_lease_of_the_session_by_the_clients_clock()
     }
     let after = frozen_at.elapsed();
     signal(server.pid(), "CONT");
-    assert!(after <= ttl, "lost() fired {after:?} after the freeze");
+    // Believed no longer than the TTL past the freeze (the last confirmation left before it),
+    // and told by its own clock then: read from the validity each lease counted down, since on
+    // a busy machine this task may notice the loss late.
+    for lease in &leases {
+        let believed = lease.valid_until().saturating_duration_since(frozen_at);
+        assert!(believed <= ttl, "believed {believed:?} past the freeze");
+    }
+    assert!(
+        after <= ttl + Duration::from_secs(1),
+        "lost() fired {after:?} after the freeze"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
