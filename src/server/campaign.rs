@@ -78,7 +78,7 @@ impl Campaign {
             election,
             ..
         } = held.lease.holding();
-        let (token, ttl) = (held.lease.token(), held.spec.ttl);
+        let (token, ttl) = (held.lease.token(), held.ttl);
         if elections
             .announce(election, token, self.term, ttl, &self.value)
             .await?

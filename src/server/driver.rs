@@ -11,6 +11,7 @@
 //! and what it answers; it never repeats the lifecycle.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
@@ -27,7 +28,7 @@ use crate::lease::held::Holding;
 use crate::lease::life::{End, Life, LostCode, Told, Vouched};
 use crate::lease::renewal::RenewalClock;
 use crate::lease::scheduler::Scheduler;
-use crate::lease::spec::LeaseSpec;
+use crate::lease::spec::{LeaseSpec, LockName};
 use crate::lease::waiting::WaitRoom;
 use crate::metrics::{Counted, HeldFor, Metrics};
 use crate::store::Store;
@@ -115,7 +116,11 @@ struct Driver<K: LeaseStream, S> {
 
 /// What the hold keeps of a lease taken and told, beside the driver.
 struct Taken<K: LeaseStream> {
-    spec: LeaseSpec,
+    /// What the hold keeps of the spec (not the whole spec: its holder, wait, resume token and
+    /// limits served the taking).
+    name: LockName,
+    more_names: Vec<LockName>,
+    ttl: Duration,
     stream: K,
     life: Life<K::Holding>,
     fencing_token: u64,
@@ -128,16 +133,16 @@ impl<K: LeaseStream> Taken<K> {
     /// while the lease is held (with the text log its fields are formatted when it is made:
     /// 0.36 KB per held lease).
     fn span(&self) -> Span {
-        lease_span::<K, _>(&self.spec, &self.life)
+        lease_span::<K, _>(&self.name, &self.life)
     }
 }
 
 /// The span of a lease's log lines: its stream, lock and lease id.
-fn lease_span<K: LeaseStream, H: Holding>(spec: &LeaseSpec, life: &Life<H>) -> Span {
+fn lease_span<K: LeaseStream, H: Holding>(name: &LockName, life: &Life<H>) -> Span {
     info_span!(
         "lease",
         stream = K::WORDS.stream,
-        lock = %spec.name,
+        lock = %name,
         lease = life.token().lease_id()
     )
 }
@@ -167,13 +172,21 @@ where
         };
         let holding = K::Holding::of(&self.streams.store, &spec);
         let mut life = Life::claim(holding, &spec);
-        let span = lease_span::<K, _>(&spec, &life);
+        let span = lease_span::<K, _>(&spec.name, &life);
         let taken = self
             .lease(&spec, &mut stream, &mut life)
             .instrument(span)
             .await?;
+        let LeaseSpec {
+            name,
+            more_names,
+            ttl,
+            ..
+        } = spec;
         Ok(taken.map(|(fencing_token, held_for)| Taken {
-            spec,
+            name,
+            more_names,
+            ttl,
             stream,
             life,
             fencing_token,
@@ -233,12 +246,7 @@ where
                 metrics.held(spec.name.as_str()),
                 matches!(K::SCOPE, Scope::Election).then(|| metrics.leading()),
             );
-            let held = Held {
-                lease: life.lease(),
-                spec,
-                fencing_token,
-                more_fences: &more_fences,
-            };
+            let held = Held::of(life.lease(), spec, fencing_token, &more_fences);
             let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
             let end = match Box::pin(stream.acquired(&held, vouched)).await {
                 // Redis slow: the lease ends as a broken stream's does.

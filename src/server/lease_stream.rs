@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease::acquire::WaitingState;
 use crate::lease::held::{HeldLease, Holding};
 use crate::lease::life::{LostCode, Vouched};
-use crate::lease::spec::LeaseSpec;
+use crate::lease::spec::{LeaseSpec, LockName};
 use crate::pb;
 
 /// A client message, as the driver sees it.
@@ -107,10 +107,38 @@ pub fn lost(reason: String, code: LostCode) -> pb::Lost {
 /// A held lease, as a kind of stream sees it.
 pub struct Held<'a, H: Holding> {
     pub lease: &'a HeldLease<H>,
-    pub spec: &'a LeaseSpec,
+    /// What a held lease keeps of its [`LeaseSpec`]: its names and TTL (the rest served the
+    /// taking; the hold keeps no whole spec, issue 43).
+    pub name: &'a LockName,
+    pub more_names: &'a [LockName],
+    pub ttl: Duration,
     pub fencing_token: u64,
-    /// The fencing tokens of `spec.more_names`, in the order asked (empty for one name).
+    /// The fencing tokens of `more_names`, in the order asked (empty for one name).
     pub more_fences: &'a [u64],
+}
+
+impl<'a, H: Holding> Held<'a, H> {
+    /// A lease held with the whole of its `spec` at hand (the taking, a session's member).
+    pub fn of(
+        lease: &'a HeldLease<H>,
+        spec: &'a LeaseSpec,
+        fencing_token: u64,
+        more_fences: &'a [u64],
+    ) -> Self {
+        Held {
+            lease,
+            name: &spec.name,
+            more_names: &spec.more_names,
+            ttl: spec.ttl,
+            fencing_token,
+            more_fences,
+        }
+    }
+
+    /// Every name of the lease, as [`LeaseSpec::names`].
+    pub fn names(&self) -> impl Iterator<Item = &LockName> {
+        std::iter::once(self.name).chain(self.more_names)
+    }
 }
 
 /// One kind of held-lease stream: its messages, what it holds, and its answers.

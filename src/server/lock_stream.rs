@@ -170,11 +170,11 @@ impl LeaseStream for LockStream {
         Ok(Step::Reply(response(Event::Acquired(pb::Acquired {
             token: held.lease.token().secret().to_owned(),
             fencing_token: held.fencing_token,
-            ttl_ms: pb::millis(held.spec.ttl),
+            ttl_ms: pb::millis(held.ttl),
             valid_for_ms: pb::millis(vouched.valid_for),
             valid_to_ms: pb::millis_u64(vouched.valid_to),
             fences: fences(
-                held.spec.names().map(LockName::as_str),
+                held.names().map(LockName::as_str),
                 held.fencing_token,
                 held.more_fences,
             ),

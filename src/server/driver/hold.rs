@@ -285,7 +285,9 @@ where
 {
     let step = {
         let Taken {
-            spec,
+            name,
+            more_names,
+            ttl,
             stream,
             life,
             fencing_token,
@@ -293,7 +295,9 @@ where
         } = &mut hold.taken;
         let held = Held {
             lease: life.lease(),
-            spec,
+            name,
+            more_names,
+            ttl: *ttl,
             fencing_token: *fencing_token,
             more_fences: &[],
         };

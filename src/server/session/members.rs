@@ -285,12 +285,7 @@ impl Session {
         let vouched = Vouched::now(clock.valid_for(Instant::now()), self.opened);
         let metrics = self.streams.metrics();
         if let Kind::Campaign(life, stream, spec) = &mut kind {
-            let held = Held {
-                lease: life.lease(),
-                spec,
-                fencing_token,
-                more_fences: &[],
-            };
+            let held = Held::of(life.lease(), spec, fencing_token, &[]);
             let end = match stream.acquired(&held, vouched).await {
                 Ok(Step::Reply(_)) => None,
                 Ok(Step::Lost(reason)) => Some((End::Superseded(reason), None)),
@@ -362,12 +357,7 @@ impl Session {
                 "proclaim for id {id}, a lock: only a campaign's leader can proclaim"
             )));
         };
-        let held = Held {
-            lease: life.lease(),
-            spec,
-            fencing_token: member.fencing_token,
-            more_fences: &[],
-        };
+        let held = Held::of(life.lease(), spec, member.fencing_token, &[]);
         match stream.handle(proclaim.value, &held).await? {
             Step::Reply(_) => {
                 let value = stream.value().to_vec();
