@@ -113,14 +113,6 @@ impl<T> Drop for Events<T> {
 }
 
 impl<T> Events<T> {
-    /// A queue of [`EVENT_BUFFER`] events and the response stream that reads it.
-    pub fn channel() -> (Self, ResponseStream<T>)
-    where
-        T: Send + 'static,
-    {
-        Self::with_room(EVENT_BUFFER)
-    }
-
     /// A queue of `room` events (a session's, which answers many leases).
     pub fn with_room(room: usize) -> (Self, ResponseStream<T>)
     where
@@ -268,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn progress_keeps_room_for_the_essential_and_the_stream_ends_with_its_senders() {
-        let (events, mut responses) = Events::<u32>::channel();
+        let (events, mut responses) = Events::<u32>::with_room(EVENT_BUFFER);
         for i in 0..20 {
             events.progress(i);
         }
