@@ -221,13 +221,7 @@ impl Locks {
         self.on_every_node("leave", |connection| {
             connection.eval::<i64>(&self.0.scripts.leave, "leave", move || {
                 (
-                    vec![
-                        keys.lock().to_owned(),
-                        keys.line(),
-                        keys.deadlines(),
-                        keys.holders(),
-                        keys.watched(),
-                    ],
+                    line_keys(keys),
                     vec![Value::from(waiter_id), Value::from(keys.channel().as_str())],
                 )
             })
@@ -244,26 +238,14 @@ impl Locks {
         waiters: &[String],
         waiter_ttl: Duration,
     ) -> Result<()> {
-        let args = move || {
-            let mut args = vec![
-                Value::from(keys.channel().as_str()),
-                Value::from(millis(waiter_ttl)),
-            ];
-            args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
-            args
-        };
         self.on_every_node("refresh line", |connection| {
             connection.eval::<i64>(&self.0.scripts.refresh, "refresh line", move || {
-                (
-                    vec![
-                        keys.lock().to_owned(),
-                        keys.line(),
-                        keys.deadlines(),
-                        keys.holders(),
-                        keys.watched(),
-                    ],
-                    args(),
-                )
+                let mut args = vec![
+                    Value::from(keys.channel().as_str()),
+                    Value::from(millis(waiter_ttl)),
+                ];
+                args.extend(waiters.iter().map(|w| Value::from(w.as_str())));
+                (line_keys(keys), args)
             })
         })
         .await?;
@@ -398,6 +380,18 @@ impl Locks {
 /// The keys of the scripts that see a lease wherever it lives: the lock, or a permit.
 fn permit_script_keys(keys: &LockKeys) -> Vec<String> {
     vec![keys.lock().to_owned(), keys.holders(), keys.permits()]
+}
+
+/// The keys of the line's scripts (leave.lua, refresh.lua): the lock, its line, the waiters'
+/// deadlines, the holders and the watched mark.
+fn line_keys(keys: &LockKeys) -> Vec<String> {
+    vec![
+        keys.lock().to_owned(),
+        keys.line(),
+        keys.deadlines(),
+        keys.holders(),
+        keys.watched(),
+    ]
 }
 
 /// A `PTTL` reply as a duration; negative values mean no expiry (or no key).
