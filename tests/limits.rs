@@ -104,11 +104,7 @@ async fn check_answers_current_superseded_or_free_for_a_lock_and_a_permit() {
 
 async fn release_unary(client: &mut LockServiceClient<Channel>, name: &str, token: &str) {
     let released = client
-        .release(leasehold::pb::ReleaseRequest {
-            name: name.into(),
-            token: token.into(),
-            ..Default::default()
-        })
+        .release(unary_release(name, token))
         .await
         .unwrap()
         .into_inner();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use leasehold::pb::lease_request::Action;
 use leasehold::pb::lease_response::Event;
 use leasehold::pb::lock_service_client::LockServiceClient;
-use leasehold::pb::{LeaseRelease, LeaseRequest, ReleaseRequest};
+use leasehold::pb::{LeaseRelease, LeaseRequest};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -202,11 +202,7 @@ async fn calls_leases_and_redis_commands_arrive_under_the_callers_trace() {
         .into_inner();
     assert!(got.acquired);
     unary
-        .release(ReleaseRequest {
-            name: "traced-unary".into(),
-            token: got.token,
-            ..Default::default()
-        })
+        .release(unary_release("traced-unary", &got.token))
         .await
         .unwrap();
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::prelude::{KeysInterface, LuaInterface};
 use leasehold::pb::lease_response::Event;
-use leasehold::pb::{DescribeRequest, ExtendRequest, ListRequest, ReleaseRequest};
+use leasehold::pb::{DescribeRequest, ExtendRequest, ListRequest};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,11 +61,7 @@ async fn unary_acquire_extend_describe_release() {
     assert!(pttl > 1_000, "extend did not reset the TTL: {pttl}");
 
     let released = client
-        .release(ReleaseRequest {
-            name: "cron".into(),
-            token: got.token.clone(),
-            ..Default::default()
-        })
+        .release(unary_release("cron", &got.token))
         .await
         .unwrap()
         .into_inner();
@@ -93,11 +89,7 @@ async fn unary_acquire_extend_describe_release() {
         .into_inner();
     assert!(!extended.extended);
     let released = client
-        .release(ReleaseRequest {
-            name: "cron".into(),
-            token: got.token,
-            ..Default::default()
-        })
+        .release(unary_release("cron", &got.token))
         .await
         .unwrap()
         .into_inner();
@@ -126,11 +118,7 @@ async fn unary_acquire_waits_for_a_release() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
     client
-        .release(ReleaseRequest {
-            name: "w".into(),
-            token: first.token,
-            ..Default::default()
-        })
+        .release(unary_release("w", &first.token))
         .await
         .unwrap();
     let second = tokio::time::timeout(EVENT_TIMEOUT, waiting)
@@ -160,11 +148,7 @@ async fn a_wrong_token_answers_false_and_leaves_the_lock_alone() {
         .into_inner();
     assert!(!extended.extended);
     let released = client
-        .release(ReleaseRequest {
-            name: "mine".into(),
-            token: wrong,
-            ..Default::default()
-        })
+        .release(unary_release("mine", &wrong))
         .await
         .unwrap()
         .into_inner();
@@ -207,11 +191,7 @@ async fn scripts_are_reloaded_when_redis_forgets_them() {
     assert_eq!(refused.holder, "first");
     let _: () = direct.script_flush(false).await.unwrap();
     let released = client
-        .release(ReleaseRequest {
-            name: "cron".into(),
-            token: taken.token,
-            ..Default::default()
-        })
+        .release(unary_release("cron", &taken.token))
         .await
         .unwrap()
         .into_inner();

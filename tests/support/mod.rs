@@ -820,6 +820,15 @@ pub fn unary_acquire(
     }
 }
 
+/// A unary `Release` request of one name.
+pub fn unary_release(name: &str, token: &str) -> leasehold::pb::ReleaseRequest {
+    leasehold::pb::ReleaseRequest {
+        name: name.into(),
+        token: token.into(),
+        ..Default::default()
+    }
+}
+
 /// Polls the line's length (a Redis sorted set; no event tells when a remote waiter joins).
 /// Waits (bounded) until the sorted set `line` (a lock's or an election's line of waiters)
 /// holds `length` waiters.
