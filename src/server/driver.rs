@@ -328,8 +328,9 @@ where
         }
     }
 
-    /// Ends the lease as its life says, telling the client. Boxed: the hold loop's future
-    /// should not carry the release's or detach's state for the lease's lifetime.
+    /// Ends the lease as its life says, telling the client. Boxed: the taking's future should
+    /// not carry the release's or detach's state while it waits (the hold's end is a phase of
+    /// its own, `hold.rs`).
     async fn end(&self, life: &mut Life<K::Holding>, end: End) -> Result<Told> {
         Box::pin(life.end(end, |told| self.tell(told))).await
     }
