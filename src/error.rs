@@ -89,6 +89,24 @@ pub enum Error {
     )]
     RedisMayEvict { node: String, policy: String },
 
+    /// Too few replicas acknowledged a grant or renewal in time (`WAIT`): a failover could lose
+    /// it, so it is not vouched for. A grant is given back; a renewal extends nothing.
+    #[error(
+        "redis {context}: {acked} of the {needed} replica(s) required acknowledged the write in time, so a failover could lose it: not vouched for (--redis-replicas)"
+    )]
+    NotReplicated {
+        context: &'static str,
+        acked: u32,
+        needed: u32,
+    },
+
+    /// The Redis node restarted empty (no AOF) and grants nothing until every lease its old
+    /// incarnation could have held has expired.
+    #[error(
+        "Redis restarted without its data and grants no lease for {left:?} more, until every lease it held before has expired (--redis-restart-hold)"
+    )]
+    RedisRestartedEmpty { left: Duration },
+
     /// The connection is down and the command was not queued (a Redlock primary).
     #[error("redis {context}: not connected")]
     NotConnected { context: &'static str },
@@ -181,6 +199,8 @@ impl Error {
                 | Error::RedisTimeout { .. }
                 | Error::NotConnected { .. }
                 | Error::NoQuorum { .. }
+                | Error::NotReplicated { .. }
+                | Error::RedisRestartedEmpty { .. }
         )
     }
 
@@ -291,6 +311,17 @@ impl Error {
                 Details::new(Code::ResourceExhausted, "REDIS_OUT_OF_MEMORY")
                     .retry_after(Some(RETRY_LATER))
             }
+            Error::NotReplicated { acked, needed, .. } => {
+                Details::new(Code::Unavailable, "REDIS_NOT_REPLICATED")
+                    .with("acked", acked)
+                    .with("needed", needed)
+                    .retry_after(Some(RETRY_LATER))
+            }
+            Error::RedisRestartedEmpty { left } => {
+                Details::new(Code::Unavailable, "REDIS_RESTARTED_EMPTY")
+                    .with("hold_ms", left.as_millis())
+                    .retry_after(Some(*left))
+            }
             Error::RedisMayEvict { policy, .. } => {
                 Details::new(Code::Unavailable, "REDIS_MAY_EVICT").with("policy", policy)
             }
@@ -392,6 +423,14 @@ mod tests {
                 timeout: Duration::from_secs(1),
             },
             Error::NotConnected { context: "acquire" },
+            Error::NotReplicated {
+                context: "acquire",
+                acked: 0,
+                needed: 1,
+            },
+            Error::RedisRestartedEmpty {
+                left: Duration::from_secs(3),
+            },
             Error::RedisOutOfMemory { context: "acquire" },
             Error::RedisMayEvict {
                 node: "127.0.0.1:6379".into(),

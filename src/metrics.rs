@@ -86,6 +86,10 @@ struct Registered {
     redis_nodes: IntGauge,
     redis_nodes_reachable: IntGauge,
     redis_policy: IntGaugeVec,
+    redis_replicas: IntGaugeVec,
+    redis_min_replicas_to_write: IntGaugeVec,
+    redis_unreplicated: IntGaugeVec,
+    not_replicated: IntCounter,
     info: IntGaugeVec,
 }
 
@@ -199,6 +203,31 @@ impl Metrics {
                 ),
                 &["node", "policy"],
             )?,
+            redis_replicas: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_redis_replicas",
+                    "Replicas connected and online, per Redis node that holds locks (INFO replication), as last read.",
+                ),
+                &["node"],
+            )?,
+            redis_min_replicas_to_write: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_redis_min_replicas_to_write",
+                    "Each Redis node's min-replicas-to-write (0: off, or unreadable): with 0, a primary cut off from its replicas keeps accepting writes.",
+                ),
+                &["node"],
+            )?,
+            redis_unreplicated: IntGaugeVec::new(
+                Opts::new(
+                    "leasehold_redis_unreplicated",
+                    "1 while grants on this Redis node are vouched for without any replica's acknowledgement (no replica connected under --redis-replicas auto, or --redis-replicas 0): a failover would lose them.",
+                ),
+                &["node"],
+            )?,
+            not_replicated: IntCounter::new(
+                "leasehold_redis_not_replicated_total",
+                "Grants and renewals not vouched for because too few replicas acknowledged them in time (WAIT), or too few were connected.",
+            )?,
             info: IntGaugeVec::new(
                 Opts::new(
                     "leasehold_info",
@@ -209,7 +238,7 @@ impl Metrics {
             registry,
         };
         let r = &registered;
-        let collectors: [Box<dyn prometheus::core::Collector>; 21] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 25] = [
             Box::new(r.leases_held.clone()),
             Box::new(r.waiters.clone()),
             Box::new(r.acquisitions.clone()),
@@ -230,6 +259,10 @@ impl Metrics {
             Box::new(r.redis_nodes.clone()),
             Box::new(r.redis_nodes_reachable.clone()),
             Box::new(r.redis_policy.clone()),
+            Box::new(r.redis_replicas.clone()),
+            Box::new(r.redis_min_replicas_to_write.clone()),
+            Box::new(r.redis_unreplicated.clone()),
+            Box::new(r.not_replicated.clone()),
             Box::new(r.info.clone()),
         ];
         for collector in collectors {
@@ -353,6 +386,43 @@ impl Metrics {
             if let Some(now) = now {
                 r.redis_policy.with_label_values(&[node, now]).set(1);
             }
+        }
+    }
+
+    /// A Redis node's replicas and `min-replicas-to-write`, as last read.
+    pub fn redis_replicas(&self, node: &str, replicas: u32, min_to_write: u32) {
+        if let Some(r) = &self.0 {
+            r.redis_replicas
+                .with_label_values(&[node])
+                .set(i64::from(replicas));
+            r.redis_min_replicas_to_write
+                .with_label_values(&[node])
+                .set(i64::from(min_to_write));
+        }
+    }
+
+    /// Whether grants on a Redis node go unreplicated now.
+    pub fn redis_unreplicated(&self, node: &str, unreplicated: bool) {
+        if let Some(r) = &self.0 {
+            r.redis_unreplicated
+                .with_label_values(&[node])
+                .set(i64::from(unreplicated));
+        }
+    }
+
+    /// A Redis node no longer holds locks (a failed-over primary): its series go.
+    pub fn redis_replicas_gone(&self, node: &str) {
+        if let Some(r) = &self.0 {
+            let _ = r.redis_replicas.remove_label_values(&[node]);
+            let _ = r.redis_min_replicas_to_write.remove_label_values(&[node]);
+            let _ = r.redis_unreplicated.remove_label_values(&[node]);
+        }
+    }
+
+    /// A grant or renewal too few replicas acknowledged in time.
+    pub fn not_replicated(&self) {
+        if let Some(r) = &self.0 {
+            r.not_replicated.inc();
         }
     }
 

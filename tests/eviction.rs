@@ -24,7 +24,7 @@ const SETTLE: Duration = Duration::from_secs(15);
 
 /// `leasehold serve` on `redis` (`--redis URL` or `--redlock URLS`) and `extra` flags, logging
 /// at `warn` to a pipe.
-fn serve(redis: &[&str], extra: &[&str]) -> Child {
+pub(crate) fn serve(redis: &[&str], extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(redis)
@@ -60,7 +60,7 @@ async fn refused(redis: &[&str], sentence: &str) {
 
 /// A server that started: its gRPC URL (from stdout), and its metrics address when started
 /// with `--metrics`.
-async fn started(child: &mut Child, metrics: bool) -> (String, String) {
+pub(crate) async fn started(child: &mut Child, metrics: bool) -> (String, String) {
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let mut next = vec![];
@@ -85,7 +85,7 @@ async fn started(child: &mut Child, metrics: bool) -> (String, String) {
 }
 
 /// Stops a started server and returns what it logged.
-async fn stderr_of(mut child: Child) -> String {
+pub(crate) async fn stderr_of(mut child: Child) -> String {
     child.start_kill().expect("kill serve");
     let mut stderr = String::new();
     let mut pipe = child.stderr.take().expect("stderr");
@@ -104,7 +104,7 @@ async fn refused_acquisition(client: &mut LockServiceClient<Channel>, name: &str
 }
 
 /// The ErrorInfo reason of a status.
-fn reason(status: &tonic::Status) -> String {
+pub(crate) fn reason(status: &tonic::Status) -> String {
     status
         .get_details_error_info()
         .map(|info| info.reason)

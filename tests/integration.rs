@@ -31,6 +31,7 @@ mod limits;
 mod names_cli;
 mod operations;
 mod redlock;
+mod replication;
 mod revoke;
 mod scripts_model;
 mod semaphore;

@@ -17,6 +17,7 @@ use leasehold::server::auth::AuthPolicy;
 use leasehold::server::{Listeners, ServerConfig, serve as serve_on};
 use leasehold::store::connection::DEFAULT_MAX_IN_FLIGHT;
 use leasehold::store::connection::redacted;
+use leasehold::store::replication::{ReplicationSettings, Replicas};
 use leasehold::store::{RedisSettings, Store};
 use leasehold::tls::TlsFiles;
 use tokio::net::TcpListener;
@@ -77,6 +78,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         max_in_flight: args.redis_max_in_flight,
         fail_fast: false,
         allow_eviction: args.redis_allow_eviction,
+        replication: ReplicationSettings {
+            replicas: args.redis_replicas,
+            durable: args.redis_durable,
+            restart_hold: args.redis_restart_hold,
+        },
     };
     if args.redis_allow_eviction {
         warn!(
@@ -94,6 +100,10 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             eprintln!(
                 "leasehold: redis {node} has maxmemory-policy {policy}, which may evict held locks; set it to noeviction (CONFIG SET maxmemory-policy noeviction) or start with --redis-allow-eviction to accept the risk"
             );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(Error::FailedPrecondition(why)) => {
+            eprintln!("leasehold: {why}");
             return ExitCode::from(EXIT_CONFIG);
         }
         Err(err) => {
@@ -215,6 +225,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use leasehold::store::connection::redacted;
+use leasehold::store::replication::{ReplicationSettings, Replicas};
 
     #[test]
     fn passwords_never_reach_the_logs() {
@@ -288,6 +299,21 @@ pub struct ServeArgs {
     /// every start.
     #[arg(long, env = "LEASEHOLD_REDIS_ALLOW_EVICTION")]
     redis_allow_eviction: bool,
+    /// Replicas that must acknowledge (WAIT) every grant, renewal and resume before it is
+    /// vouched for, so that a failover cannot lose it: auto (every replica the primary reports
+    /// connected; none connected: go on without, warned of), N (refuse grants while fewer are
+    /// connected), or 0 (never wait: a failover may lose a lease).
+    #[arg(long, env = "LEASEHOLD_REDIS_REPLICAS", default_value = "auto")]
+    redis_replicas: Replicas,
+    /// Also wait for the primary's own disk (WAITAOF, Redis 7.2+; or appendfsync always), so a
+    /// restart of its host loses no lease; refused at start where Redis can do neither.
+    #[arg(long, env = "LEASEHOLD_REDIS_DURABLE")]
+    redis_durable: bool,
+    /// The longest a Redis node that restarted without its data (no AOF) grants nothing, while
+    /// leases its old incarnation held may still be believed: the longest TTL this server
+    /// vouched for, at most this; 0s: grant at once (two holders possible).
+    #[arg(long, env = "LEASEHOLD_REDIS_RESTART_HOLD", default_value = "1h", value_parser = humantime::parse_duration)]
+    redis_restart_hold: Duration,
     /// Address to serve gRPC on.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,

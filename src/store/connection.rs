@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, info, warn};
 
 use super::eviction::Eviction;
+use super::replication::{Replication, ReplicationSettings};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::tasks::Tasks;
@@ -43,6 +44,10 @@ pub struct RedisSettings {
     /// Serve on a Redis whose `maxmemory-policy` may evict held locks (`--redis-allow-eviction`):
     /// warned of instead of refused (see [`super::eviction`]).
     pub allow_eviction: bool,
+    /// How sure of a write the server must be before vouching for a lease: replicas
+    /// (`--redis-replicas`), disk (`--redis-durable`), a node that came back empty
+    /// (`--redis-restart-hold`). See [`super::replication`].
+    pub replication: ReplicationSettings,
 }
 
 impl RedisSettings {
@@ -56,6 +61,7 @@ impl RedisSettings {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             fail_fast: false,
             allow_eviction: false,
+            replication: ReplicationSettings::default(),
         }
     }
 
@@ -108,6 +114,8 @@ struct Shared {
     tasks: Tasks,
     /// Each node's `maxmemory-policy`: while one may evict, no new lease is taken on it.
     eviction: Arc<Eviction>,
+    /// Each node's replicas and persistence, and the `WAIT`s that vouch for its writes.
+    replication: Arc<Replication>,
 }
 
 impl Connection {
@@ -152,6 +160,7 @@ impl Connection {
         }
         let (reconnected, reconnects) = watch::channel(0);
         let eviction = Arc::new(Eviction::new(settings.allow_eviction, metrics.clone()));
+        let replication = Arc::new(Replication::new(settings.replication, metrics.clone()));
         let connection = Connection(Arc::new(Shared {
             client,
             config,
@@ -162,6 +171,7 @@ impl Connection {
             reconnects,
             tasks,
             eviction: eviction.clone(),
+            replication: replication.clone(),
         }));
         let run_id = match connection.run_id().await {
             Ok(run_id) => run_id,
@@ -178,6 +188,9 @@ impl Connection {
             return Err(refusal);
         }
         eviction.started();
+        replication.check(&connection.0.client, command_timeout).await;
+        // A Redlock primary down at start is read when it is back (its first reconnection).
+        replication.start()?;
         // The watcher keeps only the fred client, not this connection, so it never keeps the
         // connection alive by itself; it ends with the server's shutdown signal.
         let watcher = ReconnectWatcher {
@@ -186,6 +199,7 @@ impl Connection {
             run_id,
             reconnected,
             eviction,
+            replication,
         };
         connection
             .tasks()
@@ -235,10 +249,47 @@ impl Connection {
         self.0.reconnects.clone()
     }
 
-    /// Reads every node's `maxmemory-policy` again (the health check does, every second).
+    /// Reads every node's `maxmemory-policy`, replicas and persistence again (the health check
+    /// does, every second).
     pub async fn check_eviction(&self) {
         let (client, timeout) = (&self.0.client, self.0.command_timeout);
-        self.0.eviction.check(client, timeout).await;
+        tokio::join!(
+            self.0.eviction.check(client, timeout),
+            self.0.replication.check(client, timeout)
+        );
+    }
+
+    /// Why no new lease may be taken on `key`'s node now, for want of replicas or because it
+    /// came back empty (see [`super::replication`]).
+    pub fn replication_refusal(&self, key: &str) -> Option<Error> {
+        self.0.replication.refusal(&self.0.client, key)
+    }
+
+    /// Waits until the replicas `--redis-replicas` asks for (and with `--redis-durable`, the
+    /// disk) have every write sent so far to `key`'s node: between a grant's, renewal's or
+    /// resume's script and the moment its holder is told. [`Error::NotReplicated`] when they
+    /// did not acknowledge it in time: the write is then not to be vouched for.
+    pub async fn acknowledged(
+        &self,
+        key: &str,
+        ttl: Duration,
+        context: &'static str,
+    ) -> Result<()> {
+        let timeout = self.0.command_timeout;
+        let wait = (timeout / 2).max(Duration::from_millis(1));
+        // A call waits at most for the round in flight, then its own.
+        let acknowledged =
+            self.0
+                .replication
+                .acknowledge(&self.0.client, key, ttl, context, wait);
+        match tokio::time::timeout(timeout * 2, acknowledged).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::NotReplicated {
+                context,
+                acked: 0,
+                needed: 1,
+            }),
+        }
     }
 
     /// Why no new lease may be taken on this connection's Redis now: a node whose
@@ -406,6 +457,7 @@ struct ReconnectWatcher {
     run_id: String,
     reconnected: watch::Sender<u64>,
     eviction: Arc<Eviction>,
+    replication: Arc<Replication>,
 }
 
 impl ReconnectWatcher {
@@ -419,6 +471,11 @@ impl ReconnectWatcher {
                 },
                 () = tasks.stopping() => return,
             }
+            // First what the node is now: one that came back empty must hold new grants back
+            // before anything else goes on (see `replication`).
+            self.replication
+                .check(&self.client, self.command_timeout)
+                .await;
             match run_id(&self.client, self.command_timeout).await {
                 Ok(new) if new != self.run_id => {
                     warn!(old = %self.run_id, new = %new, "Redis restarted (new run_id): its locks may be gone; re-checking every lease");

@@ -137,6 +137,14 @@ impl Elections {
                 )
             })
             .await?;
+        if revision > 0 {
+            // Announced only once the replicas have it: a failover must not forget a leader
+            // its followers were told of.
+            self.0
+                .connection
+                .acknowledged(keys.lease.lock(), lease_ttl, "announce leader")
+                .await?;
+        }
         Ok(revision > 0)
     }
 

@@ -132,19 +132,26 @@ impl Locks {
             .0
             .nodes
             .gather(
-                |_, connection| {
-                    connection.eval::<i64>(&self.0.scripts.extend.one, CONTEXT, move || {
-                        let mut script_keys = permit_script_keys(keys);
-                        script_keys.push(keys.delay());
-                        (
-                            script_keys,
-                            vec![
-                                Value::from(token.secret()),
-                                Value::from(millis(ttl)),
-                                Value::from("1"),
-                            ],
-                        )
-                    })
+                |_, connection| async move {
+                    let set = connection
+                        .eval::<i64>(&self.0.scripts.extend.one, CONTEXT, move || {
+                            let mut script_keys = permit_script_keys(keys);
+                            script_keys.push(keys.delay());
+                            (
+                                script_keys,
+                                vec![
+                                    Value::from(token.secret()),
+                                    Value::from(millis(ttl)),
+                                    Value::from("1"),
+                                ],
+                            )
+                        })
+                        .await?;
+                    // Extended only once the replicas have it (see `replication`).
+                    if set > 0 {
+                        connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
+                    }
+                    Ok(set)
                 },
                 |answers| {
                     let yes = answers.count(|&set| set > 0);
@@ -312,6 +319,9 @@ impl Locks {
                             )
                         })
                         .await?;
+                    if let [_, _, _, _] = reply.as_slice() {
+                        connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
+                    }
                     Ok(match reply.as_slice() {
                         [fencing_token, attachment, ceiling, delayed] => Some(Resumed {
                             fencing_token: u64::try_from(*fencing_token).unwrap_or(0),

@@ -7,6 +7,7 @@
 //! - [`elections`]: an election's keys and scripts (`elections/*.lua`): announce, retire.
 //! - [`quorum`]: the nodes a key space lives on, and Redlock's majority rule over them.
 //! - [`renewals`]: extends that fall due together, sent as one script per node.
+//! - [`replication`]: a write vouched for only once replicas (and disk) have it (`WAIT`).
 //! - [`scan`]: a key space's names by `SCAN`, within a budget (`List`).
 //! - [`subscriptions`]: the sharded pub/sub channels a server listens to.
 //! - [`token`]: the secret that proves one acquisition.
@@ -20,6 +21,7 @@ pub mod keys;
 pub mod locks;
 pub mod quorum;
 pub mod renewals;
+pub mod replication;
 pub mod scan;
 pub mod subscriptions;
 pub mod token;

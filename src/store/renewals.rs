@@ -274,8 +274,18 @@ impl Batcher {
             .await;
         match replies {
             Ok(replies) if replies.len() == chunk.len() => {
+                // One acknowledgement for the whole batch (and shared with any other writes of
+                // the node meanwhile): extended only once the replicas have it.
+                let acked = match replies.contains(&1) {
+                    true => self.acknowledged(&chunk[0]).await,
+                    false => Ok(()),
+                };
                 for (extend, reply) in chunk.into_iter().zip(replies) {
-                    extend.reply.send(Ok(reply == 1));
+                    let answer = match &acked {
+                        Ok(()) => Ok(reply == 1),
+                        Err(error) => Err(unacknowledged(error)),
+                    };
+                    extend.reply.send(answer);
                 }
             }
             // A moved slot, a timeout, an odd reply: each lease on its own, at once.
@@ -306,8 +316,35 @@ impl Batcher {
                     (keys, args)
                 })
                 .await;
-            extend.reply.send(reply.map(|reply| reply == 1));
+            let answer = match reply {
+                Ok(1) => this.acknowledged(&extend).await.map(|()| true),
+                other => other.map(|reply| reply == 1),
+            };
+            extend.reply.send(answer);
         });
         futures_util::future::join_all(singles).await;
+    }
+
+    /// Waits until the replicas have the extends sent so far to `extend`'s node.
+    async fn acknowledged(&self, extend: &Extend) -> Result<()> {
+        let ttl = Duration::from_millis(u64::try_from(extend.ttl_ms).unwrap_or(0));
+        self.connection
+            .acknowledged(&extend.lock, ttl, "extend")
+            .await
+    }
+}
+
+/// The failed acknowledgement of a batch, for each of its leases (an error is not `Clone`):
+/// [`Connection::acknowledged`] fails only as not replicated or not connected.
+fn unacknowledged(error: &Error) -> Error {
+    match error {
+        Error::NotReplicated { acked, needed, .. } => Error::NotReplicated {
+            context: "extend batch",
+            acked: *acked,
+            needed: *needed,
+        },
+        _ => Error::NotConnected {
+            context: "extend batch",
+        },
     }
 }

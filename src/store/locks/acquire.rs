@@ -141,6 +141,10 @@ impl Locks {
         if let Some(refusal) = connection.eviction_refusal() {
             return Err(refusal);
         }
+        // Nor one without the replicas `--redis-replicas` asks for, or that came back empty.
+        if let Some(refusal) = connection.replication_refusal(keys.lock()) {
+            return Err(refusal);
+        }
         // A lease with limits writes them: acquire.lua's.
         if waiter.first_attempt && waiter.mode == Mode::LOCK && waiter.limits.is_none() {
             let reply: Value = connection
@@ -161,6 +165,9 @@ impl Locks {
                 let fencing_token = reply
                     .as_u64()
                     .ok_or_else(|| bad_reply(CONTEXT, std::slice::from_ref(&reply)))?;
+                // Not granted until the replicas have it: a failover must not lose it. On
+                // failure the caller's guard gives the lock back.
+                connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
                 return Ok(AcquireOutcome::Acquired { fencing_token });
             }
         }
@@ -198,6 +205,7 @@ impl Locks {
         match reply.as_slice() {
             [acquired, fence] if acquired.as_i64() == Some(1) => {
                 let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
+                connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
                 Ok(AcquireOutcome::Acquired { fencing_token })
             }
             [mismatch, held] if mismatch.as_i64() == Some(2) => held
