@@ -1,6 +1,7 @@
 //! What happens when Redis loses data or goes away, against real processes.
 
 use crate::support;
+use tonic_types::StatusExt;
 
 use std::time::Duration;
 
@@ -50,7 +51,19 @@ async fn a_redis_restarted_empty_is_noticed_at_once_and_tokens_still_grow() {
         "Lost only after {noticed_after:?}"
     );
 
-    let mut next = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    // The holder may still believe for up to its TTL (cut off from its server, it would not
+    // hear Lost): this server grants nothing on the emptied Redis meanwhile, and says for how
+    // long (the longest TTL it vouched for, less Redis's uptime).
+    let mut refused = LeaseStream::acquire(&mut client, "job", 30_000, 0, "").await;
+    let status = refused.status().await;
+    let info = status.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "REDIS_RESTARTED_EMPTY", "{status:?}");
+    let hold: u64 = info.metadata["hold_ms"].parse().unwrap();
+    assert!((25_000..=30_000).contains(&hold), "held back {hold} ms");
+
+    // A server that never vouched for a lease on it has nothing to hold back: tokens still grow.
+    let fresh = TestServer::start(&redis).await;
+    let mut next = LeaseStream::acquire(&mut fresh.client().await, "job", 30_000, 0, "").await;
     let after = next.acquired().await.fencing_token;
     assert!(
         after > before,

@@ -61,8 +61,7 @@ async fn until_gone(redis: &RedisServer, key: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_is_answered_once_the_replica_has_it_and_refused_and_given_back_when_it_does_not()
-{
+async fn a_grant_is_answered_once_the_replica_has_it_and_refused_and_given_back_when_it_does_not() {
     let redis = Replicated::start();
     let server = TestServer::start(&redis.primary).await;
     let mut client = server.client().await;

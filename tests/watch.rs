@@ -161,7 +161,9 @@ async fn an_abandoned_lock_is_reported_free_at_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_goes_on_across_a_redis_restart() {
     let mut redis = RedisServer::start();
-    let server = ServerProcess::start(&redis, &[]);
+    // After a restart empty, grants are held back (for the 60 s TTL vouched for, by default):
+    // a second here.
+    let server = ServerProcess::start(&redis, &["--redis-restart-hold", "1s"]);
     let client = Client::connect(server.url()).await.unwrap();
     let mut watch = client.watch("kept").await.unwrap();
     assert!(!next_state(&mut watch).await.held);

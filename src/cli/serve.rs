@@ -17,7 +17,7 @@ use leasehold::server::auth::AuthPolicy;
 use leasehold::server::{Listeners, ServerConfig, serve as serve_on};
 use leasehold::store::connection::DEFAULT_MAX_IN_FLIGHT;
 use leasehold::store::connection::redacted;
-use leasehold::store::replication::{ReplicationSettings, Replicas};
+use leasehold::store::replication::{Replicas, ReplicationSettings};
 use leasehold::store::{RedisSettings, Store};
 use leasehold::tls::TlsFiles;
 use tokio::net::TcpListener;
@@ -225,7 +225,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use leasehold::store::connection::redacted;
-use leasehold::store::replication::{ReplicationSettings, Replicas};
+    use leasehold::store::replication::{Replicas, ReplicationSettings};
 
     #[test]
     fn passwords_never_reach_the_logs() {

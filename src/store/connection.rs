@@ -188,7 +188,9 @@ impl Connection {
             return Err(refusal);
         }
         eviction.started();
-        replication.check(&connection.0.client, command_timeout).await;
+        replication
+            .check(&connection.0.client, command_timeout)
+            .await;
         // A Redlock primary down at start is read when it is back (its first reconnection).
         replication.start()?;
         // The watcher keeps only the fred client, not this connection, so it never keeps the
@@ -278,10 +280,10 @@ impl Connection {
         let timeout = self.0.command_timeout;
         let wait = (timeout / 2).max(Duration::from_millis(1));
         // A call waits at most for the round in flight, then its own.
-        let acknowledged =
-            self.0
-                .replication
-                .acknowledge(&self.0.client, key, ttl, context, wait);
+        let acknowledged = self
+            .0
+            .replication
+            .acknowledge(&self.0.client, key, ttl, context, wait);
         match tokio::time::timeout(timeout * 2, acknowledged).await {
             Ok(answer) => answer,
             Err(_) => Err(Error::NotReplicated {

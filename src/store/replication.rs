@@ -53,7 +53,9 @@ impl FromStr for Replicas {
             return Ok(Replicas::Auto);
         }
         text.parse().map(Replicas::Exactly).map_err(|_| {
-            format!("--redis-replicas takes auto or a number of replicas (0: never wait), not {text:?}")
+            format!(
+                "--redis-replicas takes auto or a number of replicas (0: never wait), not {text:?}"
+            )
         })
     }
 }
@@ -167,10 +169,18 @@ impl Replication {
     /// The line that says what `node` promises in this mode.
     fn announce(&self, node: &str, state: &NodeState) {
         let restart = match (state.aof, self.settings.durable) {
-            (true, true) => "a restart, even of its host, keeps every lease (on disk before vouched for)",
-            (true, false) => "a restart keeps every lease (AOF; a host crash may lose the last second's unless --redis-durable)",
-            (false, _) if self.settings.restart_hold.is_zero() => "a restart empty loses every lease, and --redis-restart-hold 0 lets it grant at once: two holders are possible",
-            (false, _) => "a restart empty loses every lease; it then grants nothing until they expired (--redis-restart-hold)",
+            (true, true) => {
+                "a restart, even of its host, keeps every lease (on disk before vouched for)"
+            }
+            (true, false) => {
+                "a restart keeps every lease (AOF; a host crash may lose the last second's unless --redis-durable)"
+            }
+            (false, _) if self.settings.restart_hold.is_zero() => {
+                "a restart empty loses every lease, and --redis-restart-hold 0 lets it grant at once: two holders are possible"
+            }
+            (false, _) => {
+                "a restart empty loses every lease; it then grants nothing until they expired (--redis-restart-hold)"
+            }
         };
         let min = state.min_replicas_to_write;
         match self.needed(state) {
@@ -217,7 +227,12 @@ impl Replication {
     /// `--redis-replicas N`, or a node that came back empty and is waiting out its old leases.
     pub fn refusal(&self, client: &Client, key: &str) -> Option<Error> {
         let node = node_of(client, key)?.to_string();
-        if let Some(until) = self.holds.lock().unwrap_or_else(|p| p.into_inner()).get(&node) {
+        if let Some(until) = self
+            .holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+        {
             let left = until.saturating_duration_since(Instant::now());
             if !left.is_zero() {
                 return Some(Error::RedisRestartedEmpty { left });
@@ -406,7 +421,9 @@ struct Acked {
 
 /// Sends one `WAIT` (or `WAITAOF`) to `node`; `None` if it failed or did not answer.
 async fn send_wait(client: &Client, node: Server, ask: Ask, timeout: Duration) -> Option<Acked> {
-    let millis = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX).max(1);
+    let millis = i64::try_from(timeout.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1);
     // Redis answers once the count is reached or at its own timeout: a little more for the
     // round trip, then this side gives up too.
     let limit = timeout + timeout / 2 + Duration::from_millis(50);
@@ -532,7 +549,10 @@ impl Drop for Leading<'_> {
 
 /// One node's state: `INFO` (server, replication, persistence) and `CONFIG GET`; `None` when it
 /// does not answer.
-async fn state_of<C: ClientLike + ServerInterface>(node: &C, timeout: Duration) -> Option<NodeState> {
+async fn state_of<C: ClientLike + ServerInterface>(
+    node: &C,
+    timeout: Duration,
+) -> Option<NodeState> {
     let info = node.info::<String>(Some(InfoKind::Default));
     let text = match tokio::time::timeout(timeout, info).await {
         Ok(Ok(text)) => text,
@@ -540,10 +560,8 @@ async fn state_of<C: ClientLike + ServerInterface>(node: &C, timeout: Duration) 
     };
     let mut state = parse_info(&text);
     let config = CustomCommand::new_static("CONFIG", ClusterHash::Random, false);
-    let asked = node.custom::<Value, _>(
-        config,
-        vec!["GET", "appendfsync", "min-replicas-to-write"],
-    );
+    let asked =
+        node.custom::<Value, _>(config, vec!["GET", "appendfsync", "min-replicas-to-write"]);
     // CONFIG may be renamed or not granted (managed Redis): what INFO said stands.
     if let Ok(Ok(reply)) = tokio::time::timeout(timeout, asked).await {
         let pairs = config_pairs(reply);
@@ -583,7 +601,9 @@ fn parse_info(text: &str) -> NodeState {
 }
 
 fn at_least_7_2(version: &str) -> bool {
-    let mut parts = version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (major, minor) >= (7, 2)
 }
@@ -704,6 +724,10 @@ mod tests {
         for call in later {
             assert_eq!(call.await.ok().flatten().map(|a| a.replicas), Some(2));
         }
-        assert_eq!(sent.load(Ordering::SeqCst), 2, "one round for the three later calls");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            2,
+            "one round for the three later calls"
+        );
     }
 }
