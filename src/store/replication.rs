@@ -589,10 +589,11 @@ fn parse_info(text: &str) -> NodeState {
             "redis_version" => state.waitaof = at_least_7_2(value),
             "aof_enabled" => state.aof = value == "1",
             "master_replid2" => state.promoted = value.bytes().any(|b| b != b'0'),
-            _ if field.starts_with("slave") && field[5..].bytes().all(|b| b.is_ascii_digit()) => {
-                if value.split(',').any(|part| part == "state=online") {
-                    state.replicas += 1;
-                }
+            _ if field.starts_with("slave")
+                && field[5..].bytes().all(|b| b.is_ascii_digit())
+                && value.split(',').any(|part| part == "state=online") =>
+            {
+                state.replicas += 1;
             }
             _ => {}
         }
