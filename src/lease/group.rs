@@ -259,6 +259,40 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(3);
 
+    /// The group's twin of `renewal::validity_counts_from_the_send_not_the_reply`: a round
+    /// whose answer comes late (Redis slow to reply, the reply held up on the way) vouches for
+    /// its members from before it was sent, since Redis may have started each key's TTL at any
+    /// moment after the send. What the session tells its client is the earliest of this and
+    /// the scheduler's own clock, so this is the only place a reply-time count would show.
+    #[tokio::test(start_paused = true)]
+    async fn members_validity_counts_from_the_send_not_the_reply() {
+        let (group, _lost) = RenewalGroup::new();
+        let gate = Arc::new(Notify::new());
+        let slow: Arc<dyn Renewable> = Arc::new(Answering {
+            answer: || Ok(true),
+            gate: Some(gate.clone()),
+        });
+        let start = Instant::now();
+        group.join(1, slow, start, None);
+        // The round is sent at `start` (time is paused: nothing moves it until both wait), and
+        // its answer arrives a second later.
+        let late = Duration::from_secs(1);
+        let answer_late = async {
+            tokio::time::sleep(late).await;
+            gate.notify_one();
+        };
+        let (answer, ()) = tokio::join!(group.clone().renew(TTL), answer_late);
+        assert!(answer.unwrap());
+        let answered = Instant::now();
+        assert!(answered >= start + late, "the answer was not late");
+        let valid_for = group.valid_for(answered);
+        assert_eq!(
+            valid_for,
+            Some((start + TTL - drift(TTL)).saturating_duration_since(answered)),
+            "the members' validity must count from the send, not from the answer"
+        );
+    }
+
     #[tokio::test]
     async fn a_member_not_held_leaves_alone_and_the_rest_are_renewed() {
         let (group, mut lost) = RenewalGroup::new();

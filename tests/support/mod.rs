@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod faketime;
 pub mod history;
 pub mod netns;
+pub mod newer_redis;
 pub mod permits;
 pub mod proxy;
 pub mod sentinel;
@@ -16,7 +17,7 @@ pub mod watchdog;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -40,6 +41,8 @@ pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `redis-server` of the test's own, on a free port; killed on drop.
 pub struct RedisServer {
     child: Child,
+    /// The server binary: `redis-server` from the PATH, or a newer one ([`newer_redis`]).
+    program: PathBuf,
     port: u16,
     dir: PathBuf,
     /// The network namespace it runs in, if not the test's own.
@@ -96,20 +99,21 @@ pub fn until_redis_cli(port: u16, args: &[&str], done: impl Fn(&str) -> bool) {
 }
 
 /// `program`, in network namespace `ns` if there is one (`ip netns exec` execs it: same pid).
-fn command_in(ns: Option<&str>, program: &str) -> Command {
+fn command_in(ns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
     match ns {
         Some(ns) => {
             let mut command = Command::new("ip");
-            command.args(["netns", "exec", ns, program]);
+            command.args(["netns", "exec", ns]).arg(program);
             command
         }
         None => Command::new(program),
     }
 }
 
-/// Starts redis-server on `ip:port` (in namespace `ns`) and waits until it answers; `None` if
-/// it exited (port taken).
+/// Starts `program` (redis-server or a compatible server) on `ip:port` (in namespace `ns`) and
+/// waits until it answers; `None` if it exited (port taken).
 fn spawn_redis(
+    program: &Path,
     ns: Option<&str>,
     ip: std::net::IpAddr,
     port: u16,
@@ -118,7 +122,7 @@ fn spawn_redis(
 ) -> Option<Child> {
     watchdog::watch();
     std::fs::create_dir_all(dir).expect("temp dir");
-    let mut child = command_in(ns, "redis-server")
+    let mut child = command_in(ns, program)
         .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
         // Off its loopback (in a namespace) Redis answers only with protected mode off.
         .args(["--protected-mode", if ns.is_some() { "no" } else { "yes" }])
@@ -129,7 +133,12 @@ fn spawn_redis(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server must be installed (apt-get install -y redis-server)");
+        .unwrap_or_else(|error| {
+            panic!(
+                "{} must be installed (apt-get install -y redis-server): {error}",
+                program.display()
+            )
+        });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
         if answers_ping(ip, port) {
@@ -153,6 +162,12 @@ impl RedisServer {
     /// As [`RedisServer::start`], with extra `redis-server` arguments (`--maxmemory-policy
     /// allkeys-lru`, `--rename-command CONFIG ""`), kept for a restart.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_program(Path::new("redis-server"), extra)
+    }
+
+    /// As [`RedisServer::start_with`], running `program` instead of the `redis-server` on the
+    /// PATH (a newer server: [`newer_redis::start_with`]).
+    pub fn start_program(program: &Path, extra: &[&str]) -> Self {
         let extra: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
         for _ in 0..5 {
             let port = free_port();
@@ -161,9 +176,10 @@ impl RedisServer {
                 std::process::id()
             ));
             let ip = [127, 0, 0, 1].into();
-            if let Some(child) = spawn_redis(None, ip, port, &dir, &extra) {
+            if let Some(child) = spawn_redis(program, None, ip, port, &dir, &extra) {
                 return RedisServer {
                     child,
+                    program: program.to_owned(),
                     port,
                     dir,
                     ns: None,
@@ -172,7 +188,7 @@ impl RedisServer {
                 };
             }
         }
-        panic!("could not start redis-server");
+        panic!("could not start {}", program.display());
     }
 
     /// A Redis in network namespace `host`, on its link to the Redis bridge.
@@ -185,10 +201,12 @@ impl RedisServer {
         let port = 6379;
         let ip = host.addr(netns::Side::Redis).into();
         let dir = std::env::temp_dir().join(format!("leasehold-test-redis-{}", host.name));
-        let child = spawn_redis(Some(&host.name), ip, port, &dir, &extra)
+        let program = PathBuf::from("redis-server");
+        let child = spawn_redis(&program, Some(&host.name), ip, port, &dir, &extra)
             .unwrap_or_else(|| panic!("could not start redis-server in {}", host.name));
         RedisServer {
             child,
+            program,
             port,
             dir,
             ns: Some(host.name.clone()),
@@ -203,7 +221,8 @@ impl RedisServer {
         let _ = self.child.wait();
         for _ in 0..50 {
             let (ns, ip, port) = (self.ns.as_deref(), self.ip, self.port);
-            if let Some(child) = spawn_redis(ns, ip, port, &self.dir, &self.extra) {
+            let program = &self.program;
+            if let Some(child) = spawn_redis(program, ns, ip, port, &self.dir, &self.extra) {
                 self.child = child;
                 return;
             }
