@@ -225,7 +225,6 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use leasehold::store::connection::redacted;
-    use leasehold::store::replication::{Replicas, ReplicationSettings};
 
     #[test]
     fn passwords_never_reach_the_logs() {
