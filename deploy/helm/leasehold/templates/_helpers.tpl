@@ -107,7 +107,7 @@ Checks the values that must agree with one another, failing the render with a se
 {{- if lt (int .Values.terminationGraceExtraSeconds) 1 }}
 {{- fail "terminationGraceExtraSeconds must be at least 1: the pod's grace must exceed the drain" }}
 {{- end }}
-{{- $allowed := list "console" "echo" "keepalive-interval" "keepalive-timeout" "key-prefix" "log-format" "max-leases" "max-leases-per-connection" "max-message-bytes" "max-waiters" "max-waiters-per-lock" "metrics-name-prefix" "otlp-endpoint" "redis-allow-eviction" "redis-max-in-flight" "redis-timeout" "waiter-ttl" "wakeups" }}
+{{- $allowed := list "console" "echo" "keepalive-interval" "keepalive-timeout" "key-prefix" "log-format" "max-leases" "max-leases-per-connection" "max-message-bytes" "max-waiters" "max-waiters-per-lock" "metrics-name-prefix" "otlp-endpoint" "redis-allow-eviction" "redis-durable" "redis-max-in-flight" "redis-replicas" "redis-restart-hold" "redis-timeout" "waiter-ttl" "wakeups" }}
 {{- range $key, $_ := .Values.settings }}
 {{- if not (has $key $allowed) }}
 {{- fail (printf "settings.%s: not an option the chart passes through (allowed: %s; the chart sets the others from their own values)" $key (join ", " $allowed)) }}
