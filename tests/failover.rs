@@ -159,3 +159,51 @@ async fn sentinel_a_running_server_follows_the_switch_away_from_a_silent_primary
     drop(guard);
     drop(held);
 }
+
+/// Cluster: the primary serving a lock's slot frozen (SIGSTOP: its connections neither answer
+/// nor break, the kernel still acknowledges) and kept frozen while its replica is promoted
+/// (node timeout 2 s). A server running before the freeze must grant that lock on the slot's new
+/// owner within a few seconds of the promotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_running_server_follows_the_slot_away_from_a_frozen_primary() {
+    use support::cluster::RedisCluster;
+    let cluster = RedisCluster::start(3, 1);
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let client = Client::connect(server.url()).await.expect("connect");
+    let name = "frozen";
+    let (victim, _) = cluster.slot_of(&lock_key(name));
+    let before = first_grant(&client, name, Duration::from_secs(10)).await;
+    before.release().await.expect("release");
+    let others: Vec<u16> = cluster
+        .ports()
+        .into_iter()
+        .filter(|port| *port != victim)
+        .collect();
+
+    cluster.signal(victim, "STOP");
+    let frozen_at = Instant::now();
+    // Promoted once three of the nodes still answering are primaries (the frozen one is not
+    // asked: `redis-cli` would wait on it for ever).
+    let promoted_at = within(Duration::from_secs(30), "the replica's promotion", async {
+        loop {
+            let primaries = others
+                .iter()
+                .filter(|port| cluster.run(**port, &["role"]).starts_with("master"))
+                .count();
+            if primaries == 3 {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let guard = first_grant(&client, name, FOLLOW_WITHIN).await;
+    let granted_at = Instant::now();
+    eprintln!(
+        "freeze -> promotion {:?}; promotion -> first grant {:?}",
+        promoted_at - frozen_at,
+        granted_at - promoted_at
+    );
+    drop(guard);
+    cluster.signal(victim, "CONT");
+}

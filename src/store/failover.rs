@@ -1,4 +1,4 @@
-//! Following a Sentinel failover whose old primary went silent.
+//! Following a failover whose old primary went silent: Sentinel's, and a Cluster slot's.
 //!
 //! Why this exists: fred finds the primary by asking the Sentinels only when it (re)connects,
 //! and it reconnects only when a connection breaks or its `unresponsive` check fires. A primary
@@ -22,7 +22,9 @@
 //!   `+switch-master` missed (a Sentinel restarted, a subscription not yet back) costs a probe,
 //!   not the partition's length;
 //! - pub/sub connections follow their command connection ([`follow_leader`]): when it moves to
-//!   another primary, they are moved too, so wake-ups published on the new primary reach us.
+//!   another primary, they are moved too, so wake-ups published on the new primary reach us;
+//! - on a Cluster ([`SlotWatch`]), a primary that misses a PING makes it read the slots again,
+//!   so a frozen or cut-off primary's slots go to the replica promoted in its place.
 //!
 //! Every wait here is bounded: the probe by the command timeout, each question to a Sentinel by
 //! the command timeout, the forced reconnection by [`RECONNECT_LIMIT`]. The kernel bounds the
@@ -66,7 +68,7 @@ struct Primary {
 
 impl Primary {
     fn is(&self, server: &Server) -> bool {
-        self.port == server.port && self.host == &*server.host
+        self.port == server.port && *self.host == *server.host
     }
 }
 
@@ -79,13 +81,21 @@ impl std::fmt::Display for Primary {
 /// Starts following Sentinel failovers for `client`, the command connection built from
 /// `config`; nothing for a configuration that is not Sentinel's. Runs until shutdown.
 pub fn follow(client: &Client, config: &Config, command_timeout: Duration, tasks: &Tasks) {
-    let ServerConfig::Sentinel {
-        hosts,
-        service_name,
-        ..
-    } = &config.server
-    else {
-        return;
+    let (hosts, service_name) = match &config.server {
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } => (hosts, service_name),
+        ServerConfig::Clustered { .. } => {
+            let watch = SlotWatch {
+                client: client.clone(),
+                command_timeout,
+            };
+            tasks.spawn(watch.run(tasks.clone()));
+            return;
+        }
+        _ => return,
     };
     let sentinels: Vec<Sentinel> = hosts
         .iter()
@@ -223,6 +233,80 @@ impl FailoverWatch {
             }
             Err(_) => warn!("no reconnection within {RECONNECT_LIMIT:?}; fred goes on trying"),
         }
+    }
+}
+
+/// Cluster's twin of [`FailoverWatch`]: a primary frozen or cut off keeps its connection, and
+/// fred reads the slots again only on a connection's error or a `MOVED` (which a silent node
+/// never sends), so commands for its slots went on waiting on it after its replica took over.
+/// Each primary is probed with a PING; when one does not answer within the command timeout,
+/// the slots are read again (`CLUSTER SLOTS` from a node that answers): once the replica is
+/// promoted, the old primary leaves the table, its connection is closed and its commands go to
+/// the slots' new owner.
+struct SlotWatch {
+    client: Client,
+    command_timeout: Duration,
+}
+
+impl SlotWatch {
+    async fn run(self, tasks: Tasks) {
+        loop {
+            tokio::select! {
+                () = tasks.stopping() => return,
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+            }
+            let silent = self.silent_primaries().await;
+            if silent.is_empty() {
+                continue;
+            }
+            debug!(silent = ?silent, "cluster primaries did not answer a PING; reading the slots again");
+            let sync = self.client.sync_cluster();
+            match tokio::time::timeout(RECONNECT_LIMIT, sync).await {
+                Ok(Ok(())) => {
+                    let table = self.client.cached_cluster_state();
+                    let primaries = table
+                        .map(|table| table.unique_primary_nodes())
+                        .unwrap_or_default();
+                    let left: Vec<String> = silent
+                        .iter()
+                        .filter(|server| !primaries.contains(server))
+                        .map(ToString::to_string)
+                        .collect();
+                    if !left.is_empty() {
+                        warn!(left = ?left, "silent cluster primaries replaced by their slots' new owners");
+                    }
+                }
+                Ok(Err(error)) => warn!(%error, "could not read the cluster's slots again"),
+                Err(_) => warn!("the cluster's slots not read again within {RECONNECT_LIMIT:?}"),
+            }
+        }
+    }
+
+    /// The primaries (by fred's table) that do not answer a PING within the command timeout,
+    /// all asked at once. (fred being reconnecting, they are not asked: it reads the slots then.)
+    async fn silent_primaries(&self) -> Vec<Server> {
+        if !self.client.is_connected() {
+            return Vec::new();
+        }
+        let Some(table) = self.client.cached_cluster_state() else {
+            return Vec::new();
+        };
+        let probes = table
+            .unique_primary_nodes()
+            .into_iter()
+            .map(|server| async move {
+                let node = self.client.with_cluster_node(&server);
+                let ping = node.ping::<Value>(None);
+                let answered = tokio::time::timeout(self.command_timeout, ping)
+                    .await
+                    .is_ok();
+                (!answered).then_some(server)
+            });
+        futures_util::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
