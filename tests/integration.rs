@@ -18,6 +18,7 @@ mod elect_cli;
 mod election;
 mod eviction;
 mod examples;
+mod failover;
 mod faults;
 mod fence;
 mod handover;

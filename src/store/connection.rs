@@ -139,10 +139,16 @@ impl Connection {
                 c.internal_command_timeout = command_timeout;
                 // A connection that stops answering (paused Redis, black-holed network) is
                 // dropped and reconnected rather than trusted forever.
+                // (Only while it is idle: fred counts from the latest write, so a connection
+                // written to every second never looks unresponsive; see super::failover.)
                 c.unresponsive = fred::types::config::UnresponsiveConfig {
                     max_timeout: Some(command_timeout * 2),
                     interval: (command_timeout / 4).max(Duration::from_millis(10)),
                 };
+                // A black-holed link fails a write the kernel cannot deliver, instead of
+                // retransmitting for minutes with fred's router task waiting on it.
+                c.tcp.user_timeout =
+                    Some((command_timeout * 2).max(super::failover::LEAST_TCP_USER_TIMEOUT));
             })
             .set_policy(reconnect_policy())
             .build()
@@ -206,6 +212,13 @@ impl Connection {
         connection
             .tasks()
             .spawn(watcher.run(connection.tasks().clone()));
+        // Sentinel: follow a failover even when the old primary's connection goes silent.
+        super::failover::follow(
+            &connection.0.client,
+            &connection.0.config,
+            command_timeout,
+            connection.tasks(),
+        );
         Ok(connection)
     }
 
@@ -232,6 +245,7 @@ impl Connection {
             .set_policy(reconnect_policy())
             .build_subscriber_client()
             .map_err(Error::redis("subscriber setup"))?;
+        super::failover::follow_leader(&subscriber, &self.0.client, &self.0.config, self.tasks());
         if self.0.fail_fast {
             // A Redlock primary: subscriptions need only a majority, so each connects in the
             // background (the first connection retries like a reconnection), none waited for.

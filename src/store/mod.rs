@@ -2,6 +2,7 @@
 //!
 //! - [`connection`]: connect, reconnect (and tell leases), bounded calls, background calls.
 //! - [`eviction`]: whether a node's `maxmemory-policy` may evict held locks.
+//! - [`failover`]: following a Sentinel failover whose old primary went silent.
 //! - [`keys`]: key layout; no name can reach another name's keys or leave the prefix.
 //! - [`locks`]: a lock's keys and scripts (`locks/*.lua`): acquire, extend, release, the line.
 //! - [`elections`]: an election's keys and scripts (`elections/*.lua`): announce, retire.
@@ -17,6 +18,7 @@
 pub mod connection;
 pub mod elections;
 pub mod eviction;
+pub mod failover;
 pub mod keys;
 pub mod locks;
 pub mod quorum;

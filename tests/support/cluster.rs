@@ -189,6 +189,11 @@ impl RedisCluster {
         client
     }
 
+    /// Every node's port, primaries and replicas.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|(port, _)| *port).collect()
+    }
+
     /// The ports of the nodes that are primaries now.
     pub fn primaries(&self) -> Vec<u16> {
         self.nodes
