@@ -9,6 +9,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::Instant;
 use tracing::{Instrument, info, warn};
@@ -281,33 +282,6 @@ impl Connection {
         self.0.replication.refusal(&self.0.client, key)
     }
 
-    /// Waits until the replicas `--redis-replicas` asks for (and with `--redis-durable`, the
-    /// disk) have every write sent so far to `key`'s node: between a grant's, renewal's or
-    /// resume's script and the moment its holder is told. [`Error::NotReplicated`] when they
-    /// did not acknowledge it in time: the write is then not to be vouched for.
-    pub async fn acknowledged(
-        &self,
-        key: &str,
-        ttl: Duration,
-        context: &'static str,
-    ) -> Result<()> {
-        let timeout = self.0.command_timeout;
-        let wait = (timeout / 2).max(Duration::from_millis(1));
-        // A call waits at most for the round in flight, then its own.
-        let acknowledged = self
-            .0
-            .replication
-            .acknowledge(&self.0.client, key, ttl, context, wait);
-        match tokio::time::timeout(timeout * 2, acknowledged).await {
-            Ok(answer) => answer,
-            Err(_) => Err(Error::NotReplicated {
-                context,
-                acked: 0,
-                needed: 1,
-            }),
-        }
-    }
-
     /// Why no new lease may be taken on this connection's Redis now: a node whose
     /// `maxmemory-policy` may evict it (unless `--redis-allow-eviction`).
     pub fn eviction_refusal(&self) -> Option<Error> {
@@ -372,6 +346,84 @@ impl Connection {
             }
         });
         self.bounded(context, call).await
+    }
+
+    /// Runs a script whose effect the server vouches for (a grant, a renewal, a resume, an
+    /// announcement), and answers only once the replicas (and disk) `--redis-replicas` and
+    /// `--redis-durable` ask for have it, when `written` says the answer wrote something to
+    /// vouch for: [`Error::NotReplicated`] otherwise (the caller gives a grant back; a renewal
+    /// extends nothing).
+    ///
+    /// When no `WAIT` is in flight on the node, this call's own follows its script in the same
+    /// write (a pipeline: one round trip); otherwise it waits for the next one sent after its
+    /// script answered, shared with every call that came meanwhile (see [`super::replication`]).
+    pub async fn eval_vouched<R: FromValue>(
+        &self,
+        script: &Script,
+        context: &'static str,
+        ttl: Duration,
+        written: impl Fn(&R) -> bool,
+        arguments: impl Fn() -> (Vec<String>, Vec<Value>),
+    ) -> Result<R> {
+        let (keys, args) = arguments();
+        let key = keys.first().cloned().unwrap_or_default();
+        let client = &self.0.client;
+        let Some(plan) = self.0.replication.plan(client, &key, ttl, context)? else {
+            return self.eval(script, context, arguments).await;
+        };
+        let wait = self.wait_timeout();
+        if let Some(lead) = plan.try_lead() {
+            let slot = fred::util::redis_keyslot(key.as_bytes());
+            let pipeline = client.pipeline();
+            let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
+            let mut call: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+            call.push(script.sha1().clone().into());
+            call.push(Value::from(keys.len() as i64));
+            call.extend(keys.into_iter().map(Value::from));
+            call.extend(args);
+            let (wait_command, wait_args) = plan.wait_command(slot, wait);
+            let queued = async {
+                pipeline.custom::<(), _>(evalsha, call).await?;
+                pipeline.custom::<(), _>(wait_command, wait_args).await?;
+                Ok::<_, fred::error::Error>(pipeline.try_all::<Value>().await)
+            };
+            let mut replies = self.bounded(context, queued).await?.into_iter();
+            let (reply, acked) = (replies.next(), replies.next());
+            let acked = match acked {
+                Some(Ok(reply)) => plan.acked(&reply),
+                _ => None,
+            };
+            lead.finish(acked);
+            match reply {
+                Some(Ok(reply)) => {
+                    let answer = R::from_value(reply).map_err(Error::redis(context))?;
+                    if written(&answer) {
+                        plan.check(acked)?;
+                    }
+                    return Ok(answer);
+                }
+                // NOSCRIPT (a restart, SCRIPT FLUSH), TRYAGAIN (a slot moving): the plain path
+                // below reloads or retries; its acknowledgement is the shared one.
+                Some(Err(error))
+                    if error.details().starts_with("NOSCRIPT") || is_try_again(&error) => {}
+                Some(Err(error)) => return Err(Error::redis(context)(error)),
+                None => return Err(Error::NotConnected { context }),
+            }
+        }
+        let answer: R = self.eval(script, context, arguments).await?;
+        if written(&answer) {
+            let acked = plan
+                .rounds_covering(client, wait, self.0.command_timeout * 2)
+                .await;
+            plan.check(acked)?;
+        }
+        Ok(answer)
+    }
+
+    /// How long one `WAIT` may block: half the command timeout, so that it answers (with too
+    /// few) well within it.
+    fn wait_timeout(&self) -> Duration {
+        (self.0.command_timeout / 2).max(Duration::from_millis(1))
     }
 
     /// Bounds a Redis call by the command timeout, so no caller waits on a dead connection.

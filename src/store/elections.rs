@@ -121,30 +121,31 @@ impl Elections {
         lease_ttl: Duration,
         value: &[u8],
     ) -> Result<bool> {
+        const CONTEXT: &str = "announce leader";
+        // Announced only once the replicas have it: a failover must not forget a leader its
+        // followers were told of.
         let revision: i64 = self
             .0
             .connection
-            .eval(&self.0.announce, "announce leader", move || {
-                (
-                    vec![keys.lease.lock().to_owned(), keys.state.clone()],
-                    vec![
-                        Value::from(token.secret()),
-                        Value::from(term.to_string()),
-                        Value::Bytes(Bytes::copy_from_slice(value)),
-                        Value::from(keys.events.as_str()),
-                        Value::from(lease_ttl.as_millis().to_string()),
-                    ],
-                )
-            })
+            .eval_vouched(
+                &self.0.announce,
+                CONTEXT,
+                lease_ttl,
+                |r: &i64| *r > 0,
+                move || {
+                    (
+                        vec![keys.lease.lock().to_owned(), keys.state.clone()],
+                        vec![
+                            Value::from(token.secret()),
+                            Value::from(term.to_string()),
+                            Value::Bytes(Bytes::copy_from_slice(value)),
+                            Value::from(keys.events.as_str()),
+                            Value::from(lease_ttl.as_millis().to_string()),
+                        ],
+                    )
+                },
+            )
             .await?;
-        if revision > 0 {
-            // Announced only once the replicas have it: a failover must not forget a leader
-            // its followers were told of.
-            self.0
-                .connection
-                .acknowledged(keys.lease.lock(), lease_ttl, "announce leader")
-                .await?;
-        }
         Ok(revision > 0)
     }
 

@@ -133,24 +133,28 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| async move {
-                    let set = connection
-                        .eval::<i64>(&self.0.scripts.extend.one, CONTEXT, move || {
-                            let mut script_keys = permit_script_keys(keys);
-                            script_keys.push(keys.delay());
-                            (
-                                script_keys,
-                                vec![
-                                    Value::from(token.secret()),
-                                    Value::from(millis(ttl)),
-                                    Value::from("1"),
-                                ],
-                            )
-                        })
-                        .await?;
                     // Extended only once the replicas have it (see `replication`).
-                    if set > 0 {
-                        connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
-                    }
+                    let extended = |set: &i64| *set > 0;
+                    let set = connection
+                        .eval_vouched(
+                            &self.0.scripts.extend.one,
+                            CONTEXT,
+                            ttl,
+                            extended,
+                            move || {
+                                let mut script_keys = permit_script_keys(keys);
+                                script_keys.push(keys.delay());
+                                (
+                                    script_keys,
+                                    vec![
+                                        Value::from(token.secret()),
+                                        Value::from(millis(ttl)),
+                                        Value::from("1"),
+                                    ],
+                                )
+                            },
+                        )
+                        .await?;
                     Ok(set)
                 },
                 |answers| {
@@ -309,8 +313,9 @@ impl Locks {
             .nodes
             .gather(
                 |_, connection| async move {
+                    let resumed = |reply: &Vec<i64>| reply.len() == 4;
                     let reply: Vec<i64> = connection
-                        .eval(&self.0.scripts.resume, CONTEXT, move || {
+                        .eval_vouched(&self.0.scripts.resume, CONTEXT, ttl, resumed, move || {
                             let mut script_keys = permit_script_keys(keys);
                             script_keys.push(keys.delay());
                             (
@@ -319,9 +324,6 @@ impl Locks {
                             )
                         })
                         .await?;
-                    if let [_, _, _, _] = reply.as_slice() {
-                        connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
-                    }
                     Ok(match reply.as_slice() {
                         [fencing_token, attachment, ceiling, delayed] => Some(Resumed {
                             fencing_token: u64::try_from(*fencing_token).unwrap_or(0),

@@ -268,24 +268,24 @@ impl Batcher {
             }
             (vec![chunk[0].lock.clone()], args)
         };
+        // One acknowledgement for the whole batch (shared with any other writes of the node
+        // meanwhile): extended only once the replicas have it.
+        let ttl = Duration::from_millis(u64::try_from(chunk[0].ttl_ms).unwrap_or(0));
+        let any = |replies: &Vec<i64>| replies.contains(&1);
         let replies: Result<Vec<i64>> = self
             .connection
-            .eval(&self.scripts.many, "extend batch", arguments)
+            .eval_vouched(&self.scripts.many, "extend batch", ttl, any, arguments)
             .await;
         match replies {
             Ok(replies) if replies.len() == chunk.len() => {
-                // One acknowledgement for the whole batch (and shared with any other writes of
-                // the node meanwhile): extended only once the replicas have it.
-                let acked = match replies.contains(&1) {
-                    true => self.acknowledged(&chunk[0]).await,
-                    false => Ok(()),
-                };
                 for (extend, reply) in chunk.into_iter().zip(replies) {
-                    let answer = match &acked {
-                        Ok(()) => Ok(reply == 1),
-                        Err(error) => Err(unacknowledged(error)),
-                    };
-                    extend.reply.send(answer);
+                    extend.reply.send(Ok(reply == 1));
+                }
+            }
+            // Not acknowledged: retrying lease by lease would not change that.
+            Err(error @ (Error::NotReplicated { .. } | Error::NotConnected { .. })) => {
+                for extend in chunk {
+                    extend.reply.send(Err(unacknowledged(&error)));
                 }
             }
             // A moved slot, a timeout, an odd reply: each lease on its own, at once.
@@ -301,9 +301,11 @@ impl Batcher {
     async fn one_by_one(self, chunk: Vec<Extend>) {
         let this = &self;
         let singles = chunk.into_iter().map(|extend| async move {
+            let ttl = Duration::from_millis(u64::try_from(extend.ttl_ms).unwrap_or(0));
+            let extended = |reply: &i64| *reply == 1;
             let reply: Result<i64> = this
                 .connection
-                .eval(&this.scripts.one, "extend", || {
+                .eval_vouched(&this.scripts.one, "extend", ttl, extended, || {
                     let [holders, permits] = permit_keys(&extend.lock);
                     let mut keys = vec![extend.lock.clone(), holders, permits];
                     if !extend.kept_with.is_empty() {
@@ -316,21 +318,9 @@ impl Batcher {
                     (keys, args)
                 })
                 .await;
-            let answer = match reply {
-                Ok(1) => this.acknowledged(&extend).await.map(|()| true),
-                other => other.map(|reply| reply == 1),
-            };
-            extend.reply.send(answer);
+            extend.reply.send(reply.map(|reply| reply == 1));
         });
         futures_util::future::join_all(singles).await;
-    }
-
-    /// Waits until the replicas have the extends sent so far to `extend`'s node.
-    async fn acknowledged(&self, extend: &Extend) -> Result<()> {
-        let ttl = Duration::from_millis(u64::try_from(extend.ttl_ms).unwrap_or(0));
-        self.connection
-            .acknowledged(&extend.lock, ttl, "extend")
-            .await
     }
 }
 

@@ -250,23 +250,22 @@ impl Replication {
         }
     }
 
-    /// Waits until the replicas (and, with `--redis-durable`, the disk) have every write this
-    /// connection sent to `key`'s node so far: call it once the write's script answered, before
-    /// its holder is told. [`Error::NotReplicated`] when too few acknowledged in time.
-    pub async fn acknowledge(
+    /// What vouching for a write to `key`'s node takes now: `None` when nothing is waited for
+    /// (`--redis-replicas 0`, or `auto` with no replica, and no disk asked for); an error when
+    /// too few replicas are connected for `--redis-replicas N`. Notes `ttl` as vouched for.
+    pub fn plan(
         &self,
         client: &Client,
         key: &str,
         ttl: Duration,
         context: &'static str,
-        timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<Option<Plan>> {
         self.longest_ttl_ms.fetch_max(
             u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
         if self.settings.replicas == Replicas::Exactly(0) && !self.settings.durable {
-            return Ok(());
+            return Ok(None);
         }
         let Some(server) = node_of(client, key) else {
             return Err(Error::NotConnected { context });
@@ -290,30 +289,22 @@ impl Replication {
         // With appendfsync always the reply came after the fsync: nothing to wait for locally.
         let local = self.settings.durable && state.waitaof && !state.fsync_always;
         if needed == 0 && !local {
-            return Ok(());
+            return Ok(None);
         }
         let rounds = {
             let mut rounds = self.rounds.lock().unwrap_or_else(|p| p.into_inner());
-            rounds.entry(node.clone()).or_default().clone()
+            rounds.entry(node).or_default().clone()
         };
-        let ask = Ask {
-            replicas: needed,
-            local,
-        };
-        let acked = rounds
-            .covering(|| send_wait(client, server, ask, timeout))
-            .await;
-        match acked {
-            Some(acked) if acked.replicas >= needed && acked.local >= u32::from(local) => Ok(()),
-            other => {
-                self.metrics.not_replicated();
-                Err(Error::NotReplicated {
-                    context,
-                    acked: other.map_or(0, |acked| acked.replicas),
-                    needed,
-                })
-            }
-        }
+        Ok(Some(Plan {
+            server,
+            ask: Ask {
+                replicas: needed,
+                local,
+            },
+            rounds,
+            context,
+            metrics: self.metrics.clone(),
+        }))
     }
 
     /// Reads what every node `client` writes to says of itself, and records what changed
@@ -405,6 +396,90 @@ fn node_of(client: &Client, key: &str) -> Option<Server> {
     client.active_connections().into_iter().next()
 }
 
+/// What vouching for one write takes: which node, what to ask it, and the node's rounds.
+pub struct Plan {
+    server: Server,
+    ask: Ask,
+    rounds: Arc<Rounds>,
+    context: &'static str,
+    metrics: Metrics,
+}
+
+impl Plan {
+    /// Leads the node's next round now, if none is in flight: the caller then sends the `WAIT`
+    /// ([`Plan::wait_command`]) right behind its script, in the same write (one round trip
+    /// instead of two), and hands what it answered to [`Lead::finish`].
+    pub fn try_lead(&self) -> Option<Lead> {
+        self.rounds.try_lead()
+    }
+
+    /// The `WAIT` (or `WAITAOF`) of this plan as a command and its arguments, hashed to `slot`
+    /// so that, on a Cluster, it goes to the node the script went to.
+    pub fn wait_command(&self, slot: u16, timeout: Duration) -> (CustomCommand, Vec<Value>) {
+        let millis = i64::try_from(timeout.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let hash = ClusterHash::Custom(slot);
+        let replicas = i64::from(self.ask.replicas);
+        if self.ask.local {
+            let command = CustomCommand::new_static("WAITAOF", hash, true);
+            (command, vec![1.into(), replicas.into(), millis.into()])
+        } else {
+            let command = CustomCommand::new_static("WAIT", hash, true);
+            (command, vec![replicas.into(), millis.into()])
+        }
+    }
+
+    /// A `WAIT`'s (or `WAITAOF`'s) reply as what it acknowledged.
+    pub fn acked(&self, reply: &Value) -> Option<Acked> {
+        let count = |value: &Value| value.as_u64().and_then(|n| u32::try_from(n).ok());
+        match reply {
+            Value::Array(counts) if self.ask.local => Some(Acked {
+                local: counts.first().and_then(count).unwrap_or(0),
+                replicas: counts.get(1).and_then(count).unwrap_or(0),
+            }),
+            reply => Some(Acked {
+                replicas: count(reply)?,
+                local: 0,
+            }),
+        }
+    }
+
+    /// The answer of the node's first round sent from now on (led by this call if none is in
+    /// flight), within `limit` in all.
+    pub async fn rounds_covering(
+        &self,
+        client: &Client,
+        timeout: Duration,
+        limit: Duration,
+    ) -> Option<Acked> {
+        let covering = self
+            .rounds
+            .covering(|| send_wait(client, self.server.clone(), self.ask, timeout));
+        tokio::time::timeout(limit, covering).await.ok().flatten()
+    }
+
+    /// Whether `acked` is enough: [`Error::NotReplicated`] if not (counted in the metrics).
+    pub fn check(&self, acked: Option<Acked>) -> Result<()> {
+        match acked {
+            Some(acked)
+                if acked.replicas >= self.ask.replicas
+                    && acked.local >= u32::from(self.ask.local) =>
+            {
+                Ok(())
+            }
+            other => {
+                self.metrics.not_replicated();
+                Err(Error::NotReplicated {
+                    context: self.context,
+                    acked: other.map_or(0, |acked| acked.replicas),
+                    needed: self.ask.replicas,
+                })
+            }
+        }
+    }
+}
+
 /// What one `WAIT` (or `WAITAOF`) asks for.
 #[derive(Clone, Copy, Debug)]
 struct Ask {
@@ -414,7 +489,7 @@ struct Ask {
 
 /// What it answered.
 #[derive(Clone, Copy, Debug)]
-struct Acked {
+pub struct Acked {
     replicas: u32,
     local: u32,
 }
@@ -531,8 +606,49 @@ impl Rounds {
         }
     }
 
+    /// The lead of the next round, if none is in flight.
+    fn try_lead(self: &Arc<Self>) -> Option<Lead> {
+        let mut state = self.lock();
+        if state.leading {
+            return None;
+        }
+        state.leading = true;
+        state.begun += 1;
+        Some(Lead {
+            rounds: self.clone(),
+            round: state.begun,
+            finished: false,
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, RoundState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A round led by a call that sends its `WAIT` itself (behind its script): its answer is every
+/// waiting call's once [`Lead::finish`]ed; dropped unfinished (a cancelled call, a script that
+/// failed before its `WAIT`), it answers nobody and hands the lead on.
+pub struct Lead {
+    rounds: Arc<Rounds>,
+    round: u64,
+    finished: bool,
+}
+
+impl Lead {
+    pub fn finish(mut self, acked: Option<Acked>) {
+        self.finished = true;
+        self.rounds.done.send_replace((self.round, acked));
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Nobody may take an answer this round did not get: they wait for the next.
+            self.rounds.done.send_modify(|_| {});
+        }
+        drop(Leading(&self.rounds));
     }
 }
 

@@ -147,8 +147,11 @@ impl Locks {
         }
         // A lease with limits writes them: acquire.lua's.
         if waiter.first_attempt && waiter.mode == Mode::LOCK && waiter.limits.is_none() {
+            // Not granted until the replicas have it: a failover must not lose it. On failure
+            // the caller's guard gives the lock back.
+            let took = |reply: &Value| matches!(reply, Value::String(_) | Value::Bytes(_));
             let reply: Value = connection
-                .eval(&self.0.scripts.take, CONTEXT, move || {
+                .eval_vouched(&self.0.scripts.take, CONTEXT, ttl, took, move || {
                     (
                         // The name's other keys are derived in the script (fewer arguments).
                         vec![keys.lock().to_owned(), keys.fence()],
@@ -165,15 +168,13 @@ impl Locks {
                 let fencing_token = reply
                     .as_u64()
                     .ok_or_else(|| bad_reply(CONTEXT, std::slice::from_ref(&reply)))?;
-                // Not granted until the replicas have it: a failover must not lose it. On
-                // failure the caller's guard gives the lock back.
-                connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
                 return Ok(AcquireOutcome::Acquired { fencing_token });
             }
         }
         let flag = |on: bool| Value::from(if on { "1" } else { "0" });
+        let acquired = |reply: &Vec<Value>| reply.first().and_then(Value::as_i64) == Some(1);
         let reply: Vec<Value> = connection
-            .eval(&self.0.scripts.acquire, CONTEXT, move || {
+            .eval_vouched(&self.0.scripts.acquire, CONTEXT, ttl, acquired, move || {
                 (
                     vec![
                         keys.lock().to_owned(),
@@ -205,7 +206,6 @@ impl Locks {
         match reply.as_slice() {
             [acquired, fence] if acquired.as_i64() == Some(1) => {
                 let fencing_token = fence.as_u64().ok_or_else(|| bad_reply(CONTEXT, &reply))?;
-                connection.acknowledged(keys.lock(), ttl, CONTEXT).await?;
                 Ok(AcquireOutcome::Acquired { fencing_token })
             }
             [mismatch, held] if mismatch.as_i64() == Some(2) => held
