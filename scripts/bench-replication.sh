@@ -31,7 +31,9 @@ servers[off]=$(start off 0)
 held=${HELD:-10000}
 
 for round in $(seq 1 "$rounds"); do
-  for mode in on off; do
+  # Each round in the other order, so that neither always runs on a warmer (or busier) machine.
+  order="on off"; (( round % 2 == 0 )) && order="off on"
+  for mode in $order; do
     "$binary" bench --only uncontended --server "http://${servers[$mode]}" \
       --redis "redis://127.0.0.1:$primary" --json "$work/$mode-$round.json" >/dev/null
     "$binary" bench --only contention --quick --server "http://${servers[$mode]}" \

@@ -20,3 +20,48 @@ async fn the_newer_redis_answers_waitaof_with_the_local_fsync() {
     // The write on this Redis's disk (1), and no replica to count (0).
     assert_eq!(acknowledged, vec![1, 0]);
 }
+
+/// `--redis-durable` on a Redis with `WAITAOF`: refused at start without an append-only file (in
+/// one sentence, status 78), and with one every grant is answered only once it is on disk (the
+/// `WAITAOF` its start line names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_waits_for_the_disk_with_waitaof_and_is_refused_without_an_aof() {
+    use crate::eviction::{serve, started, stderr_of};
+    use crate::support::{EVENT_TIMEOUT, connect, unary_acquire, within};
+
+    let without = newer_redis::start_with(&[]);
+    let child = serve(&["--redis", &without.url()], &["--redis-durable"]);
+    let output = within(EVENT_TIMEOUT, "serve exits", child.wait_with_output())
+        .await
+        .expect("serve's output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("has appendonly no: set them, upgrade, or drop --redis-durable"),
+        "{stderr}"
+    );
+
+    let redis = newer_redis::start_with(&["--appendonly", "yes"]);
+    let mut child = serve(
+        &["--redis", &redis.url()],
+        &["--redis-durable", "--redis-replicas", "0"],
+    );
+    let (addr, _) = started(&mut child, false).await;
+    let mut client = connect(&addr).await;
+    let granted = client
+        .acquire(unary_acquire("on-disk", 5_000, 0, "a"))
+        .await
+        .expect("granted once on disk")
+        .into_inner();
+    assert!(granted.acquired);
+    // Every grant waited for the disk: WAITAOF ran (Redis counts its calls).
+    let stats = crate::support::redis_cli(redis.port(), &["info", "commandstats"]);
+    assert!(stats.contains("cmdstat_waitaof:calls="), "{stats}");
+    let log = stderr_of(child).await;
+    assert!(
+        log.contains("a restart, even of its host, keeps every lease"),
+        "{log}"
+    );
+}

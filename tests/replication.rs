@@ -204,7 +204,7 @@ async fn durable_is_refused_at_start_where_redis_can_keep_no_disk_promise() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "leasehold: --redis-durable needs Redis 7.2+ (WAITAOF) or appendonly yes with appendfsync always, and redis 127.0.0.1:{} has neither: set appendfsync always, upgrade, or drop --redis-durable",
+            "leasehold: --redis-durable needs appendonly yes and either Redis 7.2+ (WAITAOF) or appendfsync always, and redis 127.0.0.1:{} has neither WAITAOF nor appendfsync always: set them, upgrade, or drop --redis-durable",
             redis.port()
         )
     );

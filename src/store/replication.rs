@@ -155,9 +155,14 @@ impl Replication {
     pub fn start(&self) -> Result<()> {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for (node, state) in &nodes {
-            if self.settings.durable && !state.waitaof && !(state.aof && state.fsync_always) {
+            if self.settings.durable && !(state.aof && (state.waitaof || state.fsync_always)) {
+                let has = if state.aof {
+                    "neither WAITAOF nor appendfsync always"
+                } else {
+                    "appendonly no"
+                };
                 return Err(Error::FailedPrecondition(format!(
-                    "--redis-durable needs Redis 7.2+ (WAITAOF) or appendonly yes with appendfsync always, and redis {node} has neither: set appendfsync always, upgrade, or drop --redis-durable"
+                    "--redis-durable needs appendonly yes and either Redis 7.2+ (WAITAOF) or appendfsync always, and redis {node} has {has}: set them, upgrade, or drop --redis-durable"
                 )));
             }
             self.announce(node, state);
