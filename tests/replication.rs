@@ -268,3 +268,95 @@ async fn a_redis_restarted_empty_grants_nothing_until_the_leases_it_lost_have_ex
         "granted {after:?} after Redis came back empty, while the old holder could still believe for {ttl:?}"
     );
 }
+
+/// Every primitive's grant waits for the replica: a permit, a shared hold, a lease over several
+/// names, a session's lease, and an election (its lease and its announcement). While the replica
+/// is held back none is granted (the no-wait ones are refused REDIS_NOT_REPLICATED; the
+/// candidate, which waits, is not elected); once it is back, all are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_s_grant_waits_for_the_replica() {
+    let redis = Replicated::start();
+    let server = TestServer::start(&redis.primary).await;
+    let client = leasehold_client::Client::connect(server.url())
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(5);
+    let session = client.session().ttl(ttl).open().await.unwrap();
+    redis.replica.pause();
+    let refused = |result: Result<_, leasehold_client::ClientError>, what: &str| match result {
+        Err(error) => assert_eq!(
+            error.refusal().map(|r| r.reason).as_deref(),
+            Some("REDIS_NOT_REPLICATED"),
+            "{what}: {error}"
+        ),
+        Ok(_) => panic!("{what} granted without the replica"),
+    };
+    refused(
+        client
+            .lease("permit")
+            .limit(2)
+            .ttl(ttl)
+            .acquire()
+            .await
+            .map(drop),
+        "a permit",
+    );
+    refused(
+        client
+            .lease("shared")
+            .shared()
+            .ttl(ttl)
+            .acquire()
+            .await
+            .map(drop),
+        "a shared hold",
+    );
+    refused(
+        client
+            .lease("first")
+            .more_names(["second"])
+            .ttl(ttl)
+            .acquire()
+            .await
+            .map(drop),
+        "a lease over two names",
+    );
+    refused(
+        session.lock("member").acquire().await.map(drop),
+        "a session's lease",
+    );
+    let mut candidate = client.campaign("leader", "a", ttl).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1_500), candidate.elected())
+            .await
+            .is_err(),
+        "elected without the replica"
+    );
+    redis.replica.resume();
+    within(
+        EVENT_TIMEOUT,
+        "elected once the replica is back",
+        candidate.elected(),
+    )
+    .await
+    .unwrap();
+    client
+        .lease("permit")
+        .limit(2)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    client
+        .lease("shared")
+        .shared()
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let both = client.lease("first").more_names(["second"]);
+    both.ttl(ttl).acquire().await.unwrap();
+    // Held (the guard kept), and on the replica the moment it was answered.
+    let _member = session.lock("member").acquire().await.unwrap();
+    assert!(redis.replica_has(&lock_key("member")));
+}

@@ -167,7 +167,12 @@ impl Connection {
         }
         let (reconnected, reconnects) = watch::channel(0);
         let eviction = Arc::new(Eviction::new(settings.allow_eviction, metrics.clone()));
-        let replication = Arc::new(Replication::new(settings.replication, metrics.clone()));
+        let failover_expected = config.server.is_sentinel() || config.server.is_clustered();
+        let replication = Arc::new(Replication::new(
+            settings.replication,
+            metrics.clone(),
+            failover_expected,
+        ));
         let connection = Connection(Arc::new(Shared {
             client,
             config,

@@ -113,6 +113,9 @@ pub struct NodeState {
     /// restarted has none.
     pub promoted: bool,
     pub uptime: Duration,
+    /// It has had a replica since this server first read it: losing them all is a
+    /// degradation to warn of, not a standalone Redis's normal state.
+    pub had_replicas: bool,
 }
 
 /// The replication state of one connection's nodes, shared by the connection, its reconnect
@@ -131,10 +134,13 @@ pub struct Replication {
     longest_ttl_ms: AtomicU64,
     /// Set once the server runs on this connection (before, the start logs its own line).
     started: AtomicBool,
+    /// Redis's own engine fails its primaries over (Sentinel, Cluster): a node without a
+    /// replica there is exposed from the start.
+    failover_expected: bool,
 }
 
 impl Replication {
-    pub fn new(settings: ReplicationSettings, metrics: Metrics) -> Self {
+    pub fn new(settings: ReplicationSettings, metrics: Metrics, failover_expected: bool) -> Self {
         Replication {
             settings,
             metrics,
@@ -143,6 +149,19 @@ impl Replication {
             rounds: Mutex::new(HashMap::new()),
             longest_ttl_ms: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            failover_expected,
+        }
+    }
+
+    /// Whether grants on a node in `state` are vouched for unreplicated where a failover may
+    /// happen: a Sentinel's or Cluster's primary, or one that had a replica (it was set up to be
+    /// failed over). A standalone Redis that never had one cannot fail over to anything.
+    fn exposed(&self, state: &NodeState) -> bool {
+        let may_fail_over = self.failover_expected || state.had_replicas;
+        match self.settings.replicas {
+            Replicas::Exactly(0) => may_fail_over,
+            Replicas::Auto => state.replicas == 0 && may_fail_over,
+            Replicas::Exactly(_) => false,
         }
     }
 
@@ -195,6 +214,10 @@ impl Replication {
                 needed,
                 "redis {node} has {} connected replica(s) and --redis-replicas {needed} needs more: no new lease on it until they connect; {restart}",
                 state.replicas
+            ),
+            Ok(0) if !self.exposed(state) => info!(
+                node,
+                "redis {node} has no replica and none to fail over to: nothing to wait for; {restart}"
             ),
             Ok(0) if self.settings.replicas == Replicas::Exactly(0) => warn!(
                 node,
@@ -337,9 +360,11 @@ impl Replication {
         let mut now = BTreeMap::new();
         for (node, answer) in read {
             let before = nodes.remove(&node);
-            let Some(state) = answer.or_else(|| before.clone()) else {
+            let Some(mut state) = answer.or_else(|| before.clone()) else {
                 continue;
             };
+            state.had_replicas =
+                state.replicas > 0 || before.as_ref().is_some_and(|before| before.had_replicas);
             if let Some(before) = &before
                 && before.run_id != state.run_id
                 && !before.run_id.is_empty()
@@ -348,8 +373,7 @@ impl Replication {
             }
             self.metrics
                 .redis_replicas(&node, state.replicas, state.min_replicas_to_write);
-            self.metrics
-                .redis_unreplicated(&node, self.needed(&state) == Ok(0));
+            self.metrics.redis_unreplicated(&node, self.exposed(&state));
             let changed = before.as_ref().is_none_or(|before| {
                 before.replicas != state.replicas
                     || before.min_replicas_to_write != state.min_replicas_to_write
@@ -788,6 +812,7 @@ mod tests {
                     ..Default::default()
                 },
                 Metrics::default(),
+                false,
             )
         };
         let one = NodeState {
