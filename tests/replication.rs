@@ -360,3 +360,53 @@ async fn every_primitive_s_grant_waits_for_the_replica() {
     let _member = session.lock("member").acquire().await.unwrap();
     assert!(redis.replica_has(&lock_key("member")));
 }
+
+/// On a Cluster each primary waits for its own replicas: with one primary's replica held back,
+/// a grant in that primary's slots is refused REDIS_NOT_REPLICATED, while grants on the other
+/// primaries go on (their `WAIT`s go to their own nodes) and are on their replicas when answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_each_primary_waits_for_its_own_replica() {
+    use support::cluster::RedisCluster;
+    let cluster = RedisCluster::start(3, 1);
+    let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
+    let mut client = server.client().await;
+    let (held_back, _) = cluster.slot_of(&lock_key("held-back"));
+    // Its replica, as the primary lists it (`slave0:ip=...,port=...`).
+    let replica: u16 = cluster
+        .run(held_back, &["info", "replication"])
+        .lines()
+        .find_map(|line| line.strip_prefix("slave0:"))
+        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|port| port.parse().ok())
+        .expect("the primary's replica");
+    // A name on another primary, and that primary's replica (asked before one is paused: a
+    // paused node answers no redis-cli).
+    let elsewhere = (0..100)
+        .map(|i| format!("elsewhere-{i}"))
+        .find(|name| cluster.slot_of(&lock_key(name)).0 != held_back)
+        .expect("a name on another primary");
+    let (primary, _) = cluster.slot_of(&lock_key(&elsewhere));
+    let its_replica: u16 = cluster
+        .run(primary, &["info", "replication"])
+        .lines()
+        .find_map(|line| line.strip_prefix("slave0:"))
+        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("port=")))
+        .and_then(|port| port.parse().ok())
+        .expect("the other primary's replica");
+    cluster.signal(replica, "STOP");
+    let asked = client.acquire(unary_acquire("held-back", 5_000, 0, "a"));
+    let status = within(EVENT_TIMEOUT, "the refusal", asked)
+        .await
+        .expect_err("granted without its primary's replica");
+    assert_eq!(reason(&status), "REDIS_NOT_REPLICATED", "{status:?}");
+    let asked = client.acquire(unary_acquire(&elsewhere, 5_000, 0, "a"));
+    let granted = within(EVENT_TIMEOUT, "the grant elsewhere", asked)
+        .await
+        .expect("granted on another primary")
+        .into_inner();
+    assert!(granted.acquired);
+    // KEYS (keyless, so a replica answers it without READONLY): the replica has it already.
+    let on_replica = cluster.run(its_replica, &["keys", "*"]);
+    assert!(on_replica.contains(&lock_key(&elsewhere)), "{on_replica}");
+    cluster.signal(replica, "CONT");
+}
