@@ -116,7 +116,29 @@ pub struct NodeState {
     /// It has had a replica since this server first read it: losing them all is a
     /// degradation to warn of, not a standalone Redis's normal state.
     pub had_replicas: bool,
+    /// Under `auto`, replicas that left less than [`LOST_REPLICA_WAIT`] ago are still waited
+    /// for: this many, until then.
+    pub replicas_floor: u32,
+    pub floor_until: Option<Instant>,
 }
+
+impl NodeState {
+    /// The replicas `auto` still waits for at `now` (see [`LOST_REPLICA_WAIT`]).
+    fn floor(&self, now: Instant) -> u32 {
+        match self.floor_until {
+            Some(until) if until > now => self.replicas_floor,
+            _ => 0,
+        }
+    }
+}
+
+/// How long `--redis-replicas auto` goes on waiting for a replica that left. A primary whose
+/// replica left may be an old primary cut off from it and already replaced by it: when the
+/// partition heals, the promoted replica closes its link and the old primary sees none at once,
+/// and would grant (and renew) unreplicated until the Sentinels demote it, a few seconds later.
+/// Past this, a replica that stays gone (it crashed, it was removed) is no longer waited for,
+/// and grants go on unreplicated, warned of and alerted on.
+pub const LOST_REPLICA_WAIT: Duration = Duration::from_secs(15);
 
 /// The replication state of one connection's nodes, shared by the connection, its reconnect
 /// watcher and the health check.
@@ -208,6 +230,13 @@ impl Replication {
         };
         let min = state.min_replicas_to_write;
         match self.needed(state) {
+            Err(needed) if self.settings.replicas == Replicas::Auto => warn!(
+                node,
+                replicas = state.replicas,
+                needed,
+                "redis {node} has {} connected replica(s), fewer than the {needed} it had: nothing on it is vouched for until they are back, or for {LOST_REPLICA_WAIT:?} (it may be an old primary cut off and replaced); {restart}",
+                state.replicas
+            ),
             Err(needed) => warn!(
                 node,
                 replicas = state.replicas,
@@ -245,7 +274,10 @@ impl Replication {
     /// fewer are connected.
     fn needed(&self, state: &NodeState) -> std::result::Result<u32, u32> {
         match self.settings.replicas {
-            Replicas::Auto => Ok(state.replicas),
+            Replicas::Auto => match state.floor(Instant::now()) {
+                floor if floor > state.replicas => Err(floor),
+                _ => Ok(state.replicas),
+            },
             Replicas::Exactly(n) if state.replicas >= n => Ok(n),
             Replicas::Exactly(n) => Err(n),
         }
@@ -365,6 +397,18 @@ impl Replication {
             };
             state.had_replicas =
                 state.replicas > 0 || before.as_ref().is_some_and(|before| before.had_replicas);
+            if let Some(before) = &before {
+                let now = Instant::now();
+                let waited = before.replicas.max(before.floor(now));
+                if state.replicas < waited {
+                    // Still waited for a while: see LOST_REPLICA_WAIT.
+                    let until = match before.floor(now) {
+                        0 => now + LOST_REPLICA_WAIT,
+                        _ => before.floor_until.unwrap_or(now),
+                    };
+                    (state.replicas_floor, state.floor_until) = (waited, Some(until));
+                }
+            }
             if let Some(before) = &before
                 && before.run_id != state.run_id
                 && !before.run_id.is_empty()
@@ -822,6 +866,30 @@ mod tests {
         assert_eq!(of(Replicas::Auto).needed(&one), Ok(1));
         assert_eq!(of(Replicas::Exactly(2)).needed(&one), Err(2));
         assert_eq!(of(Replicas::Exactly(0)).needed(&one), Ok(0));
+    }
+
+    #[test]
+    fn auto_goes_on_waiting_for_a_replica_that_just_left() {
+        let replication =
+            Replication::new(ReplicationSettings::default(), Metrics::default(), false);
+        let read = |replicas| {
+            let state = NodeState {
+                replicas,
+                run_id: "a".into(),
+                ..Default::default()
+            };
+            replication.record(vec![("n:1".into(), Some(state))]);
+            let nodes = replication.nodes.lock().unwrap_or_else(|p| p.into_inner());
+            replication.needed(&nodes["n:1"])
+        };
+        assert_eq!(read(0), Ok(0), "a Redis that never had one waits for none");
+        assert_eq!(read(1), Ok(1));
+        // Gone (a crash, or a partition healed behind a promotion): still waited for, so
+        // nothing is vouched for on this node for LOST_REPLICA_WAIT...
+        assert_eq!(read(0), Err(1));
+        assert_eq!(read(0), Err(1), "the wait is not restarted by every read");
+        // ...unless it is back.
+        assert_eq!(read(1), Ok(1));
     }
 
     #[tokio::test]
