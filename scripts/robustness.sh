@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
 ensure_redis_server_installed
+ensure_iptables_installed
 rounds=${ROUNDS:-5}
 cargo test --test integration --no-run
 failed=0

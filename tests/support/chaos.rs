@@ -3,6 +3,7 @@
 //! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
 //! Every operation is also recorded ([`History`]) and the history checked by Porcupine's models.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +23,7 @@ use super::sentinel::SentinelsIn;
 use super::{RedisServer, ServerProcess};
 
 mod primitives;
+pub mod replication;
 pub mod revoke;
 pub mod several;
 use primitives::Primitives;
@@ -87,6 +89,11 @@ pub struct Cluster {
     pub servers: Vec<ServerProcess>,
     /// The servers' `--redis URL` or `--redlock URLS`.
     redis_args: Vec<String>,
+    /// Sentinel's replica replicates through this proxy (on the Redis bridge), so a test can
+    /// hold its link back ([`Cluster::hold_back_replica`]) while the Sentinels still reach it.
+    replica_link: Option<Proxy>,
+    /// The servers' flags: [`SERVER_FLAGS`], and any the run adds (`--redis-durable`).
+    server_flags: Vec<String>,
     /// The namespaces, in the order of the processes above: the lock Redis's, the other
     /// primaries' (or the replica's), the servers'. Dropped after the processes.
     pub lock_host: Host,
@@ -110,16 +117,24 @@ impl Cluster {
     pub fn kill_and_restart(&mut self, i: usize) {
         self.servers[i].kill();
         let redis: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
-        self.servers[i] = self.servers[i].start_again(&redis, SERVER_FLAGS);
+        let flags: Vec<&str> = self.server_flags.iter().map(String::as_str).collect();
+        self.servers[i] = self.servers[i].start_again(&redis, &flags);
     }
 
     pub async fn start(servers: usize) -> Self {
-        Self::start_mode("single", servers, 1, false)
+        Self::start_mode("single", servers, 1, false).await
+    }
+
+    /// One Redis keeping an append-only file it fsyncs before every reply (`appendonly yes`,
+    /// `appendfsync always`), and servers that vouch for a lease only once it is on that disk
+    /// (`--redis-durable`): a Redis killed and started again keeps every lease.
+    pub async fn start_durable(servers: usize) -> Self {
+        Self::start_mode("durable", servers, 1, false).await
     }
 
     /// One Redis, each server on a fake clock of its own that the test can jump.
     pub async fn start_on_fake_clocks(servers: usize) -> Self {
-        Self::start_mode("single", servers, 1, true)
+        Self::start_mode("single", servers, 1, true).await
     }
 
     /// Servers in `mode` (`redlock` on five primaries, `sentinel`, `cluster`), each on a fake
@@ -132,7 +147,7 @@ impl Cluster {
         } else {
             1
         };
-        Self::start_mode(mode, servers, primaries, true)
+        Self::start_mode(mode, servers, primaries, true).await
     }
 
     /// Waits (bounded) until every server writes to every Redis again after a heal or a restart:
@@ -172,19 +187,19 @@ impl Cluster {
     /// Servers on Redlock over `primaries` independent Redis (the lock Redis and
     /// `primaries - 1` more).
     pub async fn start_redlock(servers: usize, primaries: usize) -> Self {
-        Self::start_mode("redlock", servers, primaries, false)
+        Self::start_mode("redlock", servers, primaries, false).await
     }
 
     /// Servers on Sentinel: the lock Redis is the primary, with one replica and three
     /// Sentinels, each in a namespace of its own.
     pub async fn start_sentinel(servers: usize) -> Self {
-        Self::start_mode("sentinel", servers, 2, false)
+        Self::start_mode("sentinel", servers, 2, false).await
     }
 
     /// Servers on a Redis Cluster of three primaries with a replica each, in a namespace of
     /// its own.
     pub async fn start_cluster(servers: usize) -> Self {
-        Self::start_mode("cluster", servers, 1, false)
+        Self::start_mode("cluster", servers, 1, false).await
     }
 
     /// Waits (at most 30 s) until the Sentinels name the replica as the primary.
@@ -203,18 +218,37 @@ impl Cluster {
         }
     }
 
-    fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
+    async fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
         let mut net = Net::create();
         let lock_host = net.host(&[Side::Redis]);
-        let lock_redis = RedisServer::start_in(&lock_host);
+        let durable = mode == "durable";
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        let aof = aof.iter().filter(|_| durable).map(|arg| arg.to_string());
+        // A replica's first sync at once (not after diskless sync's 5 s delay): until it is
+        // online, `--redis-replicas auto` counts no replica and waits for none.
+        let sync_now = ["--repl-diskless-sync-delay", "0"].map(str::to_owned);
+        let sync_now = sync_now.into_iter().filter(|_| mode == "sentinel");
+        let lock_redis = RedisServer::start_in_with(&lock_host, aof.chain(sync_now).collect());
         let primary_hosts: Vec<Host> = (1..primaries).map(|_| net.host(&[Side::Redis])).collect();
+        let mut replica_link = None;
         let others: Vec<RedisServer> = if mode == "sentinel" {
-            let primary = vec![
-                "--replicaof".to_owned(),
-                lock_redis.ip().to_string(),
-                lock_redis.port().to_string(),
-            ];
-            let replica = RedisServer::start_in_with(&primary_hosts[0], primary);
+            let primary = SocketAddr::new(lock_redis.ip(), lock_redis.port());
+            let link = Proxy::start_on(net.local(Side::Redis).into(), primary).await;
+            let replica_host = &primary_hosts[0];
+            let replica = RedisServer::start_in_with(
+                replica_host,
+                vec![
+                    "--replicaof".to_owned(),
+                    link.addr.ip().to_string(),
+                    link.addr.port().to_string(),
+                    // The primary sees the proxy's address: the Sentinels must learn the
+                    // replica's own.
+                    "--replica-announce-ip".to_owned(),
+                    replica_host.addr(Side::Redis).to_string(),
+                ],
+            );
+            replica_link = Some(link);
+            until_online(&replica);
             vec![replica]
         } else {
             primary_hosts.iter().map(RedisServer::start_in).collect()
@@ -239,6 +273,11 @@ impl Cluster {
             _ => vec!["--redis".to_owned(), lock_redis.url()],
         };
         let redis: Vec<&str> = redis_args.iter().map(String::as_str).collect();
+        let mut server_flags: Vec<String> = SERVER_FLAGS.iter().map(|f| f.to_string()).collect();
+        if durable {
+            server_flags.push("--redis-durable".to_owned());
+        }
+        let flags: Vec<&str> = server_flags.iter().map(String::as_str).collect();
         let server_hosts: Vec<Host> = (0..servers)
             .map(|_| net.host(&[Side::Clients, Side::Redis]))
             .collect();
@@ -252,7 +291,7 @@ impl Cluster {
             .enumerate()
             .map(|(i, host)| {
                 let env = clocks.get(i).map(FakeClock::env).unwrap_or_default();
-                ServerProcess::start_in_with_env(host, &redis, SERVER_FLAGS, env)
+                ServerProcess::start_in_with_env(host, &redis, &flags, env)
             })
             .collect();
         Cluster {
@@ -264,6 +303,8 @@ impl Cluster {
             resource_redis: RedisServer::start(),
             servers,
             redis_args,
+            replica_link,
+            server_flags,
             lock_host,
             primary_hosts,
             engine_host,
@@ -271,6 +312,19 @@ impl Cluster {
             clocks,
             net,
         }
+    }
+}
+
+/// Waits (at most 20 s) until `replica` has synced with its primary and follows it.
+fn until_online(replica: &RedisServer) {
+    let started = std::time::Instant::now();
+    let info = || super::redis_cli_at(replica.ip(), replica.port(), &["info", "replication"]);
+    while !info().contains("master_link_status:up") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replica never synced with its primary"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -337,6 +391,9 @@ struct Journal {
     holds: Vec<Hold>,
     writes: Vec<Write>,
     refused: Vec<Refused>,
+    /// Acquisitions that failed, each when its answer came and why (a refusal for want of a
+    /// replica's acknowledgement, Redis unreachable, ...).
+    failed: Vec<(Instant, String)>,
 }
 
 struct Shared {
@@ -752,6 +809,7 @@ impl Chaos {
             holds: journal.holds,
             writes: journal.writes,
             refused: journal.refused,
+            failed: journal.failed,
             final_value,
             history: self.shared.history.clone(),
             mode: self.cluster.mode,
@@ -795,6 +853,10 @@ impl Worker {
             };
             let answer = guard.as_ref().map(Guard::fencing_token);
             let start = self.history().record_acquire(self.id, called, answer);
+            if let Err(error) = &guard {
+                let failed = (start, error.to_string());
+                self.shared.journal().failed.push(failed);
+            }
             let Ok(guard) = guard else {
                 // Server down or unreachable, or the wait ran out: try the next server.
                 self.server = (self.server + 1) % self.routes.len();
@@ -1040,6 +1102,8 @@ pub struct Report {
     pub holds: Vec<Hold>,
     pub writes: Vec<Write>,
     pub refused: Vec<Refused>,
+    /// The lock's acquisitions that failed: when, and the error.
+    pub failed: Vec<(Instant, String)>,
     pub final_value: u64,
     history: Arc<History>,
     mode: &'static str,
