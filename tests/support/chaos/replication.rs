@@ -243,17 +243,15 @@ impl Chaos {
         report.assert_safe(next);
     }
 
-    /// Waits (bounded: a TTL and a second) until `holder`'s turn is over: told lost, or its
-    /// validity out.
+    /// Waits until `holder`'s turn is over (told lost, or its validity out), at most a TTL and
+    /// a second: a holder that goes on believing is left to the checker and the assertions
+    /// after it, which name the bug, rather than cut short here.
     async fn until_turn_over(&self, holder: &Current) {
         let mut current = self.shared.current.subscribe();
         let over = current.wait_for(
             |c| !matches!(c, Some(c) if c.worker == holder.worker && c.token == holder.token),
         );
-        tokio::time::timeout(TTL + Duration::from_secs(1), over)
-            .await
-            .expect("the struck holder still held its turn a TTL after the fault")
-            .expect("workers gone");
+        let _ = tokio::time::timeout(TTL + Duration::from_secs(1), over).await;
     }
 }
 
