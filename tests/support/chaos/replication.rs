@@ -137,9 +137,14 @@ impl Chaos {
         let (_, first_grant) = report.next_hold_after(held_back.at);
         let (_, usable_again) = report.next_hold_after(killed_at);
         let believed = report.belief_after(&holder, held_back.at);
+        let hold = report.hold_of(&holder);
+        let told = hold.end.saturating_duration_since(held_back.at);
+        let vouched = hold.valid_until.saturating_duration_since(held_back.at);
         println!(
-            "FIGURE fault={fault} holder_believed_ms={} granted_while_held_back={granted} first_grant_after_hold_back_ms={} acquisitions_failed={failed} held_back_ms={} promoted_after_kill_ms={} usable_after_kill_ms={} overlap_ms={}",
+            "FIGURE fault={fault} holder_believed_ms={} (told_ms={} vouched_ms={}) granted_while_held_back={granted} first_grant_after_hold_back_ms={} acquisitions_failed={failed} held_back_ms={} promoted_after_kill_ms={} usable_after_kill_ms={} overlap_ms={}",
             believed.as_millis(),
+            told.as_millis(),
+            vouched.as_millis(),
             first_grant.as_millis(),
             (killed_at - held_back.at).as_millis(),
             (promoted_at - killed_at).as_millis(),
