@@ -658,3 +658,13 @@ async fn chaos_the_locks_replica_held_back_then_its_primary_killed() {
         .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed")
         .await;
 }
+
+/// As above, the struck holder on a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_locks_replica_held_back_then_its_primary_killed_on_sessions() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start_on_sessions(Cluster::start_cluster(2).await, 4).await;
+    chaos
+        .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed-sessions")
+        .await;
+}
