@@ -3,7 +3,6 @@
 //! proves that no stale write was accepted and no increment was lost, whatever fault was injected.
 //! Every operation is also recorded ([`History`]) and the history checked by Porcupine's models.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -89,9 +88,6 @@ pub struct Cluster {
     pub servers: Vec<ServerProcess>,
     /// The servers' `--redis URL` or `--redlock URLS`.
     redis_args: Vec<String>,
-    /// Sentinel's replica replicates through this proxy (on the Redis bridge), so a test can
-    /// hold its link back ([`Cluster::hold_back_replica`]) while the Sentinels still reach it.
-    replica_link: Option<Proxy>,
     /// The servers' flags: [`SERVER_FLAGS`], and any the run adds (`--redis-durable`).
     server_flags: Vec<String>,
     /// The namespaces, in the order of the processes above: the lock Redis's, the other
@@ -122,19 +118,19 @@ impl Cluster {
     }
 
     pub async fn start(servers: usize) -> Self {
-        Self::start_mode("single", servers, 1, false).await
+        Self::start_mode("single", servers, 1, false)
     }
 
     /// One Redis keeping an append-only file it fsyncs before every reply (`appendonly yes`,
     /// `appendfsync always`), and servers that vouch for a lease only once it is on that disk
     /// (`--redis-durable`): a Redis killed and started again keeps every lease.
     pub async fn start_durable(servers: usize) -> Self {
-        Self::start_mode("durable", servers, 1, false).await
+        Self::start_mode("durable", servers, 1, false)
     }
 
     /// One Redis, each server on a fake clock of its own that the test can jump.
     pub async fn start_on_fake_clocks(servers: usize) -> Self {
-        Self::start_mode("single", servers, 1, true).await
+        Self::start_mode("single", servers, 1, true)
     }
 
     /// Servers in `mode` (`redlock` on five primaries, `sentinel`, `cluster`), each on a fake
@@ -147,7 +143,7 @@ impl Cluster {
         } else {
             1
         };
-        Self::start_mode(mode, servers, primaries, true).await
+        Self::start_mode(mode, servers, primaries, true)
     }
 
     /// Waits (bounded) until every server writes to every Redis again after a heal or a restart:
@@ -187,19 +183,19 @@ impl Cluster {
     /// Servers on Redlock over `primaries` independent Redis (the lock Redis and
     /// `primaries - 1` more).
     pub async fn start_redlock(servers: usize, primaries: usize) -> Self {
-        Self::start_mode("redlock", servers, primaries, false).await
+        Self::start_mode("redlock", servers, primaries, false)
     }
 
     /// Servers on Sentinel: the lock Redis is the primary, with one replica and three
     /// Sentinels, each in a namespace of its own.
     pub async fn start_sentinel(servers: usize) -> Self {
-        Self::start_mode("sentinel", servers, 2, false).await
+        Self::start_mode("sentinel", servers, 2, false)
     }
 
     /// Servers on a Redis Cluster of three primaries with a replica each, in a namespace of
     /// its own.
     pub async fn start_cluster(servers: usize) -> Self {
-        Self::start_mode("cluster", servers, 1, false).await
+        Self::start_mode("cluster", servers, 1, false)
     }
 
     /// Waits (at most 30 s) until the Sentinels name the replica as the primary.
@@ -218,7 +214,7 @@ impl Cluster {
         }
     }
 
-    async fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
+    fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
         let mut net = Net::create();
         let lock_host = net.host(&[Side::Redis]);
         let durable = mode == "durable";
@@ -230,24 +226,13 @@ impl Cluster {
         let sync_now = sync_now.into_iter().filter(|_| mode == "sentinel");
         let lock_redis = RedisServer::start_in_with(&lock_host, aof.chain(sync_now).collect());
         let primary_hosts: Vec<Host> = (1..primaries).map(|_| net.host(&[Side::Redis])).collect();
-        let mut replica_link = None;
         let others: Vec<RedisServer> = if mode == "sentinel" {
-            let primary = SocketAddr::new(lock_redis.ip(), lock_redis.port());
-            let link = Proxy::start_on(net.local(Side::Redis).into(), primary).await;
-            let replica_host = &primary_hosts[0];
-            let replica = RedisServer::start_in_with(
-                replica_host,
-                vec![
-                    "--replicaof".to_owned(),
-                    link.addr.ip().to_string(),
-                    link.addr.port().to_string(),
-                    // The primary sees the proxy's address: the Sentinels must learn the
-                    // replica's own.
-                    "--replica-announce-ip".to_owned(),
-                    replica_host.addr(Side::Redis).to_string(),
-                ],
-            );
-            replica_link = Some(link);
+            let primary = vec![
+                "--replicaof".to_owned(),
+                lock_redis.ip().to_string(),
+                lock_redis.port().to_string(),
+            ];
+            let replica = RedisServer::start_in_with(&primary_hosts[0], primary);
             until_online(&replica);
             vec![replica]
         } else {
@@ -303,7 +288,6 @@ impl Cluster {
             resource_redis: RedisServer::start(),
             servers,
             redis_args,
-            replica_link,
             server_flags,
             lock_host,
             primary_hosts,

@@ -191,6 +191,30 @@ impl Host {
         self.local_port(port, Rule::Delete);
     }
 
+    /// Holds back this host's TCP connections to `peer`'s `port` (a replica's link to its
+    /// primary): their packets vanish both ways, the connections stay open, every other
+    /// connection of either host flows. Undone by [`Host::release_link_to`].
+    pub fn hold_back_link_to(&self, peer: Ipv4Addr, port: u16) {
+        self.link_to(peer, port, Rule::Add);
+    }
+
+    pub fn release_link_to(&self, peer: Ipv4Addr, port: u16) {
+        self.link_to(peer, port, Rule::Delete);
+    }
+
+    fn link_to(&self, peer: Ipv4Addr, port: u16, rule: Rule) {
+        let (peer, port) = (format!("{peer}/32"), port.to_string());
+        let tcp = ["-p", "tcp"];
+        let inbound = [
+            "INPUT", "-s", &peer, tcp[0], tcp[1], "--sport", &port, "-j", "DROP",
+        ];
+        let outbound = [
+            "OUTPUT", "-d", &peer, tcp[0], tcp[1], "--dport", &port, "-j", "DROP",
+        ];
+        self.iptables(rule, &inbound);
+        self.iptables(rule, &outbound);
+    }
+
     fn local_port(&self, port: u16, rule: Rule) {
         let port = port.to_string();
         for way in ["--dport", "--sport"] {

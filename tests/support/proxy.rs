@@ -24,13 +24,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Self {
-        Self::start_on([127, 0, 0, 1].into(), upstream).await
-    }
-
-    /// A proxy listening on `ip` (a bridge's address, so that processes in network namespaces
-    /// reach it: a replica's link to its primary, held back by the test).
-    pub async fn start_on(ip: std::net::IpAddr, upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind((ip, 0)).await.expect("bind proxy");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (mode, watcher) = watch::channel(Mode::Flowing);
         let task = tokio::spawn(async move {

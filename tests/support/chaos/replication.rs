@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::{Chaos, Cluster, Current, FAULT_FOR, Report, TTL};
-use crate::support::netns::{Host, partition, rejoin};
+use crate::support::netns::{Host, Side, partition, rejoin};
 
 /// How long after the link was held back a grant may still be answered: one whose
 /// acknowledgement had come in just before (its answer on its way to the worker).
@@ -23,54 +23,62 @@ enum Split {
     Together,
 }
 
-/// A replica link held back: since when, and (on a Redis Cluster) the ports of the lock's
-/// primary and of its replica.
+/// A replica link held back, and since when.
 pub struct HeldBack {
     pub at: Instant,
-    cluster_nodes: Option<(u16, u16)>,
+    link: Link,
+}
+
+/// Which replica's link: Sentinel's (the replica's own namespace drops its packets to and from
+/// the primary), or a Cluster's (the cluster's namespace drops those to and from the lock's
+/// primary's port on loopback: the nodes share it), with the ports of that primary and replica.
+#[derive(Clone, Copy)]
+enum Link {
+    Sentinel,
+    Cluster { primary: u16, replica: u16 },
 }
 
 impl Cluster {
     /// Holds back the link from the lock's primary to its replica: the connection stays open
     /// (the primary still counts the replica as connected and online, so `--redis-replicas
-    /// auto` waits for it), and nothing passes either way. On Sentinel the replica's proxy
-    /// freezes; on a Cluster its packets to and from the primary's port are dropped (the
-    /// nodes share a namespace; the cluster bus still flows, so the replica stays healthy).
+    /// auto` waits for it), and nothing passes either way, while the Sentinels (or the cluster
+    /// bus) still reach the replica, which stays healthy and promotable.
     pub fn hold_back_replica(&self) -> HeldBack {
-        let cluster_nodes = match (&self.replica_link, &self.redis_cluster) {
-            (Some(link), _) => {
-                link.freeze();
-                None
+        let link = match (&self.sentinels, &self.redis_cluster) {
+            (Some(_), _) => {
+                let (primary, port) = (self.lock_host.addr(Side::Redis), self.lock_redis.port());
+                self.primary_hosts[0].hold_back_link_to(primary, port);
+                Link::Sentinel
             }
             (None, Some(redis)) => {
                 let (primary, _) = redis.slot_of(&crate::support::lock_key(super::LOCK));
                 let replica = redis.replica_of(primary);
                 self.engine().hold_back_local_port(primary);
-                Some((primary, replica))
+                Link::Cluster { primary, replica }
             }
             (None, None) => panic!("no replica to hold back in a {} run", self.mode),
         };
         HeldBack {
             at: Instant::now(),
-            cluster_nodes,
+            link,
         }
     }
 
-    /// Kills the held-back replica's primary (SIGKILL) and lets its replica take over, without
-    /// what the link held back (a dead primary's unsent writes are lost with it): on Sentinel
-    /// the proxy closes its connections and the Sentinels promote the replica (down-after 1 s);
-    /// on a Cluster the replica takes the slots over at once (`CLUSTER FAILOVER TAKEOVER`),
-    /// before its link is let go. Returns when the replica was named primary.
+    /// Kills the held-back replica's primary (SIGKILL) and lets its replica take over without
+    /// what the link held back (a dead primary's unsent writes are lost with it): the link is
+    /// let go only once the replica is primary and has closed it, so what the dead primary's
+    /// kernel still retransmits never lands. On Sentinel the Sentinels promote the replica
+    /// (down-after 1 s); on a Cluster the replica takes the slots over at once (`CLUSTER
+    /// FAILOVER TAKEOVER`). Returns when the replica was named primary.
     pub fn kill_primary_and_promote_replica(&mut self, held_back: &HeldBack) -> Instant {
-        match held_back.cluster_nodes {
-            None => {
+        match held_back.link {
+            Link::Sentinel => {
                 self.lock_redis.kill();
-                let link = self.replica_link.as_ref().expect("a Sentinel run");
-                link.cut();
-                link.resume();
                 self.until_replica_promoted();
+                let (primary, port) = (self.lock_host.addr(Side::Redis), self.lock_redis.port());
+                self.primary_hosts[0].release_link_to(primary, port);
             }
-            Some((primary, replica)) => {
+            Link::Cluster { primary, replica } => {
                 let redis = self.redis_cluster.as_mut().expect("a cluster run");
                 redis.kill(primary);
                 redis.take_over(replica);
@@ -81,23 +89,15 @@ impl Cluster {
     }
 
     /// Partitions (or rejoins) Sentinel's primary and server `server` from everything else on
-    /// the Redis side: the replica (its link through the proxy too), the Sentinels and the
-    /// other servers.
+    /// the Redis side: the replica (its link too), the Sentinels and the other servers.
     fn split_old_primary_with(&self, server: usize, split: Split) {
         let minority = [&self.lock_host, &self.server_hosts[server]];
         let mut majority = vec![&self.primary_hosts[0], self.engine()];
         let others = (0..self.server_hosts.len()).filter(|i| *i != server);
         majority.extend(others.map(|i| &self.server_hosts[i]));
-        let link = self.replica_link.as_ref().expect("a Sentinel run");
         match split {
-            Split::Apart => {
-                partition(&minority, &majority);
-                link.freeze();
-            }
-            Split::Together => {
-                rejoin(&minority, &majority);
-                link.resume();
-            }
+            Split::Apart => partition(&minority, &majority),
+            Split::Together => rejoin(&minority, &majority),
         }
     }
 
