@@ -99,6 +99,16 @@ ensure_faketime_installed() {
   fi
 }
 
+# Debian's iptables, for the partitions that split one bridge of namespaces into sides, and for
+# a replica's link held back inside a Redis Cluster's namespace (tests/support/netns.rs).
+ensure_iptables_installed() {
+  if ! command -v iptables >/dev/null 2>&1; then
+    echo "iptables is missing: installing it with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+  fi
+}
+
 # Headless Chromium (Debian's package), the real browser tests/console.rs drives over the
 # DevTools protocol.
 ensure_chromium_installed() {

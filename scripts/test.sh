@@ -8,6 +8,7 @@ ensure_redis_server_installed
 ensure_python_venv
 ensure_openssl_installed
 ensure_faketime_installed
+ensure_iptables_installed
 ensure_prometheus_installed
 ensure_chromium_installed
 # Valkey (a Redis 7.2+, for WAITAOF) under target/newer-redis: exports LEASEHOLD_NEWER_REDIS.

@@ -569,3 +569,13 @@ const LIMITS: support::chaos::several::Limits = support::chaos::several::Limits 
     lock_delay: Duration::from_millis(400),
     max_hold: Duration::from_millis(700),
 };
+
+/// One Redis keeping an append-only file fsynced before each reply (`appendonly yes`,
+/// `appendfsync always`), servers on `--redis-durable`: Redis killed (SIGKILL) under a fresh
+/// holder and started again from its file inside a TTL. Every lease is kept (no holder told
+/// lost), no two holders overlap, and the history is checked without the data-loss allowance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_redis_killed_and_restarted_inside_a_ttl_keeps_every_lease() {
+    let chaos = Chaos::start(Cluster::start_durable(2).await, WORKERS).await;
+    chaos.run_durable_redis_killed_and_restarted().await;
+}

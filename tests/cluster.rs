@@ -643,3 +643,28 @@ async fn a_revocation_on_any_primary_reaches_the_holders_server() {
         );
     }
 }
+
+/// The link from the lock's slot's primary to its replica held back (its packets dropped; the
+/// cluster bus still flows) while a fresh holder renews and the workers ask for grants, then the
+/// primary killed and the replica taking its slots over at once (`CLUSTER FAILOVER TAKEOVER`,
+/// well inside a TTL) without what was held back: the holder is told lost within its TTL,
+/// nothing is granted meanwhile, and no two holders overlap, the history checked without the
+/// data-loss allowance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_locks_replica_held_back_then_its_primary_killed() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start(Cluster::start_cluster(2).await, 4).await;
+    chaos
+        .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed")
+        .await;
+}
+
+/// As above, the struck holder on a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_locks_replica_held_back_then_its_primary_killed_on_sessions() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start_on_sessions(Cluster::start_cluster(2).await, 4).await;
+    chaos
+        .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed-sessions")
+        .await;
+}

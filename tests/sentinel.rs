@@ -153,3 +153,40 @@ async fn chaos_a_semaphore_holders_server_paused() {
     let cluster = support::chaos::Cluster::start_sentinel(3).await;
     support::permits::churn_through_a_paused_server(&cluster.servers, cluster.mode).await;
 }
+
+/// The replica's link held back (the primary still counts it as connected) while a fresh holder
+/// renews and the workers ask for grants, then the primary killed and the replica promoted by
+/// the Sentinels without what was held back: the holder is told lost within its TTL, nothing is
+/// granted meanwhile (REDIS_NOT_REPLICATED, retried), and no two holders overlap, the history
+/// checked without the data-loss allowance. The struck holder is on a Lease stream, then on a
+/// session; every other primitive (election, semaphore, read-write lock) runs beside it in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_replica_held_back_then_the_primary_killed() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
+    chaos
+        .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed")
+        .await;
+}
+
+/// As above, the struck holder on a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_replica_held_back_then_the_primary_killed_on_sessions() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start_on_sessions(Cluster::start_sentinel(2).await, 4).await;
+    chaos
+        .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed-sessions")
+        .await;
+}
+
+/// The old primary and the holder's server partitioned (iptables in each namespace) from the
+/// replica, the Sentinels and the other server for longer than a TTL while the Sentinels promote
+/// the replica: the holder on the minority side stops believing (its renewals go
+/// unacknowledged), and no two holders overlap, the history checked without the data-loss
+/// allowance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_old_primary_and_a_server_partitioned_past_a_ttl() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start(Cluster::start_sentinel(2).await, 4).await;
+    chaos.run_old_primary_and_a_server_partitioned().await;
+}

@@ -22,6 +22,7 @@ use super::sentinel::SentinelsIn;
 use super::{RedisServer, ServerProcess};
 
 mod primitives;
+pub mod replication;
 pub mod revoke;
 pub mod several;
 use primitives::Primitives;
@@ -87,6 +88,8 @@ pub struct Cluster {
     pub servers: Vec<ServerProcess>,
     /// The servers' `--redis URL` or `--redlock URLS`.
     redis_args: Vec<String>,
+    /// The servers' flags: [`SERVER_FLAGS`], and any the run adds (`--redis-durable`).
+    server_flags: Vec<String>,
     /// The namespaces, in the order of the processes above: the lock Redis's, the other
     /// primaries' (or the replica's), the servers'. Dropped after the processes.
     pub lock_host: Host,
@@ -110,11 +113,19 @@ impl Cluster {
     pub fn kill_and_restart(&mut self, i: usize) {
         self.servers[i].kill();
         let redis: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
-        self.servers[i] = self.servers[i].start_again(&redis, SERVER_FLAGS);
+        let flags: Vec<&str> = self.server_flags.iter().map(String::as_str).collect();
+        self.servers[i] = self.servers[i].start_again(&redis, &flags);
     }
 
     pub async fn start(servers: usize) -> Self {
         Self::start_mode("single", servers, 1, false)
+    }
+
+    /// One Redis keeping an append-only file it fsyncs before every reply (`appendonly yes`,
+    /// `appendfsync always`), and servers that vouch for a lease only once it is on that disk
+    /// (`--redis-durable`): a Redis killed and started again keeps every lease.
+    pub async fn start_durable(servers: usize) -> Self {
+        Self::start_mode("durable", servers, 1, false)
     }
 
     /// One Redis, each server on a fake clock of its own that the test can jump.
@@ -206,7 +217,14 @@ impl Cluster {
     fn start_mode(mode: &'static str, servers: usize, primaries: usize, faked: bool) -> Self {
         let mut net = Net::create();
         let lock_host = net.host(&[Side::Redis]);
-        let lock_redis = RedisServer::start_in(&lock_host);
+        let durable = mode == "durable";
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        let aof = aof.iter().filter(|_| durable).map(|arg| arg.to_string());
+        // A replica's first sync at once (not after diskless sync's 5 s delay): until it is
+        // online, `--redis-replicas auto` counts no replica and waits for none.
+        let sync_now = ["--repl-diskless-sync-delay", "0"].map(str::to_owned);
+        let sync_now = sync_now.into_iter().filter(|_| mode == "sentinel");
+        let lock_redis = RedisServer::start_in_with(&lock_host, aof.chain(sync_now).collect());
         let primary_hosts: Vec<Host> = (1..primaries).map(|_| net.host(&[Side::Redis])).collect();
         let others: Vec<RedisServer> = if mode == "sentinel" {
             let primary = vec![
@@ -215,6 +233,7 @@ impl Cluster {
                 lock_redis.port().to_string(),
             ];
             let replica = RedisServer::start_in_with(&primary_hosts[0], primary);
+            until_online(&replica);
             vec![replica]
         } else {
             primary_hosts.iter().map(RedisServer::start_in).collect()
@@ -239,6 +258,11 @@ impl Cluster {
             _ => vec!["--redis".to_owned(), lock_redis.url()],
         };
         let redis: Vec<&str> = redis_args.iter().map(String::as_str).collect();
+        let mut server_flags: Vec<String> = SERVER_FLAGS.iter().map(|f| f.to_string()).collect();
+        if durable {
+            server_flags.push("--redis-durable".to_owned());
+        }
+        let flags: Vec<&str> = server_flags.iter().map(String::as_str).collect();
         let server_hosts: Vec<Host> = (0..servers)
             .map(|_| net.host(&[Side::Clients, Side::Redis]))
             .collect();
@@ -252,7 +276,7 @@ impl Cluster {
             .enumerate()
             .map(|(i, host)| {
                 let env = clocks.get(i).map(FakeClock::env).unwrap_or_default();
-                ServerProcess::start_in_with_env(host, &redis, SERVER_FLAGS, env)
+                ServerProcess::start_in_with_env(host, &redis, &flags, env)
             })
             .collect();
         Cluster {
@@ -264,6 +288,7 @@ impl Cluster {
             resource_redis: RedisServer::start(),
             servers,
             redis_args,
+            server_flags,
             lock_host,
             primary_hosts,
             engine_host,
@@ -271,6 +296,19 @@ impl Cluster {
             clocks,
             net,
         }
+    }
+}
+
+/// Waits (at most 20 s) until `replica` has synced with its primary and follows it.
+fn until_online(replica: &RedisServer) {
+    let started = std::time::Instant::now();
+    let info = || super::redis_cli_at(replica.ip(), replica.port(), &["info", "replication"]);
+    while !info().contains("master_link_status:up") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replica never synced with its primary"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -337,6 +375,9 @@ struct Journal {
     holds: Vec<Hold>,
     writes: Vec<Write>,
     refused: Vec<Refused>,
+    /// Acquisitions that failed, each when its answer came and why (a refusal for want of a
+    /// replica's acknowledgement, Redis unreachable, ...).
+    failed: Vec<(Instant, String)>,
 }
 
 struct Shared {
@@ -752,6 +793,7 @@ impl Chaos {
             holds: journal.holds,
             writes: journal.writes,
             refused: journal.refused,
+            failed: journal.failed,
             final_value,
             history: self.shared.history.clone(),
             mode: self.cluster.mode,
@@ -795,6 +837,10 @@ impl Worker {
             };
             let answer = guard.as_ref().map(Guard::fencing_token);
             let start = self.history().record_acquire(self.id, called, answer);
+            if let Err(error) = &guard {
+                let failed = (start, error.to_string());
+                self.shared.journal().failed.push(failed);
+            }
             let Ok(guard) = guard else {
                 // Server down or unreachable, or the wait ran out: try the next server.
                 self.server = (self.server + 1) % self.routes.len();
@@ -1040,6 +1086,8 @@ pub struct Report {
     pub holds: Vec<Hold>,
     pub writes: Vec<Write>,
     pub refused: Vec<Refused>,
+    /// The lock's acquisitions that failed: when, and the error.
+    pub failed: Vec<(Instant, String)>,
     pub final_value: u64,
     history: Arc<History>,
     mode: &'static str,

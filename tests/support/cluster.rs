@@ -348,6 +348,25 @@ impl RedisCluster {
         }
     }
 
+    /// The port of the replica of the primary on `port` (its first, by `INFO replication`).
+    pub fn replica_of(&self, port: u16) -> u16 {
+        let info = self.cli(port, &["info", "replication"]);
+        info.lines()
+            .find(|line| line.starts_with("slave0:"))
+            .and_then(|line| line.split(',').find_map(|part| part.strip_prefix("port=")))
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("the primary on {port} has no replica: {info}"))
+    }
+
+    /// The replica on `port` takes its primary's slots over at once, asking no one (`CLUSTER
+    /// FAILOVER TAKEOVER`: what an operator does when the primary is gone and the cluster is
+    /// not to wait for its node timeout); returns once it says it is a primary (at most 20 s).
+    pub fn take_over(&self, port: u16) {
+        let answer = self.cli(port, &["cluster", "failover", "takeover"]);
+        assert_eq!(answer, "OK", "CLUSTER FAILOVER TAKEOVER on {port}");
+        self.until(port, &["role"], |out| out.starts_with("master"));
+    }
+
     /// `redis-cli` against the node on `port`, for what the helpers here do not cover.
     pub fn run(&self, port: u16, args: &[&str]) -> String {
         self.cli(port, args)

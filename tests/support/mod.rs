@@ -217,6 +217,12 @@ impl RedisServer {
 
     /// Kills Redis (SIGKILL) and starts it again, empty, on the same port.
     pub fn restart_empty(&mut self) {
+        self.kill_and_start_again();
+    }
+
+    /// Kills Redis (SIGKILL) and starts it again on the same port, in the same directory and
+    /// with the same arguments: empty, unless they keep an append-only file, which it reloads.
+    pub fn kill_and_start_again(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for _ in 0..50 {

@@ -169,6 +169,94 @@ impl Host {
     pub fn heal(&self, side: Side) {
         ip(&["link", "set", &self.link(side).1, "up"]);
     }
+
+    /// Drops (silently, both ways) every packet between this host and `peer` on the Redis
+    /// bridge, while both keep their links: a partition that splits the hosts of one bridge
+    /// into sides, each side still whole ([`partition`]).
+    fn drop_peer(&self, peer: Ipv4Addr, rule: Rule) {
+        let peer = format!("{peer}/32");
+        self.iptables(rule, &["INPUT", "-s", &peer, "-j", "DROP"]);
+        self.iptables(rule, &["OUTPUT", "-d", &peer, "-j", "DROP"]);
+    }
+
+    /// Holds back every connection between two processes of this host to its TCP `port` (they
+    /// talk over loopback): the packets vanish, the connections stay open, as with a link
+    /// whose packets are lost. Other hosts still reach the port. Undone by
+    /// [`Host::release_local_port`].
+    pub fn hold_back_local_port(&self, port: u16) {
+        self.local_port(port, Rule::Add);
+    }
+
+    pub fn release_local_port(&self, port: u16) {
+        self.local_port(port, Rule::Delete);
+    }
+
+    /// Holds back this host's TCP connections to `peer`'s `port` (a replica's link to its
+    /// primary): their packets vanish both ways, the connections stay open, every other
+    /// connection of either host flows. Undone by [`Host::release_link_to`].
+    pub fn hold_back_link_to(&self, peer: Ipv4Addr, port: u16) {
+        self.link_to(peer, port, Rule::Add);
+    }
+
+    pub fn release_link_to(&self, peer: Ipv4Addr, port: u16) {
+        self.link_to(peer, port, Rule::Delete);
+    }
+
+    fn link_to(&self, peer: Ipv4Addr, port: u16, rule: Rule) {
+        let (peer, port) = (format!("{peer}/32"), port.to_string());
+        let tcp = ["-p", "tcp"];
+        let inbound = [
+            "INPUT", "-s", &peer, tcp[0], tcp[1], "--sport", &port, "-j", "DROP",
+        ];
+        let outbound = [
+            "OUTPUT", "-d", &peer, tcp[0], tcp[1], "--dport", &port, "-j", "DROP",
+        ];
+        self.iptables(rule, &inbound);
+        self.iptables(rule, &outbound);
+    }
+
+    fn local_port(&self, port: u16, rule: Rule) {
+        let port = port.to_string();
+        for way in ["--dport", "--sport"] {
+            let spec = ["INPUT", "-i", "lo", "-p", "tcp", way, &port, "-j", "DROP"];
+            self.iptables(rule, &spec);
+        }
+    }
+
+    /// `iptables -A|-D rule…` in this namespace (Debian's `iptables`).
+    fn iptables(&self, rule: Rule, spec: &[&str]) {
+        let verb = match rule {
+            Rule::Add => "-A",
+            Rule::Delete => "-D",
+        };
+        let mut args = vec!["netns", "exec", &self.name, "iptables", verb];
+        args.extend_from_slice(spec);
+        ip(&args);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Rule {
+    Add,
+    Delete,
+}
+
+/// Splits the Redis bridge in two: no packet passes between a host of `a` and one of `b`
+/// (dropped by `iptables` in each, silently: no reset, no unreachable), while the hosts of a
+/// side still reach each other and the test process. Undone by [`rejoin`].
+pub fn partition(a: &[&Host], b: &[&Host]) {
+    split(a, b, Rule::Add);
+}
+
+pub fn rejoin(a: &[&Host], b: &[&Host]) {
+    split(a, b, Rule::Delete);
+}
+
+fn split(a: &[&Host], b: &[&Host], rule: Rule) {
+    for (one, other) in a.iter().flat_map(|x| b.iter().map(move |y| (*x, *y))) {
+        one.drop_peer(other.addr(Side::Redis), rule);
+        other.drop_peer(one.addr(Side::Redis), rule);
+    }
 }
 
 impl Drop for Host {
