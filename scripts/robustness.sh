@@ -247,6 +247,13 @@ broken grant-acknowledgement-ignored cluster::chaos_the_locks_replica_held_back_
   src/store/locks/acquire.rs \
   "let acquired = |reply: &Vec<Value>| reply.first().and_then(Value::as_i64) == Some(1);" \
   "let acquired = |_: &Vec<Value>| false;"
+# A replica that left no longer waited for at once under auto (issue 49): an old primary whose
+# partition healed behind a promotion would vouch for grants and renewals unreplicated until the
+# Sentinels demote it (the chaos case caught that in 2 runs of 6: too seldom to be the catch).
+broken auto-forgets-a-replica-that-left store::replication::tests::auto_goes_on_waiting_for_a_replica_that_just_left lib \
+  src/store/replication.rs \
+  "                floor if floor > state.replicas => Err(floor)," \
+  "                floor if floor > state.replicas && false => Err(floor),"
 # Not here, because no run can show them: a release without the token check (no stale release is
 # ever sent: a server never releases a lease it lost, and clients release only while they
 # believe), and an extend that ignores a 0 (without data loss a key expires only after its

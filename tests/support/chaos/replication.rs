@@ -101,18 +101,6 @@ impl Cluster {
         }
     }
 
-    /// `min-replicas-to-write 1`, `min-replicas-max-lag 10` on Sentinel's first primary.
-    fn refuse_writes_without_a_replica(&self) {
-        let (ip, port) = (self.lock_redis.ip(), self.lock_redis.port());
-        for (name, value) in [
-            ("min-replicas-to-write", "1"),
-            ("min-replicas-max-lag", "10"),
-        ] {
-            let answer = crate::support::redis_cli_at(ip, port, &["config", "set", name, value]);
-            assert_eq!(answer, "OK", "CONFIG SET {name} {value}");
-        }
-    }
-
     /// The namespace of the Sentinels or of the cluster's nodes.
     fn engine(&self) -> &Host {
         self.engine_host
@@ -180,11 +168,10 @@ impl Chaos {
     pub async fn run_old_primary_and_a_server_partitioned(self) {
         let fault = "old-primary-and-a-server-partitioned";
         self.progress(10).await;
-        // As docs/redis-modes.md asks of every primary: once its replica is gone (at the heal:
-        // the promoted replica closed the link), the old primary refuses writes rather than
-        // take them unreplicated under `--redis-replicas auto` until the Sentinels demote it.
-        // (Only on this one: the promoted replica has none left to keep.)
-        self.cluster.refuse_writes_without_a_replica();
+        // Redis as it comes (min-replicas-to-write 0): at the heal the promoted replica closes
+        // its link and the old primary sees no replica at once; the servers' own rule (auto
+        // goes on waiting for a replica that left, LOST_REPLICA_WAIT) keeps them from vouching
+        // for anything there until the Sentinels demote it.
         let holder = self.fresh_holder().await;
         let cluster = &self.cluster;
         cluster.split_old_primary_with(holder.server, Split::Apart);
