@@ -187,10 +187,6 @@ impl Replication {
         }
     }
 
-    pub fn settings(&self) -> &ReplicationSettings {
-        &self.settings
-    }
-
     /// Says in one line per node what a failover and a restart can and cannot lose, and refuses
     /// `--redis-durable` where neither `WAITAOF` nor `appendfsync always` can keep its promise.
     pub fn start(&self) -> Result<()> {
