@@ -122,10 +122,7 @@ async fn a_renewal_the_replica_did_not_acknowledge_extends_nothing_and_the_holde
     let mut client = server.client().await;
     let ttl = Duration::from_millis(1_000);
     let mut stream = LeaseStream::acquire(&mut client, "renewed", 1_000, 0, "a").await;
-    match stream.next_significant().await {
-        Ok(Some(Event::Acquired(_))) => {}
-        other => panic!("expected Acquired, got {other:?}"),
-    }
+    stream.acquired().await;
     // The replica's copy now expires at most a TTL from here: the holder must stop believing
     // before then, however well the primary itself renews.
     let held_back = tokio::time::Instant::now();
@@ -230,10 +227,7 @@ async fn a_redis_restarted_empty_grants_nothing_until_the_leases_it_lost_have_ex
     let mut client = server.client().await;
     let ttl = Duration::from_millis(2_000);
     let mut holder = LeaseStream::acquire(&mut client, "kept", 2_000, 0, "a").await;
-    match holder.next_significant().await {
-        Ok(Some(Event::Acquired(_))) => {}
-        other => panic!("expected Acquired, got {other:?}"),
-    }
+    holder.acquired().await;
     let restarted = tokio::time::Instant::now();
     redis.restart_empty();
     // The server noticed (its re-check after the reconnection tells the holder at once)...

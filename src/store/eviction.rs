@@ -18,6 +18,7 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use tracing::{error, info, warn};
 
+use super::connection::ask_each_node;
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -99,21 +100,14 @@ impl Eviction {
     /// Reads the policy of every node `client` writes to, and records what changed (logged once
     /// per change, and in the metric). A node that does not answer keeps what was last read.
     pub async fn check(&self, client: &Client, timeout: Duration) {
-        let primaries = client.active_connections();
-        if primaries.is_empty() {
+        let read = ask_each_node(
+            client,
+            |node| async move { policy_of(&node, timeout).await },
+        )
+        .await;
+        if read.is_empty() {
             return; // Not connected now: nothing new to know, and nothing to forget.
         }
-        // All at once: one slow primary must not hold the others' answers (or the health
-        // check) for its whole timeout.
-        let asked = primaries.into_iter().map(|server| async move {
-            let answer = if client.is_clustered() {
-                policy_of(&client.with_cluster_node(server.clone()), timeout).await
-            } else {
-                policy_of(client, timeout).await
-            };
-            (server.to_string(), answer)
-        });
-        let read = futures_util::future::join_all(asked).await;
         self.record(read);
     }
 

@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::connection::ask_each_node;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
@@ -367,19 +368,11 @@ impl Replication {
     /// (logged once per change, and in the metrics). A node that does not answer keeps what
     /// was last read.
     pub async fn check(&self, client: &Client, timeout: Duration) {
-        let primaries = client.active_connections();
-        if primaries.is_empty() {
-            return;
+        let read =
+            ask_each_node(client, |node| async move { state_of(&node, timeout).await }).await;
+        if read.is_empty() {
+            return; // Not connected now: nothing new to know, and nothing to forget.
         }
-        let asked = primaries.into_iter().map(|server| async move {
-            let state = if client.is_clustered() {
-                state_of(&client.with_cluster_node(server.clone()), timeout).await
-            } else {
-                state_of(client, timeout).await
-            };
-            (server.to_string(), state)
-        });
-        let read = futures_util::future::join_all(asked).await;
         self.record(read);
     }
 
