@@ -658,27 +658,6 @@ async fn bounded<T>(
     }
 }
 
-/// Asks every node `client` writes to (the one Redis, the Sentinel's primary, every Cluster
-/// primary), all at once: one slow node must not hold the others' answers (or the health check)
-/// for its whole timeout. Each answer with its node's address; none while not connected.
-pub(super) async fn ask_each_node<T, Fut>(
-    client: &Client,
-    ask: impl Fn(fred::clients::WithOptions<Client>) -> Fut,
-) -> Vec<(String, T)>
-where
-    Fut: Future<Output = T>,
-{
-    let asked = client.active_connections().into_iter().map(|server| {
-        let options = fred::types::config::Options {
-            cluster_node: client.is_clustered().then(|| server.clone()),
-            ..Default::default()
-        };
-        let answer = ask(client.with_options(&options));
-        async move { (server.to_string(), answer.await) }
-    });
-    futures_util::future::join_all(asked).await
-}
-
 /// A duration as the milliseconds argument of a command or script (`PX`, a TTL), saturating:
 /// every key space states its TTLs this way.
 pub fn millis(duration: Duration) -> i64 {

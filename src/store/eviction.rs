@@ -18,7 +18,7 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use tracing::{error, info, warn};
 
-use super::connection::ask_each_node;
+use super::each_node::ask_each_node;
 use crate::error::Error;
 use crate::metrics::Metrics;
 

@@ -1,6 +1,7 @@
 //! The Redis layer: the connection, and one module per key space with its own Lua scripts.
 //!
 //! - [`connection`]: connect, reconnect (and tell leases), bounded calls, background calls.
+//! - [`each_node`]: one question to every node that holds locks, all at once.
 //! - [`eviction`]: whether a node's `maxmemory-policy` may evict held locks.
 //! - [`failover`]: following a Sentinel failover whose old primary went silent.
 //! - [`keys`]: key layout; no name can reach another name's keys or leave the prefix.
@@ -16,6 +17,7 @@
 //! Nothing here knows about gRPC or about how long a lease lives: that is the lease layer's.
 
 pub mod connection;
+pub mod each_node;
 pub mod elections;
 pub mod eviction;
 pub mod failover;

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::connection::ask_each_node;
+use super::each_node::ask_each_node;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
