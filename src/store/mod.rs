@@ -1,5 +1,6 @@
 //! The Redis layer: the connection, and one module per key space with its own Lua scripts.
 //!
+//! - [`acknowledgement`]: the `WAIT` behind a write, shared by every write of a node.
 //! - [`connection`]: connect, reconnect (and tell leases), bounded calls, background calls.
 //! - [`each_node`]: one question to every node that holds locks, all at once.
 //! - [`eviction`]: whether a node's `maxmemory-policy` may evict held locks.
@@ -16,6 +17,7 @@
 //!
 //! Nothing here knows about gRPC or about how long a lease lives: that is the lease layer's.
 
+pub mod acknowledgement;
 pub mod connection;
 pub mod each_node;
 pub mod elections;
