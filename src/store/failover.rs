@@ -118,13 +118,23 @@ pub fn follow(client: &Client, config: &Config, command_timeout: Duration, tasks
 /// Moves `subscriber` (a pub/sub connection) whenever `leader` (its command connection)
 /// reconnects to another server than the one `subscriber` is on: a pub/sub connection carries no
 /// commands of ours that could time out, so nothing else would tell it that its primary went
-/// silent. Sentinel only; runs until shutdown.
+/// silent. On a Cluster, its slots are read again whenever the leader's primaries change (a
+/// silent primary's slots taken over: [`SlotWatch`]), or its `SSUBSCRIBE`s would go on to the
+/// old primary. Runs until shutdown.
 pub fn follow_leader(
     subscriber: &SubscriberClient,
     leader: &Client,
     config: &Config,
     tasks: &Tasks,
 ) {
+    if config.server.is_clustered() {
+        let slots = SubscriberSlots {
+            subscriber: subscriber.clone(),
+            leader: leader.clone(),
+        };
+        tasks.spawn(slots.run(tasks.clone()));
+        return;
+    }
     if !matches!(config.server, ServerConfig::Sentinel { .. }) {
         return;
     }
@@ -150,6 +160,39 @@ pub fn follow_leader(
             }
         }
     });
+}
+
+/// A Cluster's pub/sub connection, kept on the primaries its command connection uses.
+struct SubscriberSlots {
+    subscriber: SubscriberClient,
+    leader: Client,
+}
+
+impl SubscriberSlots {
+    async fn run(self, tasks: Tasks) {
+        loop {
+            tokio::select! {
+                () = tasks.stopping() => return,
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+            }
+            let primaries = |table: Option<fred::types::cluster::ClusterRouting>| {
+                let mut nodes = table.map(|t| t.unique_primary_nodes()).unwrap_or_default();
+                nodes.sort();
+                nodes
+            };
+            let wanted = primaries(self.leader.cached_cluster_state());
+            if wanted.is_empty() || wanted == primaries(self.subscriber.cached_cluster_state()) {
+                continue;
+            }
+            info!(primaries = ?wanted, "the cluster's primaries changed; reading a pub/sub connection's slots again");
+            let sync = self.subscriber.sync_cluster();
+            match tokio::time::timeout(RECONNECT_LIMIT, sync).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => warn!(%error, "could not read a pub/sub connection's slots again"),
+                Err(_) => warn!("a pub/sub connection's slots not read again within {RECONNECT_LIMIT:?}"),
+            }
+        }
+    }
 }
 
 /// Watches one command connection: moves it when the Sentinels switch, or when it stops
