@@ -29,7 +29,7 @@ impl RedisCluster {
     /// ports from 7000, bus ports from 17000), on its link to the Redis bridge.
     pub fn start_in(host: &super::netns::Host, primaries: usize, replicas: usize) -> Self {
         let ports = (0..primaries * (1 + replicas))
-            .map(|i| (7000 + i as u16, 17000 + i as u16))
+            .map(|i| (7000 + i as u16, 7000 + BUS_OFFSET + i as u16))
             .collect();
         let ip = host.addr(super::netns::Side::Redis).into();
         Self::start_at(Some(&host.name), ip, ports, replicas)
@@ -107,6 +107,7 @@ impl RedisCluster {
                 // A bus port of its own: the default (port + 10,000) is past 65,535 for half
                 // the ephemeral range, and may be another test's port.
                 .args(["--cluster-port", &bus.to_string()])
+                .args(own_source(ns, ip, port))
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&node_dir)
@@ -367,6 +368,25 @@ impl RedisCluster {
         self.until(port, &["role"], |out| out.starts_with("master"));
     }
 
+    /// Waits (at most 20 s) until the node on `port` says it is a primary: a replica promoted
+    /// by the cluster's own failure detection.
+    pub fn until_primary(&self, port: u16) {
+        self.until(port, &["role"], |out| out.starts_with("master"));
+    }
+
+    /// The node on `port`'s own addresses in its namespace, by which a partition can tell its
+    /// packets from the other nodes' on the loopback they share.
+    pub fn node_addresses(&self, port: u16) -> NodeAddresses {
+        assert!(
+            !self.ip.is_loopback(),
+            "a cluster in a namespace of its own"
+        );
+        NodeAddresses {
+            ports: [port, port + BUS_OFFSET],
+            source: source_of(port),
+        }
+    }
+
     /// `redis-cli` against the node on `port`, for what the helpers here do not cover.
     pub fn run(&self, port: u16, args: &[&str]) -> String {
         self.cli(port, args)
@@ -379,6 +399,42 @@ impl RedisCluster {
 }
 
 /// Whether a `CLUSTER NODES` slot field (`5461-10922` or `42`) covers `slot`.
+/// Where a node in a namespace has its bus port: [`RedisCluster::start_in`]'s layout.
+const BUS_OFFSET: u16 = 10_000;
+
+/// A node's port and bus port, and the source address of every connection it opens (to the
+/// other nodes' bus ports, to its primary).
+pub struct NodeAddresses {
+    pub ports: [u16; 2],
+    pub source: std::net::Ipv4Addr,
+}
+
+/// The source address of every connection the node on `port` opens, in a namespace: one of its
+/// own on loopback (`127.1.x.y`). The nodes share one address and loopback, and a node's links
+/// to the others' bus ports come from ports nothing else tells apart; with a source address
+/// each, a partition can drop one node's links by address.
+fn source_of(port: u16) -> std::net::Ipv4Addr {
+    let [high, low] = port.to_be_bytes();
+    std::net::Ipv4Addr::new(127, 1, high, low)
+}
+
+/// In a namespace: a node's connections open from its own [`source_of`] address, and it
+/// announces its namespace's address (not that source, which the other nodes would otherwise
+/// take for its address and hand to clients). Nothing on plain loopback.
+fn own_source(ns: Option<&str>, ip: std::net::IpAddr, port: u16) -> Vec<String> {
+    let Some(_) = ns else { return Vec::new() };
+    let source = source_of(port).to_string();
+    let announce = ip.to_string();
+    [
+        "--bind-source-addr",
+        &source,
+        "--cluster-announce-ip",
+        &announce,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 fn covers(range: &str, slot: u16) -> bool {
     let (low, high) = range.split_once('-').unwrap_or((range, range));
     match (low.parse::<u16>(), high.parse::<u16>()) {

@@ -202,6 +202,51 @@ impl Host {
         self.link_to(peer, port, Rule::Delete);
     }
 
+    /// Drops every TCP packet between this host and `peer` but those to and from `peer`'s
+    /// `port`: of the processes sharing `peer`'s address (a cluster's nodes), this host reaches
+    /// only the one on `port`. Undone by [`Host::rejoin_all_of`].
+    pub fn only_reach_port_of(&self, peer: Ipv4Addr, port: u16) {
+        self.all_but_port_of(peer, port, Rule::Add);
+    }
+
+    pub fn rejoin_all_of(&self, peer: Ipv4Addr, port: u16) {
+        self.all_but_port_of(peer, port, Rule::Delete);
+    }
+
+    fn all_but_port_of(&self, peer: Ipv4Addr, port: u16, rule: Rule) {
+        let (peer, port) = (format!("{peer}/32"), port.to_string());
+        let inbound = [
+            "INPUT", "-s", &peer, "-p", "tcp", "!", "--sport", &port, "-j", "DROP",
+        ];
+        let outbound = [
+            "OUTPUT", "-d", &peer, "-p", "tcp", "!", "--dport", &port, "-j", "DROP",
+        ];
+        self.iptables(rule, &inbound);
+        self.iptables(rule, &outbound);
+    }
+
+    /// Cuts one of this host's processes off from the others on loopback (a cluster's node from
+    /// the other nodes): every packet to or from its `ports` (whoever connected) or its own
+    /// `source` address (the connections it opened) is dropped on `lo`, while hosts on the
+    /// bridge still reach it. Undone by [`Host::rejoin_local_process`].
+    pub fn cut_off_local_process(&self, ports: &[u16], source: Ipv4Addr) {
+        self.local_process(ports, source, Rule::Add);
+    }
+
+    pub fn rejoin_local_process(&self, ports: &[u16], source: Ipv4Addr) {
+        self.local_process(ports, source, Rule::Delete);
+    }
+
+    fn local_process(&self, ports: &[u16], source: Ipv4Addr, rule: Rule) {
+        for port in ports {
+            self.local_port(*port, rule);
+        }
+        let source = format!("{source}/32");
+        for way in ["-s", "-d"] {
+            self.iptables(rule, &["INPUT", "-i", "lo", way, &source, "-j", "DROP"]);
+        }
+    }
+
     fn link_to(&self, peer: Ipv4Addr, port: u16, rule: Rule) {
         let (peer, port) = (format!("{peer}/32"), port.to_string());
         let tcp = ["-p", "tcp"];

@@ -88,9 +88,32 @@ impl Cluster {
         Instant::now()
     }
 
-    /// Partitions (or rejoins) Sentinel's primary and server `server` from everything else on
-    /// the Redis side: the replica (its link too), the Sentinels and the other servers.
-    fn split_old_primary_with(&self, server: usize, split: Split) {
+    /// The old primary's link to its replica, which a partition of that primary cuts: on
+    /// Sentinel, the lock Redis's; on a Cluster, the lock's slot's primary's and its replica's.
+    fn old_primarys_link(&self) -> Link {
+        match (&self.sentinels, &self.redis_cluster) {
+            (Some(_), _) => Link::Sentinel,
+            (None, Some(redis)) => {
+                let (primary, _) = redis.slot_of(&crate::support::lock_key(super::LOCK));
+                let replica = redis.replica_of(primary);
+                Link::Cluster { primary, replica }
+            }
+            (None, None) => panic!("no replica to partition from in a {} run", self.mode),
+        }
+    }
+
+    /// Partitions (or rejoins) the old primary and server `server` from everything else on
+    /// the Redis side: the replica (its link too), the Sentinels or the other nodes, and the
+    /// other servers.
+    fn split_old_primary_with(&self, server: usize, link: Link, split: Split) {
+        match link {
+            Link::Sentinel => self.split_sentinels_primary_with(server, split),
+            Link::Cluster { primary, .. } => self.split_cluster_node_with(server, primary, split),
+        }
+    }
+
+    /// On Sentinel every process has a namespace of its own: iptables in each splits the bridge.
+    fn split_sentinels_primary_with(&self, server: usize, split: Split) {
         let minority = [&self.lock_host, &self.server_hosts[server]];
         let mut majority = vec![&self.primary_hosts[0], self.engine()];
         let others = (0..self.server_hosts.len()).filter(|i| *i != server);
@@ -98,6 +121,41 @@ impl Cluster {
         match split {
             Split::Apart => partition(&minority, &majority),
             Split::Together => rejoin(&minority, &majority),
+        }
+    }
+
+    /// On a Cluster the nodes share a namespace and its address: the node on `primary` is cut
+    /// off from the other nodes on loopback (by its ports and its own source address: its bus
+    /// and its replica's link), server `server` reaches only that node, and the other servers
+    /// every node but it.
+    fn split_cluster_node_with(&self, server: usize, primary: u16, split: Split) {
+        let redis = self.redis_cluster.as_ref().expect("a cluster run");
+        let node = redis.node_addresses(primary);
+        let (engine, nodes) = (self.engine(), self.engine().addr(Side::Redis));
+        for (i, host) in self.server_hosts.iter().enumerate() {
+            match (split, i == server) {
+                (Split::Apart, true) => host.only_reach_port_of(nodes, primary),
+                (Split::Together, true) => host.rejoin_all_of(nodes, primary),
+                (Split::Apart, false) => host.hold_back_link_to(nodes, primary),
+                (Split::Together, false) => host.release_link_to(nodes, primary),
+            }
+        }
+        match split {
+            Split::Apart => engine.cut_off_local_process(&node.ports, node.source),
+            Split::Together => engine.rejoin_local_process(&node.ports, node.source),
+        }
+    }
+
+    /// Waits until the old primary's replica is primary: named by the Sentinels, or promoted
+    /// by the cluster's own failure detection (the other primaries find the old one gone past
+    /// the node timeout and vote for its replica).
+    fn until_old_primary_replaced(&self, link: Link) {
+        match link {
+            Link::Sentinel => self.until_replica_promoted(),
+            Link::Cluster { replica, .. } => {
+                let redis = self.redis_cluster.as_ref().expect("a cluster run");
+                redis.until_primary(replica);
+            }
         }
     }
 
@@ -160,28 +218,31 @@ impl Chaos {
         report.assert_safe(usable_again);
     }
 
-    /// On Sentinel: the old primary and the fresh holder's server partitioned from the replica,
-    /// the Sentinels and the other server(s) for longer than a TTL while the Sentinels promote
-    /// the replica. The minority's old primary still takes writes (`min-replicas-to-write` 0),
-    /// but its replica acknowledges none, so the holder there stops believing within its TTL;
-    /// whatever the majority's new primary grants, no two holders overlap.
+    /// The old primary and the fresh holder's server partitioned from the replica, the
+    /// Sentinels (or the cluster's other nodes) and the other server(s) for longer than a TTL
+    /// while the replica is promoted (by the Sentinels, or the cluster's own failure detection)
+    /// and the majority side serves through it. The minority's old primary still takes writes
+    /// (`min-replicas-to-write` 0), but its replica acknowledges none, so the holder there
+    /// stops believing within its TTL; whatever the majority's new primary grants, no two
+    /// holders overlap.
     pub async fn run_old_primary_and_a_server_partitioned(self) {
         let fault = "old-primary-and-a-server-partitioned";
         self.progress(10).await;
         // Redis as it comes (min-replicas-to-write 0): at the heal the promoted replica closes
         // its link and the old primary sees no replica at once; the servers' own rule (auto
         // goes on waiting for a replica that left, LOST_REPLICA_WAIT) keeps them from vouching
-        // for anything there until the Sentinels demote it.
+        // for anything there until it is demoted.
         let holder = self.fresh_holder().await;
         let cluster = &self.cluster;
-        cluster.split_old_primary_with(holder.server, Split::Apart);
+        let link = cluster.old_primarys_link();
+        cluster.split_old_primary_with(holder.server, link, Split::Apart);
         let cut_at = Instant::now();
         self.until_turn_over(&holder).await;
-        cluster.until_replica_promoted();
+        cluster.until_old_primary_replaced(link);
         let promoted_at = Instant::now();
         // The new primary serves, the old one still cut off, for longer than a TTL.
         sleep(FAULT_FOR).await;
-        cluster.split_old_primary_with(holder.server, Split::Together);
+        cluster.split_old_primary_with(holder.server, link, Split::Together);
         let healed_at = Instant::now();
         self.progress(10).await;
         let report = self.finish(fault).await;
@@ -193,12 +254,16 @@ impl Chaos {
             .filter(|h| h.server != holder.server && h.start > promoted_at && h.start < healed_at)
             .count();
         let (_, usable_again) = report.next_hold_after(cut_at);
+        // The lock may have gone on through the majority side and be done before the heal.
+        let after_heal = report.holds.iter().filter(|h| h.start > healed_at);
+        let usable_after_heal = after_heal.map(|h| h.start - healed_at).min();
         println!(
-            "FIGURE fault={fault} holder_believed_ms={} promoted_after_cut_ms={} majority_grants_while_cut={majority_served} acquisitions_failed={} usable_again_ms={} overlap_ms={}",
+            "FIGURE fault={fault} holder_believed_ms={} promoted_after_cut_ms={} majority_grants_while_cut={majority_served} acquisitions_failed={} usable_again_ms={} usable_after_heal_ms={:?} overlap_ms={}",
             report.belief_after(&holder, cut_at).as_millis(),
             (promoted_at - cut_at).as_millis(),
             report.failures_between(cut_at, healed_at),
             usable_again.as_millis(),
+            usable_after_heal.map(|d| d.as_millis()),
             report.max_overlap().as_millis(),
         );
         assert_eq!(
