@@ -668,3 +668,14 @@ async fn chaos_the_locks_replica_held_back_then_its_primary_killed_on_sessions()
         .run_replica_held_back_then_primary_killed("replica-held-back-then-primary-killed-sessions")
         .await;
 }
+
+/// The lock's slot's primary and one server cut off from its replica, the other primaries and
+/// the other server for longer than a TTL, while the cluster promotes the replica (issue 49):
+/// the holder on the cut-off side stops believing (its renewals go unacknowledged), nobody
+/// overlaps, and every primitive is checked without the data-loss allowance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_the_locks_primary_and_a_server_partitioned_past_a_ttl() {
+    use support::chaos::{Chaos, Cluster};
+    let chaos = Chaos::start(Cluster::start_cluster(2).await, 4).await;
+    chaos.run_old_primary_and_a_server_partitioned().await;
+}

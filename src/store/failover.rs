@@ -188,8 +188,12 @@ impl SubscriberSlots {
             let sync = self.subscriber.sync_cluster();
             match tokio::time::timeout(RECONNECT_LIMIT, sync).await {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => warn!(%error, "could not read a pub/sub connection's slots again"),
-                Err(_) => warn!("a pub/sub connection's slots not read again within {RECONNECT_LIMIT:?}"),
+                Ok(Err(error)) => {
+                    warn!(%error, "could not read a pub/sub connection's slots again")
+                }
+                Err(_) => {
+                    warn!("a pub/sub connection's slots not read again within {RECONNECT_LIMIT:?}")
+                }
             }
         }
     }
