@@ -360,8 +360,9 @@ impl Connection {
     /// extends nothing).
     ///
     /// When no `WAIT` is in flight on the node, this call's own follows its script in the same
-    /// write (a pipeline: one round trip); otherwise it waits for the next one sent after its
-    /// script answered, shared with every call that came meanwhile (see [`super::replication`]).
+    /// write (a pipeline: one round trip; not on a Cluster, see below); otherwise it waits for
+    /// the next one sent after its script answered, shared with every call that came meanwhile
+    /// (see [`super::acknowledgement`]).
     pub async fn eval_vouched<R: FromValue>(
         &self,
         script: &Script,
@@ -377,7 +378,11 @@ impl Connection {
             return self.eval(script, context, arguments).await;
         };
         let wait = self.wait_timeout();
-        if let Some(lead) = plan.try_lead() {
+        // On a Cluster a script may be redirected (MOVED) to another node than the one its
+        // `WAIT` was sent to in the same write: there the `WAIT` goes after the answer, to the
+        // node the slot map names then.
+        let clustered = client.is_clustered();
+        if !clustered && let Some(lead) = plan.try_lead() {
             let slot = fred::util::redis_keyslot(key.as_bytes());
             let pipeline = client.pipeline();
             let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
@@ -416,12 +421,21 @@ impl Connection {
             }
         }
         let answer: R = self.eval(script, context, arguments).await?;
-        if written(&answer) {
-            let acked = plan
-                .rounds_covering(client, wait, self.0.command_timeout * 2)
-                .await;
-            plan.check(acked)?;
+        if !written(&answer) {
+            return Ok(answer);
         }
+        let plan = match clustered {
+            // The slot map as it is now, after any redirection the script followed.
+            true => match self.0.replication.plan(client, &key, ttl, context)? {
+                Some(plan) => plan,
+                None => return Ok(answer),
+            },
+            false => plan,
+        };
+        let acked = plan
+            .rounds_covering(client, wait, self.0.command_timeout * 2)
+            .await;
+        plan.check(acked)?;
         Ok(answer)
     }
 
