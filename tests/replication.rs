@@ -365,14 +365,7 @@ async fn on_a_cluster_each_primary_waits_for_its_own_replica() {
     let server = TestServer::start_at(&cluster.url(), "leasehold:", fast_keepalive()).await;
     let mut client = server.client().await;
     let (held_back, _) = cluster.slot_of(&lock_key("held-back"));
-    // Its replica, as the primary lists it (`slave0:ip=...,port=...`).
-    let replica: u16 = cluster
-        .run(held_back, &["info", "replication"])
-        .lines()
-        .find_map(|line| line.strip_prefix("slave0:"))
-        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|port| port.parse().ok())
-        .expect("the primary's replica");
+    let replica = cluster.replica_of(held_back);
     // A name on another primary, and that primary's replica (asked before one is paused: a
     // paused node answers no redis-cli).
     let elsewhere = (0..100)
@@ -380,13 +373,7 @@ async fn on_a_cluster_each_primary_waits_for_its_own_replica() {
         .find(|name| cluster.slot_of(&lock_key(name)).0 != held_back)
         .expect("a name on another primary");
     let (primary, _) = cluster.slot_of(&lock_key(&elsewhere));
-    let its_replica: u16 = cluster
-        .run(primary, &["info", "replication"])
-        .lines()
-        .find_map(|line| line.strip_prefix("slave0:"))
-        .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("port=")))
-        .and_then(|port| port.parse().ok())
-        .expect("the other primary's replica");
+    let its_replica = cluster.replica_of(primary);
     cluster.signal(replica, "STOP");
     let asked = client.acquire(unary_acquire("held-back", 5_000, 0, "a"));
     let status = within(EVENT_TIMEOUT, "the refusal", asked)
