@@ -132,30 +132,27 @@ impl Locks {
             .0
             .nodes
             .gather(
-                |_, connection| async move {
+                |_, connection| {
                     // Extended only once the replicas have it (see `replication`).
                     let extended = |set: &i64| *set > 0;
-                    let set = connection
-                        .eval_vouched(
-                            &self.0.scripts.extend.one,
-                            CONTEXT,
-                            ttl,
-                            extended,
-                            move || {
-                                let mut script_keys = permit_script_keys(keys);
-                                script_keys.push(keys.delay());
-                                (
-                                    script_keys,
-                                    vec![
-                                        Value::from(token.secret()),
-                                        Value::from(millis(ttl)),
-                                        Value::from("1"),
-                                    ],
-                                )
-                            },
-                        )
-                        .await?;
-                    Ok(set)
+                    connection.eval_vouched(
+                        &self.0.scripts.extend.one,
+                        CONTEXT,
+                        ttl,
+                        extended,
+                        move || {
+                            let mut script_keys = permit_script_keys(keys);
+                            script_keys.push(keys.delay());
+                            (
+                                script_keys,
+                                vec![
+                                    Value::from(token.secret()),
+                                    Value::from(millis(ttl)),
+                                    Value::from("1"),
+                                ],
+                            )
+                        },
+                    )
                 },
                 |answers| {
                     let yes = answers.count(|&set| set > 0);
