@@ -326,23 +326,31 @@ impl Replication {
             return Err(Error::NotConnected { context });
         };
         let node = server.to_string();
-        let state = {
+        // Read under the lock, not cloned: this runs for every grant and renewal.
+        let (needed, local) = {
             let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-            nodes.get(&node).cloned().unwrap_or_default()
+            let unread = NodeState::default();
+            let state = nodes.get(&node).unwrap_or(&unread);
+            // With appendfsync always the reply came after the fsync: nothing to wait for
+            // locally.
+            let local = self.settings.durable && state.waitaof && !state.fsync_always;
+            (
+                self.needed(state)
+                    .map_err(|needed| (state.replicas, needed)),
+                local,
+            )
         };
-        let needed = match self.needed(&state) {
+        let needed = match needed {
             Ok(needed) => needed,
-            Err(needed) => {
+            Err((acked, needed)) => {
                 self.metrics.not_replicated();
                 return Err(Error::NotReplicated {
                     context,
-                    acked: state.replicas,
+                    acked,
                     needed,
                 });
             }
         };
-        // With appendfsync always the reply came after the fsync: nothing to wait for locally.
-        let local = self.settings.durable && state.waitaof && !state.fsync_always;
         if needed == 0 && !local {
             return Ok(None);
         }
